@@ -1,0 +1,195 @@
+/* sgk: scene-graph kernels.
+ *
+ * One relation-update layer over a scene graph (LayerNorm, Q/K/V, a pairwise
+ * relation MLP giving a per-head attention bias, masked softmax attention over
+ * graph edges, output projection, residual), computed on CPU (OpenMP), CUDA,
+ * HIP or OpenCL through one C API.
+ *
+ * Manners: every call returns an sgk_status; nothing prints, aborts or exits;
+ * sgk_last_error() holds a message naming the argument and the rule for the
+ * last failure on the calling thread; on any error the output buffer is left
+ * byte-identical. All memory passed in is owned by the caller.
+ *
+ * Threading: the registry is built once, safely, on first use. Contexts and
+ * layers may be shared between threads: sgk_forward and sgk_forward_device
+ * may run concurrently on one layer as long as each call has its own output
+ * and workspace buffers. sgk_layer_set_variant and the _destroy calls must not
+ * run concurrently with any other call on the same object.
+ */
+#ifndef SGK_H
+#define SGK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define SGK_EXPORT
+#else
+#define SGK_EXPORT __attribute__((visibility("default")))
+#endif
+
+#define SGK_VERSION_MAJOR 0
+#define SGK_VERSION_MINOR 1
+#define SGK_VERSION_PATCH 0
+
+SGK_EXPORT const char *sgk_version(void);
+
+typedef enum sgk_status {
+    SGK_OK = 0,
+    SGK_ERR_NULL_POINTER = 1,      /* a required pointer or handle is NULL */
+    SGK_ERR_INVALID_ARGUMENT = 2,  /* a size is zero or negative, D % H != 0, eps < 0, ... */
+    SGK_ERR_SIZE_OVERFLOW = 3,     /* a byte count overflows size_t or a backend's index type */
+    SGK_ERR_UNSUPPORTED = 4,       /* dtype, mask type or shape no path of the backend supports */
+    SGK_ERR_UNKNOWN_BACKEND = 5,   /* no backend of that name */
+    SGK_ERR_BACKEND_UNAVAILABLE = 6, /* the backend exists but cannot run here (reason in the message) */
+    SGK_ERR_INVALID_DEVICE = 7,    /* device index out of range */
+    SGK_ERR_UNKNOWN_VARIANT = 8,   /* no variant of that name in this backend */
+    SGK_ERR_OUT_OF_MEMORY = 9,     /* a host or device allocation failed */
+    SGK_ERR_BACKEND = 10,          /* the vendor runtime failed (its error text in the message) */
+    SGK_ERR_INSUFFICIENT_WORKSPACE = 11 /* workspace smaller than sgk_workspace_size says */
+} sgk_status;
+
+/* A fixed string for each status; "unknown status" for values outside the enum. */
+SGK_EXPORT const char *sgk_status_string(sgk_status status);
+
+/* Message of the last failed call on this thread ("" if none). Valid until the
+ * next sgk call on this thread. */
+SGK_EXPORT const char *sgk_last_error(void);
+
+typedef enum sgk_dtype {
+    SGK_DTYPE_F32 = 0,
+    SGK_DTYPE_BF16 = 1, /* reserved: SGK_ERR_UNSUPPORTED today */
+    SGK_DTYPE_F16 = 2   /* reserved: SGK_ERR_UNSUPPORTED today */
+} sgk_dtype;
+
+typedef enum sgk_mask_type {
+    SGK_MASK_F32 = 0, /* float32, any nonzero value (0.3, -1, NaN) is an edge */
+    SGK_MASK_U8 = 1   /* uint8, nonzero is an edge */
+} sgk_mask_type;
+
+/* ---- backend registry ------------------------------------------------- */
+
+typedef struct sgk_backend_info {
+    const char *name;   /* "cpu", "cuda", "hip", "opencl" */
+    int available;      /* 1 if a context can be created on it */
+    int device_count;   /* 0 when unavailable */
+    const char *reason; /* why it is unavailable ("" when available) */
+} sgk_backend_info;
+
+/* Backends compiled in or looked for as plugins, in a fixed order. */
+SGK_EXPORT int sgk_backend_count(void);
+SGK_EXPORT sgk_status sgk_backend_get(int index, sgk_backend_info *info);
+/* Same, by name; SGK_ERR_UNKNOWN_BACKEND for a name sgk does not know. */
+SGK_EXPORT sgk_status sgk_backend_find(const char *name, sgk_backend_info *info);
+/* Human-readable device name, e.g. "NVIDIA H200". */
+SGK_EXPORT sgk_status sgk_device_name(const char *backend, int device, char *buf, size_t buf_len);
+
+/* ---- context ---------------------------------------------------------- */
+
+typedef struct sgk_context sgk_context;
+
+typedef struct sgk_context_options {
+    size_t struct_size; /* sizeof(sgk_context_options): lets fields be added later */
+    int cpu_threads;    /* cpu backend: OpenMP threads, 0 = the OpenMP default */
+} sgk_context_options;
+
+/* Fills defaults. options may be NULL in sgk_context_create for all defaults. */
+SGK_EXPORT void sgk_context_options_init(sgk_context_options *options);
+
+SGK_EXPORT sgk_status sgk_context_create(const char *backend, int device,
+                                         const sgk_context_options *options,
+                                         sgk_context **out);
+SGK_EXPORT void sgk_context_destroy(sgk_context *ctx); /* NULL is a no-op */
+SGK_EXPORT const char *sgk_context_backend(const sgk_context *ctx);
+
+/* Native handles, so that a caller can allocate device memory and streams
+ * that sgk_forward_device accepts. A backend returns SGK_ERR_UNSUPPORTED for
+ * kinds it has no such handle for. */
+typedef enum sgk_native_kind {
+    SGK_NATIVE_DEVICE_ORDINAL = 0, /* cuda, hip: the runtime's device index, as (void*)(intptr_t) */
+    SGK_NATIVE_CL_CONTEXT = 1,     /* opencl: cl_context */
+    SGK_NATIVE_CL_DEVICE = 2,      /* opencl: cl_device_id */
+    SGK_NATIVE_CL_QUEUE = 3        /* opencl: the default cl_command_queue (profiling enabled) */
+} sgk_native_kind;
+SGK_EXPORT sgk_status sgk_context_native(sgk_context *ctx, sgk_native_kind kind, void **out);
+
+/* ---- layer ------------------------------------------------------------ */
+
+/* Weights are host pointers in PyTorch nn.Linear layout (weight[out][in]),
+ * so a state dict loads without transposes. They are copied and packed at
+ * sgk_layer_create; the caller may free them afterwards. */
+typedef struct sgk_layer_desc {
+    size_t struct_size; /* sizeof(sgk_layer_desc) */
+    int64_t dim;        /* D */
+    int64_t heads;      /* H, divides D */
+    int64_t pair_dim;   /* P */
+    float eps;          /* LayerNorm eps (PyTorch default 1e-5), finite and >= 0 */
+    sgk_dtype dtype;    /* dtype of weights and of forward's data */
+    const void *ln_gamma, *ln_beta; /* (D) */
+    const void *wq, *wk, *wv, *wo;  /* (D, D) */
+    const void *w1, *b1;            /* (P, P), (P) */
+    const void *w2, *b2;            /* (H, P), (H) */
+} sgk_layer_desc;
+
+/* Zeroes the descriptor, sets struct_size, eps = 1e-5 and dtype = F32. */
+SGK_EXPORT void sgk_layer_desc_init(sgk_layer_desc *desc);
+
+typedef struct sgk_layer sgk_layer;
+
+SGK_EXPORT sgk_status sgk_layer_create(sgk_context *ctx, const sgk_layer_desc *desc,
+                                       sgk_layer **out);
+SGK_EXPORT void sgk_layer_destroy(sgk_layer *layer); /* NULL is a no-op */
+
+/* ---- forward ---------------------------------------------------------- */
+
+/* Host pointers: nodes (B,N,D), pair_feats (B,N,N,P), edge_mask (B,N,N),
+ * out (B,N,D), all contiguous row-major. Blocks until out is written. On a GPU
+ * backend this allocates, copies and synchronises: for speed use
+ * sgk_forward_device. out must not alias an input. */
+SGK_EXPORT sgk_status sgk_forward(sgk_layer *layer, int64_t B, int64_t N,
+                                  const void *nodes, const void *pair_feats,
+                                  const void *edge_mask, sgk_mask_type mask_type,
+                                  void *out);
+
+/* Bytes of device workspace sgk_forward_device needs for this shape with the
+ * variant that would run (0 for some variants). */
+SGK_EXPORT sgk_status sgk_workspace_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes);
+
+/* Device pointers of the layer's device (host pointers on the cpu backend;
+ * cl_mem handles cast to void* on opencl, in the context's cl_context),
+ * enqueued on stream (cudaStream_t, hipStream_t, cl_command_queue; NULL for
+ * the backend's default). Does not allocate, copy from the host or
+ * synchronise; can be captured into a CUDA graph. workspace may be NULL when
+ * sgk_workspace_size gives 0. Argument errors are reported before anything
+ * is enqueued; errors of the device itself may surface here or on a later
+ * call, as with any asynchronous API. */
+SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
+                                         const void *nodes, const void *pair_feats,
+                                         const void *edge_mask, sgk_mask_type mask_type,
+                                         void *out, void *workspace, size_t workspace_bytes,
+                                         void *stream);
+
+/* ---- kernel variants -------------------------------------------------- */
+
+/* Names of the variants of the layer's backend, in the order the automatic
+ * choice prefers them, and whether each supports (B, N). names[i] stays valid
+ * for the layer's life. Pass names = NULL to ask only for the count. */
+SGK_EXPORT sgk_status sgk_layer_variants(sgk_layer *layer, int64_t B, int64_t N,
+                                         const char **names, int *supported,
+                                         int capacity, int *count);
+/* Force a variant by name for later forward calls; NULL restores the automatic
+ * choice. A forced variant that does not support a shape makes forward return
+ * SGK_ERR_UNSUPPORTED (never a silent fallback). */
+SGK_EXPORT sgk_status sgk_layer_set_variant(sgk_layer *layer, const char *name);
+/* The variant forward would run for (B, N). */
+SGK_EXPORT sgk_status sgk_layer_variant_for(sgk_layer *layer, int64_t B, int64_t N,
+                                            const char **name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,238 @@
+/* The cpu backend: the generated kernels (kernels/relation.sgk, emitted as C
+ * by sgkgen.py) run one group per OpenMP iteration. Built into libsgk. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "sgk_backend.h"
+#include "plan.h"
+#include "relation_c.h"
+
+const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host);
+
+static const sgk_host *g_host;
+
+/* A group's local memory is one thread's slice of the workspace; "small"
+ * stops at a size that stays cache-resident, beyond which "tiled" wins. */
+static const sgk_limits k_small_limits = {1u << 20, INT64_MAX, INT64_MAX};
+static const sgk_limits k_tiled_limits = {256u << 10, INT64_MAX, INT64_MAX};
+
+static const char *const k_variants[] = {"small", "tiled"};
+enum { V_SMALL, V_TILED, V_COUNT };
+
+typedef struct cpu_ctx {
+    int threads;
+} cpu_ctx;
+
+typedef struct cpu_layer {
+    const cpu_ctx *ctx;
+    int64_t D, H, P;
+    float eps;
+    sgk_packed off;
+    float *w;
+} cpu_layer;
+
+static int cpu_probe(char *reason, size_t len)
+{
+    (void)reason;
+    (void)len;
+    return 1;
+}
+
+static sgk_status cpu_device_name(int device, char *buf, size_t len)
+{
+    (void)device;
+    char line[256], name[200] = "cpu";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        while (fgets(line, sizeof line, f)) {
+            char *colon = strchr(line, ':');
+            if (colon && strncmp(line, "model name", 10) == 0) {
+                snprintf(name, sizeof name, "%s", colon + 2);
+                name[strcspn(name, "\n")] = 0;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    snprintf(buf, len, "%s", name);
+    return SGK_OK;
+}
+
+static void *host_alloc(size_t bytes)
+{
+    if (g_host->alloc_should_fail())
+        return NULL;
+    return malloc(bytes ? bytes : 1);
+}
+
+static sgk_status cpu_context_create(int device, const sgk_context_options *opt, void **out)
+{
+    (void)device;
+    cpu_ctx *c = host_alloc(sizeof *c);
+    if (!c)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate the context");
+    int threads = opt ? opt->cpu_threads : 0;
+#ifdef _OPENMP
+    if (threads <= 0)
+        threads = omp_get_max_threads();
+#else
+    threads = 1;
+#endif
+    c->threads = threads;
+    *out = c;
+    return SGK_OK;
+}
+
+static void cpu_context_destroy(void *c) { free(c); }
+
+static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc, void **out)
+{
+    cpu_layer *l = host_alloc(sizeof *l);
+    if (!l)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate the layer");
+    l->ctx = bctx;
+    l->D = desc->dim;
+    l->H = desc->heads;
+    l->P = desc->pair_dim;
+    l->eps = desc->eps;
+    l->off = sgk_packed_layout(l->D, l->H, l->P);
+    l->w = host_alloc(l->off.total * sizeof(float));
+    if (!l->w) {
+        free(l);
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes of packed weights",
+                                 l->off.total * sizeof(float));
+    }
+    sgk_pack_weights(desc, l->w);
+    *out = l;
+    return SGK_OK;
+}
+
+static void cpu_layer_destroy(void *bl)
+{
+    cpu_layer *l = bl;
+    if (l)
+        free(l->w);
+    free(l);
+}
+
+static int cpu_variant_count(void *bl) { (void)bl; return V_COUNT; }
+static const char *cpu_variant_name(void *bl, int v) { (void)bl; return k_variants[v]; }
+
+static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
+{
+    if (v == V_SMALL)
+        return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &k_small_limits, p);
+    return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &k_tiled_limits, p);
+}
+
+static int cpu_variant_supports(void *bl, int v, int64_t B, int64_t N)
+{
+    sgk_plan p;
+    return plan_for(bl, v, B, N, &p);
+}
+
+/* Floats of per-thread local memory, after any tiled Q/K/V rows. */
+static size_t pool_floats(const sgk_plan *p)
+{
+    if (p->kind == SGK_PLAN_SMALL)
+        return p->smem_fused;
+    return p->smem_ln > p->smem_attn ? p->smem_ln : p->smem_attn;
+}
+
+static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N)
+{
+    const cpu_layer *l = bl;
+    sgk_plan p;
+    if (!plan_for(l, v, B, N, &p))
+        return 0;
+    return p.workspace_bytes + (size_t)l->ctx->threads * pool_floats(&p) * sizeof(float);
+}
+
+static sgk_status cpu_forward(void *bl, int v, const sgk_fwd *a)
+{
+    const cpu_layer *l = bl;
+    sgk_plan p;
+    if (!plan_for(l, v, a->B, a->N, &p))
+        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: variant %s does not support this shape",
+                                 k_variants[v]);
+    const float *w = l->w;
+    const sgk_packed o = l->off;
+    const int threads = l->ctx->threads;
+    const int mask_u8 = a->mask_type == SGK_MASK_U8;
+    const size_t pool = pool_floats(&p);
+    if (p.kind == SGK_PLAN_SMALL) {
+        sgk_cpu_fused(threads, (int)p.B, 1, a->workspace, pool, a->nodes, a->pair_feats, a->edge_mask,
+                      mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1, w + o.b1, w + o.w2,
+                      w + o.b2, w + o.wo, a->out, p.N, p.D, p.H, p.P, p.tq, l->eps, p.scale);
+        return SGK_OK;
+    }
+    float *qkv = a->workspace;
+    float *pool_mem = qkv + p.workspace_bytes / sizeof(float);
+    sgk_cpu_ln_qkv(threads, (int)p.groups_ln, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta,
+                   w + o.wqkv, qkv, (int)(p.B * p.N), p.D, p.rt, l->eps);
+    sgk_cpu_attn_tile(threads, (int)p.groups_q, (int)p.B, pool_mem, pool, qkv, a->nodes, a->pair_feats,
+                      a->edge_mask, mask_u8, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo, a->out,
+                      p.N, p.D, p.H, p.P, p.tq, p.tk, p.scale);
+    return SGK_OK;
+}
+
+/* Device memory is host memory: these serve only callers that ask anyway. */
+static sgk_status cpu_mem_alloc(void *bctx, size_t bytes, void **ptr)
+{
+    (void)bctx;
+    *ptr = host_alloc(bytes);
+    return *ptr ? SGK_OK : g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes", bytes);
+}
+
+static void cpu_mem_free(void *bctx, void *ptr)
+{
+    (void)bctx;
+    free(ptr);
+}
+
+static sgk_status cpu_copy(void *bctx, void *dst, const void *src, size_t bytes)
+{
+    (void)bctx;
+    memcpy(dst, src, bytes);
+    return SGK_OK;
+}
+
+static sgk_status cpu_synchronize(void *bctx)
+{
+    (void)bctx;
+    return SGK_OK;
+}
+
+static const sgk_backend_ops k_ops = {
+    .abi_version = SGK_BACKEND_ABI,
+    .name = "cpu",
+    .max_elements = INT64_MAX / 16,
+    .host_memory = 1,
+    .probe = cpu_probe,
+    .device_name = cpu_device_name,
+    .context_create = cpu_context_create,
+    .context_destroy = cpu_context_destroy,
+    .layer_create = cpu_layer_create,
+    .layer_destroy = cpu_layer_destroy,
+    .variant_count = cpu_variant_count,
+    .variant_name = cpu_variant_name,
+    .variant_supports = cpu_variant_supports,
+    .workspace_size = cpu_workspace_size,
+    .forward = cpu_forward,
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .copy_to_device = cpu_copy,
+    .copy_to_host = cpu_copy,
+    .synchronize = cpu_synchronize,
+    .native = NULL,
+};
+
+const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host)
+{
+    g_host = host;
+    return &k_ops;
+}
