@@ -102,9 +102,10 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc, void 
     l->off = sgk_packed_layout(l->D, l->H, l->P);
     l->w = host_alloc(l->off.total * sizeof(float));
     if (!l->w) {
+        const size_t bytes = l->off.total * sizeof(float);
         free(l);
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes of packed weights",
-                                 l->off.total * sizeof(float));
+                                 bytes);
     }
     sgk_pack_weights(desc, l->w);
     *out = l;
