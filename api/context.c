@@ -1,0 +1,95 @@
+/* Contexts: one backend, one device. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgk_internal.h"
+
+SGK_EXPORT void sgk_context_options_init(sgk_context_options *options)
+{
+    if (options == NULL)
+        return;
+    memset(options, 0, sizeof *options);
+    options->struct_size = sizeof *options;
+    options->cpu_threads = 0;
+}
+
+/* Until fields are added, only this sgk's own layout is accepted: a smaller
+ * size is an uninitialised struct, a larger one asks for fields this build
+ * cannot honour. */
+static sgk_status check_options(const sgk_context_options *options)
+{
+    if (options->struct_size < sizeof *options)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "options->struct_size (%zu) is less than sizeof(sgk_context_options) "
+                             "(%zu); call sgk_context_options_init first",
+                             options->struct_size, sizeof *options);
+    if (options->struct_size > sizeof *options)
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "options->struct_size (%zu) is larger than sizeof(sgk_context_options) "
+                             "(%zu) in sgk %s: built against a newer sgk.h",
+                             options->struct_size, sizeof *options, sgk_version());
+    if (options->cpu_threads < 0)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "options->cpu_threads must be >= 0 (0 = OpenMP default), got %d",
+                             options->cpu_threads);
+    return SGK_OK;
+}
+
+SGK_EXPORT sgk_status sgk_context_create(const char *backend, int device,
+                                         const sgk_context_options *options,
+                                         sgk_context **out)
+{
+    if (out == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
+    sgk_status st;
+    sgk_context_options opt;
+    sgk_context_options_init(&opt);
+    if (options != NULL) {
+        st = check_options(options);
+        if (st != SGK_OK)
+            return st;
+        opt.cpu_threads = options->cpu_threads;
+    }
+    const sgk_backend_slot *slot;
+    st = sgk_registry_require(backend, "backend", &slot);
+    if (st != SGK_OK)
+        return st;
+    st = sgk_registry_check_device(slot, device);
+    if (st != SGK_OK)
+        return st;
+
+    sgk_context *ctx = sgk_malloc(sizeof *ctx);
+    if (ctx == NULL)
+        return sgk_set_error(SGK_ERR_OUT_OF_MEMORY, "out of memory allocating a context (%zu bytes)",
+                             sizeof *ctx);
+    ctx->backend = slot;
+    ctx->ops = slot->ops;
+    ctx->device = device;
+    ctx->bctx = NULL;
+    uint64_t serial = sgk_error_serial();
+    st = sgk_backend_result(slot->ops->context_create(device, &opt, &ctx->bctx), serial,
+                            slot->ops, "context_create");
+    if (st != SGK_OK) {
+        free(ctx);
+        return st;
+    }
+    *out = ctx;
+    return SGK_OK;
+}
+
+SGK_EXPORT void sgk_context_destroy(sgk_context *ctx)
+{
+    if (ctx == NULL)
+        return;
+    ctx->ops->context_destroy(ctx->bctx);
+    free(ctx);
+}
+
+SGK_EXPORT const char *sgk_context_backend(const sgk_context *ctx)
+{
+    if (ctx == NULL) {
+        sgk_set_error(SGK_ERR_NULL_POINTER, "ctx is NULL");
+        return "";
+    }
+    return ctx->backend->name;
+}

@@ -1,0 +1,250 @@
+/* Forward calls: argument checks, then dispatch to the backend, either on
+ * the caller's device pointers or, for sgk_forward, through device copies
+ * of the caller's host buffers. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgk_internal.h"
+
+static sgk_status check_pointers(const sgk_layer *layer, const void *nodes,
+                                 const void *pair_feats, const void *edge_mask, const void *out)
+{
+    if (layer == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
+    if (nodes == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "nodes is NULL");
+    if (pair_feats == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "pair_feats is NULL");
+    if (edge_mask == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "edge_mask is NULL");
+    if (out == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
+    return SGK_OK;
+}
+
+static sgk_status mask_elem_size(sgk_mask_type mask_type, size_t *elem)
+{
+    switch (mask_type) {
+    case SGK_MASK_F32: *elem = sizeof(float); return SGK_OK;
+    case SGK_MASK_U8: *elem = sizeof(uint8_t); return SGK_OK;
+    }
+    return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                         "mask_type (%d) is not an sgk_mask_type (SGK_MASK_F32 or SGK_MASK_U8)",
+                         (int)mask_type);
+}
+
+static sgk_status check_workspace(const sgk_layer *layer, const sgk_plan *plan, int64_t B,
+                                  int64_t N, const void *workspace, size_t workspace_bytes)
+{
+    size_t need = plan->workspace_bytes;
+    if (need == 0)
+        return SGK_OK;
+    const char *variant = sgk_variant_name(layer, plan->variant);
+    if (workspace == NULL)
+        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
+                             "workspace is NULL but variant \"%s\" needs %zu bytes for B=%lld, "
+                             "N=%lld (see sgk_workspace_size)",
+                             variant, need, (long long)B, (long long)N);
+    if (workspace_bytes < need)
+        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
+                             "workspace_bytes (%zu) is less than the %zu bytes variant \"%s\" "
+                             "needs for B=%lld, N=%lld (see sgk_workspace_size)",
+                             workspace_bytes, need, variant, (long long)B, (long long)N);
+    return SGK_OK;
+}
+
+static int overlap(const void *a, size_t a_len, const void *b, size_t b_len)
+{
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + b_len && pb < pa + a_len;
+}
+
+/* With host pointers the byte ranges are compared; device pointers may be
+ * opaque handles (OpenCL), so only identical pointers are caught there. */
+static sgk_status check_aliasing(const sgk_fwd *a, const sgk_plan *plan, int ranges)
+{
+    const struct { const char *name; const void *ptr; size_t bytes; } in[] = {
+        { "nodes", a->nodes, plan->nodes_bytes },
+        { "pair_feats", a->pair_feats, plan->pair_bytes },
+        { "edge_mask", a->edge_mask, plan->mask_bytes },
+        { "out", a->out, plan->nodes_bytes },
+    };
+    for (int i = 0; i < 3; i++)
+        if (ranges ? overlap(a->out, plan->nodes_bytes, in[i].ptr, in[i].bytes)
+                   : a->out == in[i].ptr)
+            return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "out overlaps %s: out must not alias an input", in[i].name);
+    if (a->workspace == NULL || plan->workspace_bytes == 0)
+        return SGK_OK;
+    for (int i = 0; i < 4; i++)
+        if (ranges ? overlap(a->workspace, plan->workspace_bytes, in[i].ptr, in[i].bytes)
+                   : a->workspace == in[i].ptr)
+            return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "workspace overlaps %s: workspace must be a buffer of its own",
+                                 in[i].name);
+    return SGK_OK;
+}
+
+/* Checks shared by both forward calls; fills args and plan. */
+static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
+                          const void *pair_feats, const void *edge_mask, sgk_mask_type mask_type,
+                          void *out, sgk_fwd *args, sgk_plan *plan)
+{
+    sgk_status st = check_pointers(layer, nodes, pair_feats, edge_mask, out);
+    size_t mask_elem = 0;
+    if (st == SGK_OK)
+        st = mask_elem_size(mask_type, &mask_elem);
+    if (st == SGK_OK)
+        st = sgk_plan_forward(layer, B, N, mask_elem, 1, plan);
+    if (st != SGK_OK)
+        return st;
+    memset(args, 0, sizeof *args);
+    args->B = B;
+    args->N = N;
+    args->nodes = nodes;
+    args->pair_feats = pair_feats;
+    args->edge_mask = edge_mask;
+    args->mask_type = mask_type;
+    args->out = out;
+    return SGK_OK;
+}
+
+static sgk_status run_in_host_memory(sgk_layer *layer, const sgk_plan *plan, sgk_fwd *args)
+{
+    void *work = NULL;
+    if (plan->workspace_bytes > 0) {
+        work = sgk_malloc(plan->workspace_bytes);
+        if (work == NULL)
+            return sgk_set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "out of memory allocating %zu bytes of workspace for variant "
+                                 "\"%s\"",
+                                 plan->workspace_bytes, sgk_variant_name(layer, plan->variant));
+    }
+    args->workspace = work;
+    args->workspace_bytes = plan->workspace_bytes;
+    uint64_t serial = sgk_error_serial();
+    sgk_status st = sgk_backend_result(layer->ops->forward(layer->blayer, plan->variant, args),
+                                       serial, layer->ops, "forward");
+    free(work);
+    return st;
+}
+
+enum { BUF_NODES, BUF_PAIR, BUF_MASK, BUF_OUT, BUF_WORK, BUF_COUNT };
+
+/* Device copies of the caller's buffers. out is written only once every
+ * step has succeeded, from a host staging buffer, so that a failure while
+ * copying back cannot leave it half written. */
+static sgk_status run_with_copies(sgk_layer *layer, const sgk_plan *plan, const sgk_fwd *host)
+{
+    const sgk_backend_ops *ops = layer->ops;
+    void *bctx = layer->ctx->bctx;
+    const size_t bytes[BUF_COUNT] = { plan->nodes_bytes, plan->pair_bytes, plan->mask_bytes,
+                                      plan->nodes_bytes, plan->workspace_bytes };
+    void *dev[BUF_COUNT] = { NULL };
+    void *staging = sgk_malloc(plan->nodes_bytes);
+    if (staging == NULL)
+        return sgk_set_error(SGK_ERR_OUT_OF_MEMORY,
+                             "out of memory allocating %zu bytes to stage out", plan->nodes_bytes);
+
+    uint64_t serial = sgk_error_serial();
+    const char *step = "mem_alloc";
+    sgk_status st = SGK_OK;
+    for (int i = 0; i < BUF_COUNT && st == SGK_OK; i++)
+        if (bytes[i] > 0)
+            st = ops->mem_alloc(bctx, bytes[i], &dev[i]);
+    if (st == SGK_OK) {
+        step = "copy_to_device";
+        st = ops->copy_to_device(bctx, dev[BUF_NODES], host->nodes, bytes[BUF_NODES]);
+    }
+    if (st == SGK_OK)
+        st = ops->copy_to_device(bctx, dev[BUF_PAIR], host->pair_feats, bytes[BUF_PAIR]);
+    if (st == SGK_OK)
+        st = ops->copy_to_device(bctx, dev[BUF_MASK], host->edge_mask, bytes[BUF_MASK]);
+    if (st == SGK_OK) {
+        sgk_fwd args = *host;
+        args.nodes = dev[BUF_NODES];
+        args.pair_feats = dev[BUF_PAIR];
+        args.edge_mask = dev[BUF_MASK];
+        args.out = dev[BUF_OUT];
+        args.workspace = dev[BUF_WORK];
+        args.workspace_bytes = bytes[BUF_WORK];
+        args.stream = NULL;
+        step = "forward";
+        st = ops->forward(layer->blayer, plan->variant, &args);
+    }
+    if (st == SGK_OK) {
+        step = "synchronize";
+        st = ops->synchronize(bctx);
+    }
+    if (st == SGK_OK) {
+        step = "copy_to_host";
+        st = ops->copy_to_host(bctx, staging, dev[BUF_OUT], bytes[BUF_OUT]);
+    }
+    st = sgk_backend_result(st, serial, ops, step);
+    if (st == SGK_OK)
+        memcpy(host->out, staging, plan->nodes_bytes);
+
+    for (int i = 0; i < BUF_COUNT; i++)
+        if (dev[i] != NULL)
+            ops->mem_free(bctx, dev[i]);
+    free(staging);
+    return st;
+}
+
+SGK_EXPORT sgk_status sgk_forward(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
+                                  const void *pair_feats, const void *edge_mask,
+                                  sgk_mask_type mask_type, void *out)
+{
+    sgk_fwd args;
+    sgk_plan plan;
+    sgk_status st = prepare(layer, B, N, nodes, pair_feats, edge_mask, mask_type, out, &args,
+                            &plan);
+    if (st == SGK_OK)
+        st = check_aliasing(&args, &plan, 1);
+    if (st != SGK_OK)
+        return st;
+    if (layer->ops->host_memory)
+        return run_in_host_memory(layer, &plan, &args);
+    return run_with_copies(layer, &plan, &args);
+}
+
+SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
+                                         const void *nodes, const void *pair_feats,
+                                         const void *edge_mask, sgk_mask_type mask_type,
+                                         void *out, void *workspace, size_t workspace_bytes,
+                                         void *stream)
+{
+    sgk_fwd args;
+    sgk_plan plan;
+    sgk_status st = prepare(layer, B, N, nodes, pair_feats, edge_mask, mask_type, out, &args,
+                            &plan);
+    if (st == SGK_OK)
+        st = check_workspace(layer, &plan, B, N, workspace, workspace_bytes);
+    if (st != SGK_OK)
+        return st;
+    args.workspace = workspace;
+    args.workspace_bytes = workspace_bytes;
+    args.stream = stream;
+    st = check_aliasing(&args, &plan, layer->ops->host_memory);
+    if (st != SGK_OK)
+        return st;
+    uint64_t serial = sgk_error_serial();
+    return sgk_backend_result(layer->ops->forward(layer->blayer, plan.variant, &args), serial,
+                              layer->ops, "forward");
+}
+
+SGK_EXPORT sgk_status sgk_workspace_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes)
+{
+    if (layer == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
+    if (bytes == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "bytes is NULL");
+    sgk_plan plan;
+    /* The mask type is not known here; a float mask is the larger one. */
+    sgk_status st = sgk_plan_forward(layer, B, N, sizeof(float), 1, &plan);
+    if (st != SGK_OK)
+        return st;
+    *bytes = plan.workspace_bytes;
+    return SGK_OK;
+}

@@ -1,0 +1,154 @@
+/* Layers: a descriptor checked once, weights handed to the backend once. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sgk_internal.h"
+
+SGK_EXPORT void sgk_layer_desc_init(sgk_layer_desc *desc)
+{
+    if (desc == NULL)
+        return;
+    memset(desc, 0, sizeof *desc);
+    desc->struct_size = sizeof *desc;
+    desc->eps = 1e-5f;
+    desc->dtype = SGK_DTYPE_F32;
+}
+
+static sgk_status check_struct_size(const sgk_layer_desc *desc)
+{
+    if (desc->struct_size < sizeof *desc)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "desc->struct_size (%zu) is less than sizeof(sgk_layer_desc) (%zu); "
+                             "call sgk_layer_desc_init first",
+                             desc->struct_size, sizeof *desc);
+    if (desc->struct_size > sizeof *desc)
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "desc->struct_size (%zu) is larger than sizeof(sgk_layer_desc) (%zu) "
+                             "in sgk %s: built against a newer sgk.h",
+                             desc->struct_size, sizeof *desc, sgk_version());
+    return SGK_OK;
+}
+
+static sgk_status check_dtype(sgk_dtype dtype)
+{
+    switch (dtype) {
+    case SGK_DTYPE_F32:
+        return SGK_OK;
+    case SGK_DTYPE_BF16:
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "desc->dtype SGK_DTYPE_BF16 is not supported yet; only SGK_DTYPE_F32");
+    case SGK_DTYPE_F16:
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "desc->dtype SGK_DTYPE_F16 is not supported yet; only SGK_DTYPE_F32");
+    }
+    return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                         "desc->dtype (%d) is not an sgk_dtype; only SGK_DTYPE_F32 is supported",
+                         (int)dtype);
+}
+
+static sgk_status check_dims(const sgk_layer_desc *desc)
+{
+    const struct { const char *name; int64_t value; } dims[] = {
+        { "dim", desc->dim }, { "heads", desc->heads }, { "pair_dim", desc->pair_dim },
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].value < 1)
+            return sgk_set_error(SGK_ERR_INVALID_ARGUMENT, "desc->%s must be >= 1, got %lld",
+                                 dims[i].name, (long long)dims[i].value);
+    if (desc->dim % desc->heads != 0)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "desc->dim (%lld) is not divisible by desc->heads (%lld)",
+                             (long long)desc->dim, (long long)desc->heads);
+    if (!isfinite(desc->eps) || desc->eps < 0.0f)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT, "desc->eps must be finite and >= 0, got %g",
+                             (double)desc->eps);
+    return SGK_OK;
+}
+
+static sgk_status check_weights(const sgk_layer_desc *desc)
+{
+    const struct { const char *name; const void *ptr; } w[] = {
+        { "ln_gamma", desc->ln_gamma }, { "ln_beta", desc->ln_beta },
+        { "wq", desc->wq }, { "wk", desc->wk }, { "wv", desc->wv }, { "wo", desc->wo },
+        { "w1", desc->w1 }, { "b1", desc->b1 }, { "w2", desc->w2 }, { "b2", desc->b2 },
+    };
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (w[i].ptr == NULL)
+            return sgk_set_error(SGK_ERR_NULL_POINTER, "desc->%s is NULL", w[i].name);
+    return SGK_OK;
+}
+
+/* The largest weights must be indexable by the backend. */
+static sgk_status check_weight_sizes(const sgk_layer_desc *desc, const sgk_backend_ops *ops)
+{
+    const int64_t dd[] = { desc->dim, desc->dim };
+    const int64_t pp[] = { desc->pair_dim, desc->pair_dim };
+    const int64_t hp[] = { desc->heads, desc->pair_dim };
+    size_t bytes;
+    sgk_status st = sgk_tensor_bytes("desc->wq", "D*D", dd, 2, sizeof(float), ops, 1, &bytes);
+    if (st == SGK_OK)
+        st = sgk_tensor_bytes("desc->w1", "P*P", pp, 2, sizeof(float), ops, 1, &bytes);
+    if (st == SGK_OK)
+        st = sgk_tensor_bytes("desc->w2", "H*P", hp, 2, sizeof(float), ops, 1, &bytes);
+    return st;
+}
+
+static sgk_status check_desc(const sgk_context *ctx, const sgk_layer_desc *desc)
+{
+    sgk_status st = check_struct_size(desc);
+    if (st == SGK_OK)
+        st = check_dtype(desc->dtype);
+    if (st == SGK_OK)
+        st = check_dims(desc);
+    if (st == SGK_OK)
+        st = check_weights(desc);
+    if (st == SGK_OK)
+        st = check_weight_sizes(desc, ctx->ops);
+    return st;
+}
+
+SGK_EXPORT sgk_status sgk_layer_create(sgk_context *ctx, const sgk_layer_desc *desc,
+                                       sgk_layer **out)
+{
+    if (ctx == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "ctx is NULL");
+    if (desc == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "desc is NULL");
+    if (out == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
+    sgk_status st = check_desc(ctx, desc);
+    if (st != SGK_OK)
+        return st;
+
+    sgk_layer *layer = sgk_malloc(sizeof *layer);
+    if (layer == NULL)
+        return sgk_set_error(SGK_ERR_OUT_OF_MEMORY, "out of memory allocating a layer (%zu bytes)",
+                             sizeof *layer);
+    layer->ctx = ctx;
+    layer->ops = ctx->ops;
+    layer->blayer = NULL;
+    layer->D = desc->dim;
+    layer->H = desc->heads;
+    layer->P = desc->pair_dim;
+    layer->forced = -1;
+    uint64_t serial = sgk_error_serial();
+    st = sgk_backend_result(ctx->ops->layer_create(ctx->bctx, desc, &layer->blayer), serial,
+                            ctx->ops, "layer_create");
+    if (st != SGK_OK) {
+        free(layer);
+        return st;
+    }
+    int count = ctx->ops->variant_count(layer->blayer);
+    layer->variant_count = count > 0 ? count : 0;
+    *out = layer;
+    return SGK_OK;
+}
+
+SGK_EXPORT void sgk_layer_destroy(sgk_layer *layer)
+{
+    if (layer == NULL)
+        return;
+    layer->ops->layer_destroy(layer->blayer);
+    free(layer);
+}

@@ -1,0 +1,134 @@
+/* Shape checks shared by sgk_forward, sgk_forward_device, sgk_workspace_size,
+ * sgk_layer_variants and sgk_layer_variant_for: sizes, their overflow, the
+ * backend's index limit and the choice of variant. */
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sgk_internal.h"
+
+/* Sets the message only when the caller reports errors. */
+static sgk_status fail(int report, sgk_status status, const char *fmt, ...) SGK_PRINTF(3, 4);
+static sgk_status fail(int report, sgk_status status, const char *fmt, ...)
+{
+    if (report) {
+        va_list ap;
+        va_start(ap, fmt);
+        sgk_set_errorv(status, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+static void format_dims(char *buf, size_t len, const int64_t *dims, int n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && used < len; i++) {
+        int w = snprintf(buf + used, len - used, "%s%lld", i ? "*" : "", (long long)dims[i]);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
+sgk_status sgk_tensor_bytes(const char *tensor, const char *formula, const int64_t *dims,
+                            int n, size_t elem, const sgk_backend_ops *ops, int report,
+                            size_t *bytes)
+{
+    char shown[128];
+    format_dims(shown, sizeof shown, dims, n);
+    int64_t count = 1;
+    for (int i = 0; i < n; i++)
+        if (__builtin_mul_overflow(count, dims[i], &count))
+            return fail(report, SGK_ERR_SIZE_OVERFLOW,
+                        "%s has %s = %s elements, more than int64 can count", tensor, formula,
+                        shown);
+    size_t b;
+    if ((uint64_t)count > SIZE_MAX || __builtin_mul_overflow((size_t)count, elem, &b))
+        return fail(report, SGK_ERR_SIZE_OVERFLOW,
+                    "%s has %s = %s = %lld elements of %zu bytes, more bytes than size_t can hold",
+                    tensor, formula, shown, (long long)count, elem);
+    if (count > ops->max_elements)
+        return fail(report, SGK_ERR_SIZE_OVERFLOW,
+                    "%s has %s = %s = %lld elements, more than backend %s can index in one tensor "
+                    "(max_elements = %lld)",
+                    tensor, formula, shown, (long long)count, ops->name,
+                    (long long)ops->max_elements);
+    *bytes = b;
+    return SGK_OK;
+}
+
+const char *sgk_variant_name(const sgk_layer *layer, int variant)
+{
+    const char *name = layer->ops->variant_name(layer->blayer, variant);
+    return name ? name : "(unnamed)";
+}
+
+static sgk_status pick_variant(const sgk_layer *layer, int64_t B, int64_t N, int report,
+                               int *variant)
+{
+    const sgk_backend_ops *ops = layer->ops;
+    if (layer->forced >= 0) {
+        if (!ops->variant_supports(layer->blayer, layer->forced, B, N))
+            return fail(report, SGK_ERR_UNSUPPORTED,
+                        "variant \"%s\" (forced by sgk_layer_set_variant) does not support "
+                        "B=%lld, N=%lld with D=%lld, H=%lld, P=%lld; a forced variant never "
+                        "falls back to another",
+                        sgk_variant_name(layer, layer->forced), (long long)B, (long long)N,
+                        (long long)layer->D, (long long)layer->H, (long long)layer->P);
+        *variant = layer->forced;
+        return SGK_OK;
+    }
+    for (int v = 0; v < layer->variant_count; v++) {
+        if (ops->variant_supports(layer->blayer, v, B, N)) {
+            *variant = v;
+            return SGK_OK;
+        }
+    }
+    return fail(report, SGK_ERR_UNSUPPORTED,
+                "no variant of backend %s supports B=%lld, N=%lld with D=%lld, H=%lld, P=%lld "
+                "(%d variant%s tried)",
+                ops->name, (long long)B, (long long)N, (long long)layer->D, (long long)layer->H,
+                (long long)layer->P, layer->variant_count, layer->variant_count == 1 ? "" : "s");
+}
+
+static sgk_status check_shape(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
+                              int report, sgk_plan *plan)
+{
+    if (B < 1)
+        return fail(report, SGK_ERR_INVALID_ARGUMENT, "B must be >= 1, got %lld", (long long)B);
+    if (N < 1)
+        return fail(report, SGK_ERR_INVALID_ARGUMENT, "N must be >= 1, got %lld", (long long)N);
+
+    const sgk_backend_ops *ops = layer->ops;
+    const int64_t nodes[] = { B, N, layer->D };
+    const int64_t pair[] = { B, N, N, layer->P };
+    const int64_t mask[] = { B, N, N };
+    sgk_status st = sgk_tensor_bytes("nodes", "B*N*D", nodes, 3, sizeof(float), ops, report,
+                                     &plan->nodes_bytes);
+    if (st == SGK_OK)
+        st = sgk_tensor_bytes("pair_feats", "B*N*N*P", pair, 4, sizeof(float), ops, report,
+                              &plan->pair_bytes);
+    if (st == SGK_OK)
+        st = sgk_tensor_bytes("edge_mask", "B*N*N", mask, 3, mask_elem, ops, report,
+                              &plan->mask_bytes);
+    return st;
+}
+
+int sgk_shape_fits(const sgk_layer *layer, int64_t B, int64_t N)
+{
+    sgk_plan plan;
+    return check_shape(layer, B, N, sizeof(float), 0, &plan) == SGK_OK;
+}
+
+sgk_status sgk_plan_forward(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
+                            int report, sgk_plan *plan)
+{
+    sgk_status st = check_shape(layer, B, N, mask_elem, report, plan);
+    if (st == SGK_OK)
+        st = pick_variant(layer, B, N, report, &plan->variant);
+    if (st != SGK_OK)
+        return st;
+    plan->workspace_bytes = layer->ops->workspace_size(layer->blayer, plan->variant, B, N);
+    return SGK_OK;
+}
