@@ -93,3 +93,21 @@ SGK_EXPORT const char *sgk_context_backend(const sgk_context *ctx)
     }
     return ctx->backend->name;
 }
+
+SGK_EXPORT sgk_status sgk_context_native(sgk_context *ctx, sgk_native_kind kind, void **out)
+{
+    if (ctx == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "ctx is NULL");
+    if (out == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
+    if (kind < SGK_NATIVE_DEVICE_ORDINAL || kind > SGK_NATIVE_CL_QUEUE)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT, "kind (%d) is not an sgk_native_kind", (int)kind);
+    if (ctx->ops->native == NULL)
+        return sgk_set_error(SGK_ERR_UNSUPPORTED, "backend %s has no native handles", ctx->backend->name);
+    void *handle = NULL;
+    uint64_t serial = sgk_error_serial();
+    sgk_status st = sgk_backend_result(ctx->ops->native(ctx->bctx, kind, &handle), serial, ctx->ops, "native");
+    if (st == SGK_OK)
+        *out = handle;
+    return st;
+}
