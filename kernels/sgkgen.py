@@ -150,10 +150,10 @@ def lower_tokens(body, target):
     body = re.sub(r"@group_id\((\d)\)", lambda m: "SGK_GROUP_ID_%s" % m.group(1), body)
     if target == "c":
         body = body.replace("@barrier;", "/* barrier */")
-        body = re.sub(r"@simd_sum\((\w+)\)", r'_Pragma("omp simd reduction(+:\1)")', body)
+        body = re.sub(r"@simd_sum\(([\w, ]+)\)", r'_Pragma("omp simd reduction(+:\1)")', body)
     else:
         body = body.replace("@barrier;", "SGK_BARRIER();")
-        body = re.sub(r"[ \t]*@simd_sum\(\w+\)\n", "", body)
+        body = re.sub(r"[ \t]*@simd_sum\([\w, ]+\)\n", "", body)
     space = {"opencl": ("__global ", "__local ")}.get(target, ("", ""))
     body = body.replace("@global ", space[0]).replace("@local ", space[1])
     if "@" in body:
