@@ -1,0 +1,188 @@
+/* Forward on device buffers: the caller's cl_mem handles and queue are
+ * checked (context, device, size), then the variant's kernels are enqueued.
+ * Nothing here waits for the device; the core's host path synchronises. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cl_internal.h"
+#include "relation_cl_args.h"
+
+static const sgk_host *host(void) { return sgk_cl_host; }
+
+/* The queue must feed the layer's device in the layer's context. An
+ * out-of-order queue gets an event between the tiled path's two kernels. */
+static sgk_status check_queue(const sgk_cl_ctx *c, cl_command_queue q, int *in_order)
+{
+    cl_context qc = NULL;
+    cl_device_id qd = NULL;
+    cl_command_queue_properties props = 0;
+    cl_int err = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof qc, &qc, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof qd, &qd, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, NULL);
+    if (err != CL_SUCCESS)
+        return host()->set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "stream is not a usable cl_command_queue (clGetCommandQueueInfo "
+                                 "failed with %s (%d))",
+                                 sgk_cl_error_name(err), (int)err);
+    if (qc != c->context)
+        return host()->set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "stream is a cl_command_queue of another cl_context: it must "
+                                 "belong to the layer's (sgk_context_native, "
+                                 "SGK_NATIVE_CL_CONTEXT)");
+    if (qd != c->device)
+        return host()->set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "stream is a cl_command_queue of another device: it must feed "
+                                 "the layer's device \"%s\"",
+                                 c->info.label);
+    *in_order = (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE) == 0;
+    return SGK_OK;
+}
+
+/* A buffer of the layer's context holding at least need bytes; a short one
+ * would let the kernels read or write past its end. */
+static sgk_status check_buffer(const sgk_cl_ctx *c, const void *ptr, const char *name,
+                               const char *formula, size_t need, sgk_status short_status)
+{
+    cl_mem m = (cl_mem)(uintptr_t)ptr;
+    cl_context mc = NULL;
+    size_t size = 0;
+    cl_int err = clGetMemObjectInfo(m, CL_MEM_CONTEXT, sizeof mc, &mc, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err != CL_SUCCESS)
+        return host()->set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "%s is not a usable cl_mem (clGetMemObjectInfo failed with %s "
+                                 "(%d)); on opencl device pointers are cl_mem handles",
+                                 name, sgk_cl_error_name(err), (int)err);
+    if (mc != c->context)
+        return host()->set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "%s is a cl_mem of another cl_context: it must belong to the "
+                                 "layer's (sgk_context_native, SGK_NATIVE_CL_CONTEXT)",
+                                 name);
+    if (size < need)
+        return host()->set_error(short_status,
+                                 "%s is a cl_mem of %zu bytes, less than the %zu bytes of %s",
+                                 name, size, need, formula);
+    return SGK_OK;
+}
+
+static sgk_status check_args(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
+                             cl_command_queue q, int *in_order)
+{
+    const sgk_cl_ctx *c = l->ctx;
+    const size_t f = sizeof(float);
+    const size_t rows = (size_t)a->B * (size_t)a->N;
+    const size_t pairs = rows * (size_t)a->N;
+    const size_t mask_elem = a->mask_type == SGK_MASK_U8 ? 1 : f;
+    sgk_status st = check_queue(c, q, in_order);
+    if (st == SGK_OK)
+        st = check_buffer(c, a->nodes, "nodes", "B*N*D floats", rows * (size_t)l->D * f,
+                          SGK_ERR_INVALID_ARGUMENT);
+    if (st == SGK_OK)
+        st = check_buffer(c, a->pair_feats, "pair_feats", "B*N*N*P floats",
+                          pairs * (size_t)l->P * f, SGK_ERR_INVALID_ARGUMENT);
+    if (st == SGK_OK)
+        st = check_buffer(c, a->edge_mask, "edge_mask",
+                          mask_elem == 1 ? "B*N*N uint8" : "B*N*N floats", pairs * mask_elem,
+                          SGK_ERR_INVALID_ARGUMENT);
+    if (st == SGK_OK)
+        st = check_buffer(c, a->out, "out", "B*N*D floats", rows * (size_t)l->D * f,
+                          SGK_ERR_INVALID_ARGUMENT);
+    if (st == SGK_OK && p->workspace_bytes > 0)
+        st = check_buffer(c, a->workspace, "workspace", "the variant's workspace",
+                          p->workspace_bytes, SGK_ERR_INSUFFICIENT_WORKSPACE);
+    return st;
+}
+
+static cl_mem mem(const void *p) { return (cl_mem)(uintptr_t)p; }
+
+static sgk_status launch_failed(const char *call, cl_int err, const char *kernel,
+                                const sgk_cl_ctx *c)
+{
+    char where[320];
+    snprintf(where, sizeof where, "for kernel %s on device \"%s\"", kernel, c->info.label);
+    return sgk_cl_fail(call, err, where);
+}
+
+/* Called with the context's lock held: the arguments live in the kernel
+ * object until the enqueue has captured them. */
+static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
+                          cl_command_queue q, int in_order)
+{
+    const sgk_cl_ctx *c = l->ctx;
+    const sgk_cl_program *pr = &c->prog;
+    const cl_mem *w = l->w;
+    const cl_int mask_u8 = a->mask_type == SGK_MASK_U8;
+    cl_int err;
+    if (p->kind == SGK_PLAN_SMALL) {
+        const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
+        err = sgk_cl_args_fused(k->kernel, mem(a->nodes), mem(a->pair_feats), mem(a->edge_mask),
+                                mask_u8, w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA], w[SGK_CL_W_WQKV],
+                                w[SGK_CL_W_W1], w[SGK_CL_W_B1], w[SGK_CL_W_W2], w[SGK_CL_W_B2],
+                                w[SGK_CL_W_WO], mem(a->out), p->N, p->D, p->H, p->P, p->tq,
+                                l->eps, p->scale, p->smem_fused * sizeof(float));
+        if (err != CL_SUCCESS)
+            return launch_failed("clSetKernelArg", err, "fused", c);
+        const size_t global = (size_t)p->B * k->local;
+        err = clEnqueueNDRangeKernel(q, k->kernel, 1, NULL, &global, &k->local, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return launch_failed("clEnqueueNDRangeKernel", err, "fused", c);
+        return SGK_OK;
+    }
+
+    const sgk_cl_kernel *kl = &pr->k[SGK_CL_K_LN_QKV], *ka = &pr->k[SGK_CL_K_ATTN_TILE];
+    err = sgk_cl_args_ln_qkv(kl->kernel, mem(a->nodes), w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA],
+                             w[SGK_CL_W_WQKV], mem(a->workspace), (cl_int)(p->B * p->N), p->D,
+                             p->rt, l->eps, p->smem_ln * sizeof(float));
+    if (err != CL_SUCCESS)
+        return launch_failed("clSetKernelArg", err, "ln_qkv", c);
+    const size_t gl = (size_t)p->groups_ln * kl->local;
+    cl_event done = NULL;
+    err = clEnqueueNDRangeKernel(q, kl->kernel, 1, NULL, &gl, &kl->local, 0, NULL,
+                                 in_order ? NULL : &done);
+    if (err != CL_SUCCESS)
+        return launch_failed("clEnqueueNDRangeKernel", err, "ln_qkv", c);
+    err = sgk_cl_args_attn_tile(ka->kernel, mem(a->workspace), mem(a->nodes), mem(a->pair_feats),
+                                mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], w[SGK_CL_W_B1],
+                                w[SGK_CL_W_W2], w[SGK_CL_W_B2], w[SGK_CL_W_WO], mem(a->out), p->N,
+                                p->D, p->H, p->P, p->tq, p->tk, p->scale,
+                                p->smem_attn * sizeof(float));
+    sgk_status st = SGK_OK;
+    if (err != CL_SUCCESS) {
+        st = launch_failed("clSetKernelArg", err, "attn_tile", c);
+    } else {
+        const size_t ga[2] = { (size_t)p->groups_q * ka->local, (size_t)p->B };
+        const size_t la[2] = { ka->local, 1 };
+        err = clEnqueueNDRangeKernel(q, ka->kernel, 2, NULL, ga, la, done ? 1 : 0,
+                                     done ? &done : NULL, NULL);
+        if (err != CL_SUCCESS)
+            st = launch_failed("clEnqueueNDRangeKernel", err, "attn_tile", c);
+    }
+    if (done)
+        clReleaseEvent(done);
+    return st;
+}
+
+sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_fwd *a)
+{
+    sgk_cl_layer *l = blayer;
+    sgk_cl_ctx *c = l->ctx;
+    sgk_plan p;
+    if (!sgk_cl_plan(l, variant, a->B, a->N, &p))
+        return host()->set_error(SGK_ERR_UNSUPPORTED,
+                                 "opencl: variant %s does not support B=%lld, N=%lld on device "
+                                 "\"%s\"",
+                                 variant == SGK_CL_V_SMALL ? "small" : "tiled", (long long)a->B,
+                                 (long long)a->N, c->info.label);
+    cl_command_queue q = a->stream ? (cl_command_queue)a->stream : c->queue;
+    int in_order = 1;
+    sgk_status st = check_args(l, &p, a, q, &in_order);
+    if (st != SGK_OK)
+        return st;
+    pthread_mutex_lock(&c->lock);
+    st = enqueue(l, &p, a, q, in_order);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}

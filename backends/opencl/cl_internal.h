@@ -1,0 +1,111 @@
+/* Internal interfaces of the OpenCL backend plugin, shared by its files. */
+#ifndef SGK_CL_INTERNAL_H
+#define SGK_CL_INTERNAL_H
+
+#include <CL/cl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+#include "sgk_backend.h"
+
+/* Set once by the entry point; every failure goes through host->set_error. */
+extern const sgk_host *sgk_cl_host;
+
+/* ---- cl_errors.c -------------------------------------------------------- */
+
+/* "CL_OUT_OF_RESOURCES" etc.; "an unrecognised OpenCL error" otherwise. */
+const char *sgk_cl_error_name(cl_int err);
+/* Sets SGK_ERR_BACKEND: "opencl: <call> failed with <NAME> (<code>) <context>". */
+sgk_status sgk_cl_fail(const char *call, cl_int err, const char *context);
+
+/* ---- cl_devices.c: every device of every platform, in a stable order ----- */
+
+typedef struct sgk_cl_device {
+    cl_platform_id platform;
+    cl_device_id device;
+} sgk_cl_device;
+
+/* Number of devices (0 with reason filled when there is none). */
+int sgk_cl_devices(char *reason, size_t reason_len);
+/* The index-th device (index validated by the core). */
+const sgk_cl_device *sgk_cl_device_at(int index);
+/* "<device name> (<platform name>)". */
+sgk_status sgk_cl_device_label(int index, char *buf, size_t len);
+
+/* What the plan and the launches need to know about a device. */
+typedef struct sgk_cl_devinfo {
+    cl_ulong local_mem;     /* CL_DEVICE_LOCAL_MEM_SIZE */
+    size_t max_group;       /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    size_t max_item0;       /* CL_DEVICE_MAX_WORK_ITEM_SIZES[0] */
+    cl_uint address_bits;   /* bounds the global size (size_t on the device) */
+    cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    cl_bool compiler;       /* CL_DEVICE_COMPILER_AVAILABLE */
+    int c_major, c_minor;   /* from CL_DEVICE_OPENCL_C_VERSION */
+    char label[256];
+} sgk_cl_devinfo;
+
+sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info);
+
+/* ---- cl_program.c: the generated kernels, built per context ------------- */
+
+enum { SGK_CL_K_FUSED, SGK_CL_K_LN_QKV, SGK_CL_K_ATTN_TILE, SGK_CL_K_COUNT };
+
+typedef struct sgk_cl_kernel {
+    cl_kernel kernel;
+    size_t local;       /* work-items per group we launch with */
+    size_t local_bytes; /* local memory left for the smem argument */
+    int64_t max_groups; /* groups per dimension that the global size can hold */
+} sgk_cl_kernel;
+
+typedef struct sgk_cl_program {
+    cl_program program;
+    sgk_cl_kernel k[SGK_CL_K_COUNT];
+} sgk_cl_program;
+
+/* Builds the embedded source for the context's device; on failure the
+ * message carries the compiler's build log. */
+sgk_status sgk_cl_program_build(cl_context ctx, cl_device_id dev, const sgk_cl_devinfo *info,
+                                sgk_cl_program *out);
+void sgk_cl_program_release(sgk_cl_program *p);
+
+/* ---- opencl_backend.c ----------------------------------------------------- */
+
+typedef struct sgk_cl_ctx {
+    int index;
+    cl_device_id device;
+    cl_context context;
+    cl_command_queue queue; /* in order, profiling enabled */
+    sgk_cl_devinfo info;
+    /* Guards the program's one-time build and the kernels' arguments, which
+     * OpenCL keeps in the cl_kernel between clSetKernelArg and the enqueue. */
+    pthread_mutex_t lock;
+    int built;
+    sgk_cl_program prog;
+} sgk_cl_ctx;
+
+enum { SGK_CL_W_GAMMA, SGK_CL_W_BETA, SGK_CL_W_WQKV, SGK_CL_W_WO, SGK_CL_W_W1, SGK_CL_W_B1,
+       SGK_CL_W_W2, SGK_CL_W_B2, SGK_CL_W_COUNT };
+
+/* A layer's weights, packed once (plan.h) and held one buffer per weight:
+ * the kernels take each as its own argument, and separate buffers need no
+ * CL_DEVICE_MEM_BASE_ADDR_ALIGN padding as sub-buffers would. */
+typedef struct sgk_cl_layer {
+    sgk_cl_ctx *ctx;
+    int64_t D, H, P;
+    float eps;
+    cl_mem w[SGK_CL_W_COUNT];
+} sgk_cl_layer;
+
+enum { SGK_CL_V_SMALL, SGK_CL_V_TILED, SGK_CL_V_COUNT };
+
+/* Fills plan and returns 1 when variant v runs (B, N) within the device's
+ * limits as queried for the built kernels. */
+int sgk_cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan);
+
+/* ---- cl_forward.c ---------------------------------------------------------- */
+
+sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_fwd *args);
+
+#endif
