@@ -1,0 +1,52 @@
+#include "cases.h"
+
+/* Sizes are chosen so that the whole table, in the double reference and on
+ * the cpu backend with two cores, runs in well under a minute per variant:
+ * big N or D goes with B = 1. */
+const sgkt_case sgkt_cases[] = {
+    /* the presets of the design card */
+    {"preset_seed", 4, 24, 96, 4, 16, SGKT_MASK_RANDOM, 0.7, SGK_MASK_F32, 0},
+    {"preset_mid", 32, 64, 256, 8, 32, SGKT_MASK_RANDOM, 0.7, SGK_MASK_U8, 0},
+    {"preset_large", 8, 512, 256, 8, 32, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"preset_xl", 2, 2048, 256, 8, 16, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, SGKT_CASE_XL},
+    /* sizes off every power of two and tile edge */
+    {"odd_sizes", 3, 13, 30, 5, 7, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
+    {"n1", 2, 1, 16, 2, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
+    {"n1_masked", 2, 1, 16, 2, 4, SGKT_MASK_ALL_ZERO, 0.0, SGK_MASK_U8, 0},
+    {"n2", 3, 2, 8, 2, 3, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
+    {"batch_64", 64, 3, 16, 2, 2, SGKT_MASK_RANDOM, 0.6, SGK_MASK_U8, 0},
+    {"n300", 1, 300, 64, 4, 8, SGKT_MASK_RANDOM, 0.3, SGK_MASK_F32, 0},
+    {"n1000", 1, 1000, 32, 2, 4, SGKT_MASK_RANDOM, 0.1, SGK_MASK_U8, 0},
+    {"n4096", 1, 4096, 8, 2, 2, SGKT_MASK_RANDOM, 0.02, SGK_MASK_U8, 0},
+    /* head dims 1 .. 256 and the widest required D */
+    {"head_dim_1", 2, 9, 8, 8, 3, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
+    {"head_dim_3", 2, 11, 12, 4, 3, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"head_dim_64", 2, 20, 128, 2, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"head_dim_128", 2, 20, 256, 2, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
+    {"head_dim_256", 1, 17, 512, 2, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"dim_1024", 1, 33, 1024, 8, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"dim_1024_head_dim_256", 1, 9, 1024, 4, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
+    /* pair-feature widths */
+    {"pair_dim_1", 2, 15, 32, 4, 1, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"pair_dim_128", 1, 24, 64, 4, 128, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"pair_dim_33", 2, 19, 48, 3, 33, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
+    /* mask patterns */
+    {"mask_dense", 2, 40, 64, 4, 8, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
+    {"mask_random_30", 2, 40, 64, 4, 8, SGKT_MASK_RANDOM, 0.3, SGK_MASK_F32, 0},
+    {"mask_empty_rows", 2, 40, 64, 4, 8, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
+    {"mask_empty_rows_u8", 3, 37, 48, 4, 8, SGKT_MASK_EMPTY_ROWS, 0.3, SGK_MASK_U8, 0},
+    {"mask_all_zero", 2, 16, 32, 4, 8, SGKT_MASK_ALL_ZERO, 0.0, SGK_MASK_F32, 0},
+    {"mask_all_zero_u8", 2, 70, 96, 4, 8, SGKT_MASK_ALL_ZERO, 0.0, SGK_MASK_U8, 0},
+    {"mask_diagonal", 2, 33, 64, 4, 8, SGKT_MASK_DIAGONAL, 1.0, SGK_MASK_F32, 0},
+    {"mask_sparse_5", 2, 130, 32, 2, 4, SGKT_MASK_RANDOM, 0.05, SGK_MASK_U8, 0},
+    {"mask_odd_values_f32", 2, 24, 48, 6, 8, SGKT_MASK_ODD_VALUES, 0.5, SGK_MASK_F32, 0},
+    {"mask_odd_values_u8", 2, 24, 48, 6, 8, SGKT_MASK_ODD_VALUES, 0.5, SGK_MASK_U8, 0},
+};
+const int sgkt_case_count = (int)(sizeof sgkt_cases / sizeof sgkt_cases[0]);
+
+int sgkt_case_enabled(const sgkt_case *c)
+{
+    if (c->flags & SGKT_CASE_XL)
+        return sgkt_env_flag("SGK_TEST_XL");
+    return 1;
+}
