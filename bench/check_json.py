@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Checks that sgk-bench JSON files have the documented fields (bench/README.md).
+
+    check_json.py FILE...                 check existing files
+    check_json.py --run SGK_BENCH ARGS    run sgk-bench (ARGS must hold --json FILE),
+                                          require exit status 0, then check FILE
+"""
+import json
+import math
+import subprocess
+import sys
+
+NUM = (int, float)
+OPT_NUM = (int, float, type(None))
+
+MACHINE = {"host": str, "os": str, "cpu_model": str, "cpu_threads": int,
+           "sgk_version": str, "git_commit": str, "gpus": list}
+GPU = {"backend": str, "name": str, "driver": str}
+SETTINGS = {"quick": bool, "repeats": int, "warmup_ms": NUM, "min_repeat_ms": NUM, "dtype": str,
+            "mask": str, "seed": int, "density": NUM, "rotate": bool, "check": bool,
+            "rel_l2_tol": NUM, "max_abs_tol": NUM}
+DEVICE = {"backend": str, "device": int, "name": str, "driver": str, "clock": str,
+          "timer_note": str, "launch_us": OPT_NUM, "graph_launch_us": OPT_NUM,
+          "copy_gbps": OPT_NUM, "copy_how": str, "peak_gflops": OPT_NUM, "peak_source": str,
+          "cache_bytes": OPT_NUM, "threads": int}
+ROW = {"backend": str, "device_name": str, "variant": str, "auto": bool, "preset": str,
+       "B": int, "N": int, "D": int, "H": int, "P": int, "mode": str,
+       "input_sets": int, "iters_per_repeat": int, "repeats": int,
+       "us_median": OPT_NUM, "us_min": OPT_NUM, "us_max": OPT_NUM,
+       "flop": NUM, "bytes": NUM, "gflops": OPT_NUM, "gbps": OPT_NUM,
+       "floor_us": OPT_NUM, "floor_bound": (str, type(None)), "floor_share": OPT_NUM,
+       "checked": bool, "rel_l2": OPT_NUM, "max_abs": OPT_NUM, "status": str, "note": str}
+MODES = {"host", "stream", "graph", "host-path"}
+STATUSES = {"ok", "FAIL", "ERROR", "unchecked"}
+
+
+def check_fields(obj, spec, where, problems):
+    if not isinstance(obj, dict):
+        problems.append(f"{where}: not an object")
+        return
+    for key, typ in spec.items():
+        if key not in obj:
+            problems.append(f"{where}: missing '{key}'")
+        elif isinstance(obj[key], bool) and bool not in (typ if isinstance(typ, tuple) else (typ,)):
+            problems.append(f"{where}.{key}: a boolean where {typ} is expected")
+        elif not isinstance(obj[key], typ):
+            problems.append(f"{where}.{key}: {type(obj[key]).__name__}, expected {typ}")
+
+
+def flop_model(r):
+    B, N, D, H, P = (r[k] for k in "BNDHP")
+    return 8 * B * N * D * D + B * N * N * (2 * P * P + 2 * P * H) + 4 * B * N * N * D
+
+
+def check_file(path, require_ok=False):
+    problems = []
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        return [f"{path}: cannot read JSON: {e}"]
+    if doc.get("format") != "sgk-bench/1":
+        problems.append(f"format is {doc.get('format')!r}, expected 'sgk-bench/1'")
+    check_fields(doc.get("machine"), MACHINE, "machine", problems)
+    for i, g in enumerate((doc.get("machine") or {}).get("gpus") or []):
+        check_fields(g, GPU, f"machine.gpus[{i}]", problems)
+    check_fields(doc.get("settings"), SETTINGS, "settings", problems)
+    devices = doc.get("devices")
+    if not isinstance(devices, list) or not devices:
+        problems.append("devices: missing or empty")
+        devices = []
+    for i, d in enumerate(devices):
+        check_fields(d, DEVICE, f"devices[{i}]", problems)
+    if not isinstance(doc.get("notes"), list):
+        problems.append("notes: missing or not a list")
+    rows = doc.get("rows")
+    if not isinstance(rows, list) or not rows:
+        problems.append("rows: missing or empty")
+        rows = []
+    for i, r in enumerate(rows):
+        where = f"rows[{i}]"
+        before = len(problems)
+        check_fields(r, ROW, where, problems)
+        if len(problems) > before:
+            continue
+        if r["mode"] not in MODES:
+            problems.append(f"{where}.mode: {r['mode']!r} not one of {sorted(MODES)}")
+        if r["status"] not in STATUSES:
+            problems.append(f"{where}.status: {r['status']!r} not one of {sorted(STATUSES)}")
+        if require_ok and r["status"] != "ok":
+            problems.append(f"{where}: status {r['status']} ({r['note']})")
+        if r["flop"] != flop_model(r):
+            problems.append(f"{where}.flop: {r['flop']} does not follow the FLOP model")
+        if r["status"] in ("ok", "FAIL"):
+            lo, med, hi = r["us_min"], r["us_median"], r["us_max"]
+            if None in (lo, med, hi) or not (0 < lo <= med <= hi):
+                problems.append(f"{where}: times not 0 < min <= median <= max: {lo}, {med}, {hi}")
+            elif r["repeats"] < 5:
+                problems.append(f"{where}.repeats: {r['repeats']} < 5")
+            elif not math.isclose(r["gflops"], r["flop"] / med / 1e3, rel_tol=1e-6):
+                problems.append(f"{where}.gflops does not equal flop / us_median")
+        if r["status"] == "ok" and r["checked"]:
+            if not (r["rel_l2"] <= doc["settings"]["rel_l2_tol"] and r["max_abs"] <= doc["settings"]["max_abs_tol"]):
+                problems.append(f"{where}: status ok but error over the tolerance")
+    return [f"{path}: {p}" for p in problems]
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if argv[1] == "--run":
+        cmd = [str(a) for a in argv[2:]]
+        if "--json" not in cmd:
+            print("check_json.py: the command has no --json FILE", file=sys.stderr)
+            return 2
+        path = cmd[cmd.index("--json") + 1]
+        proc = subprocess.run(cmd)
+        if proc.returncode != 0:
+            print(f"check_json.py: {' '.join(cmd)} exited with status {proc.returncode}", file=sys.stderr)
+            return 1
+        paths, require_ok = [path], True
+    else:
+        paths, require_ok = argv[1:], False
+    problems = []
+    for p in paths:
+        problems += check_file(p, require_ok)
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        print(f"check_json.py: {len(problems)} problem(s)", file=sys.stderr)
+        return 1
+    print(f"check_json.py: {len(paths)} file(s) have the documented fields")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

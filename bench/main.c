@@ -1,0 +1,37 @@
+/* sgk-bench: times the sgk layer on every backend and variant and checks
+ * every timed configuration against the double-precision reference. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+int main(int argc, char **argv)
+{
+    bench_options opt;
+    int rc = bench_parse_options(argc, argv, &opt);
+    if (rc == 1) return 0;
+    if (rc != 0) return 2;
+    if (opt.list) return bench_list(&opt);
+
+    bench_results res;
+    memset(&res, 0, sizeof res);
+    rc = bench_run(&opt, &res);
+    if (rc != 0) return rc;
+    bench_print_table(&opt, &res);
+    if (opt.json_path && bench_write_json(&opt, &res, opt.json_path) != 0) {
+        fprintf(stderr, "sgk-bench: cannot write %s\n", opt.json_path);
+        return 2;
+    }
+    int failed = 0;
+    for (int i = 0; i < res.nrows; i++)
+        if (strcmp(res.rows[i].status, "ok") != 0 && strcmp(res.rows[i].status, "unchecked") != 0) failed++;
+    if (res.nrows == 0) {
+        fprintf(stderr, "sgk-bench: nothing was run (see the notes above)\n");
+        return 2;
+    }
+    if (failed) {
+        fprintf(stderr, "sgk-bench: %d of %d rows failed\n", failed, res.nrows);
+        return 1;
+    }
+    return res.setup_errors ? 2 : 0;
+}

@@ -1,0 +1,317 @@
+#include "options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+#include "bench_version.h"
+
+static const char usage_text[] =
+    "usage: sgk-bench [options]\n"
+    "\n"
+    "Times the sgk relation-update layer on every available backend and every\n"
+    "kernel variant, checks each against the double-precision reference, and\n"
+    "prints one row per backend, variant, shape and mode.\n"
+    "\n"
+    "What to run:\n"
+    "  --preset LIST      comma-separated presets: seed, mid, large, xl, or all\n"
+    "                     (default: all)\n"
+    "  --shape B,N,D,H,P  a custom shape; may be repeated, and mixed with --preset\n"
+    "  --backend LIST     cpu, cuda, hip, opencl (default: every available one);\n"
+    "                     naming an unavailable backend is an error\n"
+    "  --variant LIST     kernel variants (default: every variant that supports\n"
+    "                     the shape); backends without any of them are skipped\n"
+    "  --device N         device index within each backend (default 0)\n"
+    "  --threads N        cpu backend threads (default: the OpenMP default)\n"
+    "  --dtype f32        data type; only f32 exists today\n"
+    "  --mask f32|u8      edge-mask element type (default f32, as PyTorch passes it)\n"
+    "  --seed S           seed of weights and inputs (default 1)\n"
+    "  --density X        share of edges present in the mask (default 0.7)\n"
+    "  --list             list backends, devices and variants, then exit\n"
+    "\n"
+    "How to time:\n"
+    "  --repeats N        timed repeats, at least 5 (default 5)\n"
+    "  --quick            CI smoke runs: repeats of >= 10 ms and 10 ms of warm-up\n"
+    "                     instead of >= 100 ms each; the output says so\n"
+    "  --no-rotate        never rotate among input sets\n"
+    "  --no-check         skip the reference (rows then say 'unchecked')\n"
+    "  --peak-gflops X    fp32 peak used by the floor, for every backend, or\n"
+    "                     BACKEND=X[,BACKEND=X] for some (default: from device\n"
+    "                     properties on cuda; none elsewhere)\n"
+    "  --json FILE        also write the rows and the machine as JSON\n"
+    "  --help, --version\n"
+    "\n"
+    "Each repeat enqueues calls back to back until it lasts >= 100 ms and\n"
+    "reports us per call; a row gives the median, min and max over the repeats,\n"
+    "after a warm-up. Modes:\n"
+    "  host       cpu backend: sgk_forward_device on host memory, monotonic clock\n"
+    "  stream     GPU: sgk_forward_device back to back on one stream, timed by\n"
+    "             device events (OpenCL: profiling events)\n"
+    "  graph      cuda: replay of a CUDA graph holding one captured call\n"
+    "  host-path  GPU without the bench's timer module: sgk_forward, which\n"
+    "             allocates, copies in and out and synchronises, monotonic clock\n"
+    "When one input set fits in the GPU's L2 cache, calls rotate among enough\n"
+    "sets to exceed it, so that inputs come from memory as in a real model.\n"
+    "\n"
+    "Work model (fp32, no elementwise work counted):\n"
+    "  FLOP  = 8 B N D^2                (Q, K, V, output projections)\n"
+    "        + B N^2 (2 P^2 + 2 P H)    (relation MLP, every ordered pair)\n"
+    "        + 4 B N^2 D                (Q K^T and A V)\n"
+    "  bytes = 4 (2 B N D + B N^2 P)    (nodes in, out, pair_feats)\n"
+    "        + m B N^2                  (edge mask, m = 4 for f32, 1 for u8)\n"
+    "        + 4 (4 D^2 + P^2 + P + H P + H + 2 D)   (weights)\n"
+    "  GFLOP/s = FLOP / time, GB/s = bytes / time (10^9).\n"
+    "  floor = max(bytes / copy bandwidth, FLOP / peak, launch cost), with the\n"
+    "  copy bandwidth (read + write of a large buffer) and the cost of one empty\n"
+    "  kernel (back to back, or one graph replay in graph mode) measured by the\n"
+    "  bench on the device; on cuda the peak is SMs x clock x FP32 lanes x 2.\n"
+    "  On the cpu the floor is bytes / multi-threaded memcpy bandwidth, and\n"
+    "  FLOP / peak when --peak-gflops is given. floor% = floor / median time.\n"
+    "\n"
+    "Check: each row's output is compared with the double-precision reference;\n"
+    "status is FAIL when rel L2 > 1e-5 or max abs > 1e-4, ERROR when the call\n"
+    "failed. Exit status: 0 all rows ok, 1 a row failed, 2 usage or setup error.\n";
+
+static void usage(FILE *f) { fputs(usage_text, f); }
+
+/* Splits a comma list into fixed-size slots; returns the count or -1. */
+static int split_list(const char *arg, char (*slots)[64], int cap, size_t slot_len)
+{
+    int n = 0;
+    const char *p = arg;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == 0 || len >= slot_len || n >= cap) return -1;
+        memcpy(slots[n], p, len);
+        slots[n][len] = 0;
+        n++;
+        p += len;
+        if (*p == ',') p++;
+    }
+    return n;
+}
+
+static int parse_int64(const char *s, int64_t *v)
+{
+    char *end = NULL;
+    long long x = strtoll(s, &end, 10);
+    if (end == s) return -1;
+    *v = (int64_t)x;
+    return (int)(end - s);
+}
+
+static int parse_shape(const char *arg, bench_shape *s)
+{
+    int64_t v[5];
+    const char *p = arg;
+    for (int i = 0; i < 5; i++) {
+        int used = parse_int64(p, &v[i]);
+        if (used < 0 || v[i] < 1) return -1;
+        p += used;
+        if (i < 4) {
+            if (*p != ',') return -1;
+            p++;
+        }
+    }
+    if (*p) return -1;
+    s->B = v[0], s->N = v[1], s->D = v[2], s->H = v[3], s->P = v[4];
+    return 0;
+}
+
+static int add_case(bench_options *opt, const char *name, bench_shape s)
+{
+    if (opt->ncases >= BENCH_MAX_LIST) return -1;
+    for (int i = 0; i < opt->ncases; i++)
+        if (!strcmp(opt->cases[i].name, name) && !memcmp(&opt->cases[i].shape, &s, sizeof s)) return 0;
+    snprintf(opt->cases[opt->ncases].name, sizeof opt->cases[0].name, "%s", name);
+    opt->cases[opt->ncases].shape = s;
+    opt->ncases++;
+    return 0;
+}
+
+static int add_preset(bench_options *opt, const char *name)
+{
+    if (!strcmp(name, "all")) {
+        for (int i = 0; i < sgkt_preset_count; i++)
+            if (add_preset(opt, sgkt_presets[i].name) != 0) return -1;
+        return 0;
+    }
+    const sgkt_preset *p = sgkt_preset_find(name);
+    if (!p) return -1;
+    bench_shape s = {p->B, p->N, p->D, p->H, p->P};
+    return add_case(opt, p->name, s);
+}
+
+static int parse_peaks(bench_options *opt, const char *arg)
+{
+    char items[BENCH_MAX_LIST][64];
+    int n = split_list(arg, items, BENCH_MAX_LIST, sizeof items[0]);
+    if (n <= 0) return -1;
+    if (opt->npeaks + n > BENCH_MAX_LIST) return -1;
+    for (int i = 0; i < n; i++) {
+        bench_peak *pk = &opt->peaks[opt->npeaks++];
+        char *eq = strchr(items[i], '=');
+        const char *num = items[i];
+        pk->backend[0] = 0;
+        if (eq) {
+            *eq = 0;
+            if (strlen(items[i]) >= sizeof pk->backend) return -1;
+            snprintf(pk->backend, sizeof pk->backend, "%.15s", items[i]);
+            num = eq + 1;
+        }
+        char *end = NULL;
+        pk->gflops = strtod(num, &end);
+        if (end == num || *end || !(pk->gflops > 0)) return -1;
+    }
+    return 0;
+}
+
+static int bad(const char *what, const char *arg)
+{
+    fprintf(stderr, "sgk-bench: %s: '%s'\n(sgk-bench --help lists the options)\n", what, arg ? arg : "");
+    return 2;
+}
+
+int bench_parse_options(int argc, char **argv, bench_options *opt)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->repeats = 5;
+    opt->rotate = 1;
+    opt->max_sets = 1024;
+    opt->mask_type = SGK_MASK_F32;
+    opt->seed = 1;
+    opt->density = 0.7;
+    opt->check = 1;
+    opt->progress = isatty(2);
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDS_VALUE() \
+    do { if (!v) return bad("missing value after", a); i++; } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 1;
+        } else if (!strcmp(a, "--version")) {
+            printf("sgk-bench %s (sgk %s)\n", SGK_BENCH_GIT, sgk_version());
+            return 1;
+        } else if (!strcmp(a, "--preset")) {
+            NEEDS_VALUE();
+            char items[BENCH_MAX_LIST][64];
+            int n = split_list(v, items, BENCH_MAX_LIST, sizeof items[0]);
+            if (n <= 0) return bad("bad --preset list", v);
+            for (int k = 0; k < n; k++)
+                if (add_preset(opt, items[k]) != 0)
+                    return bad("unknown preset (seed, mid, large, xl, all)", items[k]);
+        } else if (!strcmp(a, "--shape")) {
+            NEEDS_VALUE();
+            bench_shape s;
+            if (parse_shape(v, &s) != 0) return bad("--shape wants B,N,D,H,P, all >= 1", v);
+            if (add_case(opt, "custom", s) != 0) return bad("too many shapes", v);
+        } else if (!strcmp(a, "--backend")) {
+            NEEDS_VALUE();
+            char items[BENCH_MAX_LIST][64];
+            int n = split_list(v, items, BENCH_MAX_LIST, sizeof items[0]);
+            if (n <= 0) return bad("bad --backend list", v);
+            for (int k = 0; k < n; k++) {
+                if (strlen(items[k]) >= sizeof opt->backends[0]) return bad("unknown backend", items[k]);
+                snprintf(opt->backends[opt->nbackends++], sizeof opt->backends[0], "%.15s", items[k]);
+            }
+        } else if (!strcmp(a, "--variant")) {
+            NEEDS_VALUE();
+            int n = split_list(v, opt->variants, BENCH_MAX_LIST, sizeof opt->variants[0]);
+            if (n <= 0) return bad("bad --variant list", v);
+            opt->nvariants = n;
+        } else if (!strcmp(a, "--device")) {
+            NEEDS_VALUE();
+            int64_t d = 0;
+            if (parse_int64(v, &d) != (int)strlen(v) || d < 0 || d > 1024) return bad("bad --device", v);
+            opt->device = (int)d;
+        } else if (!strcmp(a, "--threads")) {
+            NEEDS_VALUE();
+            int64_t t = 0;
+            if (parse_int64(v, &t) != (int)strlen(v) || t < 1 || t > 4096) return bad("bad --threads", v);
+            opt->threads = (int)t;
+        } else if (!strcmp(a, "--dtype")) {
+            NEEDS_VALUE();
+            if (strcmp(v, "f32") != 0) {
+                fprintf(stderr, "sgk-bench: --dtype %s: only f32 is supported today (sgk reserves bf16 and "
+                                "f16 but implements neither yet)\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--mask")) {
+            NEEDS_VALUE();
+            if (!strcmp(v, "f32")) opt->mask_type = SGK_MASK_F32;
+            else if (!strcmp(v, "u8")) opt->mask_type = SGK_MASK_U8;
+            else return bad("--mask is f32 or u8", v);
+        } else if (!strcmp(a, "--seed")) {
+            NEEDS_VALUE();
+            char *end = NULL;
+            unsigned long long s = strtoull(v, &end, 0);
+            if (end == v || *end) return bad("bad --seed", v);
+            opt->seed = s;
+        } else if (!strcmp(a, "--density")) {
+            NEEDS_VALUE();
+            char *end = NULL;
+            opt->density = strtod(v, &end);
+            if (end == v || *end || !(opt->density >= 0 && opt->density <= 1))
+                return bad("--density is between 0 and 1", v);
+        } else if (!strcmp(a, "--repeats")) {
+            NEEDS_VALUE();
+            int64_t r = 0;
+            if (parse_int64(v, &r) != (int)strlen(v) || r < 5 || r > 1000)
+                return bad("--repeats is between 5 and 1000", v);
+            opt->repeats = (int)r;
+        } else if (!strcmp(a, "--peak-gflops")) {
+            NEEDS_VALUE();
+            if (parse_peaks(opt, v) != 0) return bad("--peak-gflops wants X or BACKEND=X,...", v);
+        } else if (!strcmp(a, "--json")) {
+            NEEDS_VALUE();
+            opt->json_path = v;
+        } else if (!strcmp(a, "--quick")) {
+            opt->quick = 1;
+        } else if (!strcmp(a, "--no-rotate")) {
+            opt->rotate = 0;
+        } else if (!strcmp(a, "--no-check")) {
+            opt->check = 0;
+        } else if (!strcmp(a, "--list")) {
+            opt->list = 1;
+        } else {
+            return bad("unknown option", a);
+        }
+#undef NEEDS_VALUE
+    }
+    if (opt->ncases == 0) add_preset(opt, "all");
+    opt->warmup_s = opt->quick ? 0.01 : 0.1;
+    opt->min_repeat_s = opt->quick ? 0.01 : 0.1;
+    return 0;
+}
+
+double bench_peak_override(const bench_options *opt, const char *backend)
+{
+    double all = 0;
+    for (int i = 0; i < opt->npeaks; i++) {
+        if (!strcmp(opt->peaks[i].backend, backend)) return opt->peaks[i].gflops;
+        if (!opt->peaks[i].backend[0]) all = opt->peaks[i].gflops;
+    }
+    return all;
+}
+
+int bench_wants_backend(const bench_options *opt, const char *name)
+{
+    if (opt->nbackends == 0) return 1;
+    for (int i = 0; i < opt->nbackends; i++)
+        if (!strcmp(opt->backends[i], name)) return 1;
+    return 0;
+}
+
+int bench_wants_variant(const bench_options *opt, const char *name)
+{
+    if (opt->nvariants == 0) return 1;
+    for (int i = 0; i < opt->nvariants; i++)
+        if (!strcmp(opt->variants[i], name)) return 1;
+    return 0;
+}

@@ -1,0 +1,57 @@
+/* Command line of sgk-bench. */
+#ifndef SGK_BENCH_OPTIONS_H
+#define SGK_BENCH_OPTIONS_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "sgk.h"
+
+#define BENCH_MAX_LIST 16
+
+typedef struct bench_case {
+    char name[32]; /* preset name, or "custom" */
+    bench_shape shape;
+} bench_case;
+
+typedef struct bench_peak {
+    char backend[16]; /* "" for every backend */
+    double gflops;
+} bench_peak;
+
+typedef struct bench_options {
+    char backends[BENCH_MAX_LIST][16];
+    int nbackends; /* 0: every available backend */
+    char variants[BENCH_MAX_LIST][64];
+    int nvariants; /* 0: every variant that supports the shape */
+    bench_case cases[BENCH_MAX_LIST];
+    int ncases;
+    int device;
+    int threads; /* cpu backend threads, 0 = OpenMP default */
+    const char *json_path;
+    int quick;
+    int repeats;
+    double warmup_s, min_repeat_s;
+    int max_sets; /* cap on rotated input sets */
+    int rotate;   /* 0: never rotate */
+    sgk_mask_type mask_type;
+    uint64_t seed;
+    double density;
+    int check;
+    bench_peak peaks[BENCH_MAX_LIST];
+    int npeaks;
+    int list;
+    int progress; /* stderr is a terminal */
+} bench_options;
+
+/* Returns 0 to run, 1 when --help or --version printed what was asked, 2 on a
+ * usage error (message printed). */
+int bench_parse_options(int argc, char **argv, bench_options *opt);
+
+/* --peak-gflops for that backend, 0 when not given. */
+double bench_peak_override(const bench_options *opt, const char *backend);
+
+int bench_wants_backend(const bench_options *opt, const char *name);
+int bench_wants_variant(const bench_options *opt, const char *name);
+
+#endif

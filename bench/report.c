@@ -1,0 +1,326 @@
+/* The two outputs: a table for people and JSON for bench/compare. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+
+/* ---- table ------------------------------------------------------------ */
+
+#define NCOLS 13
+#define CELL 64
+
+static const char *const headers[NCOLS] = {"backend", "device", "variant", "shape", "mode", "sets",
+                                           "µs/call", "[min, max]", "GFLOP/s", "GB/s", "floor",
+                                           "rel L2 / max abs", "status"};
+static const int right_aligned[NCOLS] = {0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 0, 0};
+
+/* Display width of UTF-8 text: one column per code point. */
+static int text_width(const char *s)
+{
+    int w = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xC0) != 0x80) w++;
+    return w;
+}
+
+static void fmt_us(char *buf, size_t len, double us)
+{
+    if (isnan(us)) snprintf(buf, len, "-");
+    else if (us < 100) snprintf(buf, len, "%.2f", us);
+    else if (us < 10000) snprintf(buf, len, "%.1f", us);
+    else snprintf(buf, len, "%.0f", us);
+}
+
+static void fmt_rate(char *buf, size_t len, double x)
+{
+    if (isnan(x) || isinf(x)) snprintf(buf, len, "-");
+    else if (x < 10) snprintf(buf, len, "%.2f", x);
+    else snprintf(buf, len, "%.1f", x);
+}
+
+static void row_cells(const bench_row *r, char cells[NCOLS][CELL])
+{
+    snprintf(cells[0], CELL, "%s", r->backend);
+    snprintf(cells[1], CELL, "%.28s", r->device_name);
+    snprintf(cells[2], CELL, "%.60s%s", r->variant, r->is_auto ? "*" : "");
+    if (strcmp(r->preset, "custom") != 0) snprintf(cells[3], CELL, "%s", r->preset);
+    else
+        snprintf(cells[3], CELL, "%lld,%lld,%lld,%lld,%lld", (long long)r->shape.B, (long long)r->shape.N,
+                 (long long)r->shape.D, (long long)r->shape.H, (long long)r->shape.P);
+    snprintf(cells[4], CELL, "%s", r->mode);
+    snprintf(cells[5], CELL, "%d", r->input_sets);
+    fmt_us(cells[6], CELL, r->us_median);
+    if (isnan(r->us_min)) snprintf(cells[7], CELL, "-");
+    else {
+        char lo[24], hi[24];
+        fmt_us(lo, sizeof lo, r->us_min);
+        fmt_us(hi, sizeof hi, r->us_max);
+        snprintf(cells[7], CELL, "[%s, %s]", lo, hi);
+    }
+    fmt_rate(cells[8], CELL, r->gflops);
+    fmt_rate(cells[9], CELL, r->gbps);
+    if (isnan(r->floor_share)) snprintf(cells[10], CELL, "-");
+    else snprintf(cells[10], CELL, "%.1f%% %s", 100 * r->floor_share, r->floor_bound);
+    if (r->checked) snprintf(cells[11], CELL, "%.1e / %.1e", r->rel_l2, r->max_abs);
+    else snprintf(cells[11], CELL, "-");
+    snprintf(cells[12], CELL, "%s", r->status);
+}
+
+static void print_cell(const char *text, int width, int right, int last)
+{
+    int pad = width - text_width(text);
+    if (right) printf("%*s%s", pad, "", text);
+    else printf("%s%*s", text, last ? 0 : pad, "");
+    printf(last ? "\n" : "  ");
+}
+
+static void print_device(const bench_options *opt, const bench_device_rec *d)
+{
+    printf("%s %d: %s", d->backend, d->device, d->name);
+    if (d->driver[0]) printf(", driver %s", d->driver);
+    if (d->threads) printf(", %d threads", d->threads);
+    printf("\n    timing: %s\n", d->clock);
+    if (d->timer_note[0]) printf("    note: %s\n", d->timer_note);
+    if (!isnan(d->launch_us)) {
+        printf("    empty kernel: %.2f µs back to back", d->launch_us);
+        if (!isnan(d->graph_launch_us)) printf(", %.2f µs per graph replay", d->graph_launch_us);
+        printf("\n");
+    }
+    if (!isnan(d->copy_gbps)) printf("    copy bandwidth: %.1f GB/s read + write (%s)\n", d->copy_gbps, d->copy_how);
+    if (d->peak_gflops > 0) printf("    fp32 peak: %.0f GFLOP/s (%s)\n", d->peak_gflops, d->peak_source);
+    else if (d->peak_source[0]) printf("    fp32 peak: %s\n", d->peak_source);
+    if (d->cache_bytes > 0 && opt->rotate)
+        printf("    L2 %.1f MB: shapes whose inputs and output take less than %.1f MB rotate among input "
+               "sets (column 'sets')\n", d->cache_bytes / 1e6, 2 * d->cache_bytes / 1e6);
+}
+
+void bench_print_table(const bench_options *opt, const bench_results *res)
+{
+    const bench_machine *m = &res->machine;
+    printf("sgk-bench: sgk %s (git %s) on %s, %s, %d CPU threads\n", m->sgk_version, m->git_commit, m->host,
+           m->cpu_model, m->cpu_threads);
+    printf("timing: warm-up >= %.0f ms, %d repeats of >= %.0f ms each; fp32; mask %s\n", opt->warmup_s * 1e3,
+           opt->repeats, opt->min_repeat_s * 1e3, opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
+    if (opt->quick)
+        printf("QUICK RUN (--quick): repeats of >= 10 ms instead of 100 ms; the figures are rough\n");
+    for (int c = 0; c < opt->ncases; c++) {
+        const bench_shape *s = &opt->cases[c].shape;
+        printf("%s%s B=%lld N=%lld D=%lld H=%lld P=%lld (%.3g GFLOP, %.3g MB)", c ? "; " : "shapes: ",
+               opt->cases[c].name, (long long)s->B, (long long)s->N, (long long)s->D, (long long)s->H,
+               (long long)s->P, bench_flops(s) / 1e9, bench_bytes(s, opt->mask_type == SGK_MASK_U8 ? 1 : 4) / 1e6);
+    }
+    printf("\n\n");
+    for (int i = 0; i < res->ndevices; i++) print_device(opt, &res->devices[i]);
+    if (res->ndevices) printf("\n");
+
+    int width[NCOLS];
+    for (int c = 0; c < NCOLS; c++) width[c] = text_width(headers[c]);
+    char cells[NCOLS][CELL];
+    for (int i = 0; i < res->nrows; i++) {
+        row_cells(&res->rows[i], cells);
+        for (int c = 0; c < NCOLS; c++)
+            if (text_width(cells[c]) > width[c]) width[c] = text_width(cells[c]);
+    }
+    for (int c = 0; c < NCOLS; c++) print_cell(headers[c], width[c], right_aligned[c], c == NCOLS - 1);
+    for (int i = 0; i < res->nrows; i++) {
+        row_cells(&res->rows[i], cells);
+        for (int c = 0; c < NCOLS; c++) print_cell(cells[c], width[c], right_aligned[c], c == NCOLS - 1);
+    }
+    int notes = 0;
+    for (int i = 0; i < res->nrows; i++)
+        if (res->rows[i].note[0]) {
+            if (!notes++) printf("\n");
+            const bench_row *r = &res->rows[i];
+            printf("%s %s %s %s: %s\n", r->backend, r->preset, r->variant, r->mode, r->note);
+        }
+    printf("\n* the variant sgk picks by itself for that shape. floor = max(bytes / copy bandwidth, "
+           "FLOP / peak, launch cost); floor%% = floor / median (100%% = at the floor). Check: rel L2 <= %.0e "
+           "and max abs <= %.0e against the double reference.\n", 1e-5, 1e-4);
+    if (res->notes[0]) printf("%s", res->notes);
+}
+
+/* ---- JSON ------------------------------------------------------------- */
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch == '\n') fputs("\\n", f);
+        else if (ch == '\t') fputs("\\t", f);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void json_num(FILE *f, double x)
+{
+    if (isnan(x) || isinf(x)) fputs("null", f);
+    else fprintf(f, "%.9g", x);
+}
+
+#define KEY(f, first, k) fprintf(f, "%s\n    \"%s\": ", (first) ? "" : ",", k)
+
+static void json_device(FILE *f, const bench_device_rec *d)
+{
+    fprintf(f, "    {\"backend\": ");
+    json_str(f, d->backend);
+    fprintf(f, ", \"device\": %d, \"name\": ", d->device);
+    json_str(f, d->name);
+    fprintf(f, ", \"driver\": ");
+    json_str(f, d->driver);
+    fprintf(f, ",\n     \"clock\": ");
+    json_str(f, d->clock);
+    fprintf(f, ", \"timer_note\": ");
+    json_str(f, d->timer_note);
+    fprintf(f, ",\n     \"launch_us\": ");
+    json_num(f, d->launch_us);
+    fprintf(f, ", \"graph_launch_us\": ");
+    json_num(f, d->graph_launch_us);
+    fprintf(f, ", \"copy_gbps\": ");
+    json_num(f, d->copy_gbps);
+    fprintf(f, ", \"copy_how\": ");
+    json_str(f, d->copy_how);
+    fprintf(f, ",\n     \"peak_gflops\": ");
+    json_num(f, d->peak_gflops > 0 ? d->peak_gflops : NAN);
+    fprintf(f, ", \"peak_source\": ");
+    json_str(f, d->peak_source);
+    fprintf(f, ", \"cache_bytes\": ");
+    json_num(f, d->cache_bytes > 0 ? d->cache_bytes : NAN);
+    fprintf(f, ", \"threads\": %d}", d->threads);
+}
+
+static void json_row(FILE *f, const bench_row *r)
+{
+    fprintf(f, "    {\"backend\": ");
+    json_str(f, r->backend);
+    fprintf(f, ", \"device_name\": ");
+    json_str(f, r->device_name);
+    fprintf(f, ", \"variant\": ");
+    json_str(f, r->variant);
+    fprintf(f, ", \"auto\": %s,\n     \"preset\": ", r->is_auto ? "true" : "false");
+    json_str(f, r->preset);
+    fprintf(f, ", \"B\": %lld, \"N\": %lld, \"D\": %lld, \"H\": %lld, \"P\": %lld, \"mode\": ",
+            (long long)r->shape.B, (long long)r->shape.N, (long long)r->shape.D, (long long)r->shape.H,
+            (long long)r->shape.P);
+    json_str(f, r->mode);
+    fprintf(f, ",\n     \"input_sets\": %d, \"iters_per_repeat\": %ld, \"repeats\": %d", r->input_sets, r->iters,
+            r->repeats);
+    fprintf(f, ",\n     \"us_median\": ");
+    json_num(f, r->us_median);
+    fprintf(f, ", \"us_min\": ");
+    json_num(f, r->us_min);
+    fprintf(f, ", \"us_max\": ");
+    json_num(f, r->us_max);
+    fprintf(f, ",\n     \"flop\": %.0f, \"bytes\": %.0f", r->flops, r->bytes);
+    fprintf(f, ", \"gflops\": ");
+    json_num(f, r->gflops);
+    fprintf(f, ", \"gbps\": ");
+    json_num(f, r->gbps);
+    fprintf(f, ",\n     \"floor_us\": ");
+    json_num(f, r->floor_us);
+    fprintf(f, ", \"floor_bound\": ");
+    if (r->floor_bound[0]) json_str(f, r->floor_bound);
+    else fputs("null", f);
+    fprintf(f, ", \"floor_share\": ");
+    json_num(f, r->floor_share);
+    fprintf(f, ",\n     \"checked\": %s, \"rel_l2\": ", r->checked ? "true" : "false");
+    json_num(f, r->rel_l2);
+    fprintf(f, ", \"max_abs\": ");
+    json_num(f, r->max_abs);
+    fprintf(f, ", \"status\": ");
+    json_str(f, r->status);
+    fprintf(f, ", \"note\": ");
+    json_str(f, r->note);
+    fputc('}', f);
+}
+
+int bench_write_json(const bench_options *opt, const bench_results *res, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    const bench_machine *m = &res->machine;
+    fprintf(f, "{\n  \"format\": \"sgk-bench/1\",\n  \"machine\": {");
+    KEY(f, 1, "host");
+    json_str(f, m->host);
+    KEY(f, 0, "os");
+    json_str(f, m->os);
+    KEY(f, 0, "cpu_model");
+    json_str(f, m->cpu_model);
+    KEY(f, 0, "cpu_threads");
+    fprintf(f, "%d", m->cpu_threads);
+    KEY(f, 0, "sgk_version");
+    json_str(f, m->sgk_version);
+    KEY(f, 0, "git_commit");
+    json_str(f, m->git_commit);
+    KEY(f, 0, "gpus");
+    fputc('[', f);
+    int first = 1;
+    for (int i = 0; i < res->ndevices; i++) {
+        const bench_device_rec *d = &res->devices[i];
+        if (!strcmp(d->backend, "cpu")) continue;
+        fprintf(f, "%s{\"backend\": ", first ? "" : ", ");
+        json_str(f, d->backend);
+        fprintf(f, ", \"name\": ");
+        json_str(f, d->name);
+        fprintf(f, ", \"driver\": ");
+        json_str(f, d->driver);
+        fputc('}', f);
+        first = 0;
+    }
+    fprintf(f, "]\n  },\n  \"settings\": {");
+    KEY(f, 1, "quick");
+    fputs(opt->quick ? "true" : "false", f);
+    KEY(f, 0, "repeats");
+    fprintf(f, "%d", opt->repeats);
+    KEY(f, 0, "warmup_ms");
+    json_num(f, opt->warmup_s * 1e3);
+    KEY(f, 0, "min_repeat_ms");
+    json_num(f, opt->min_repeat_s * 1e3);
+    KEY(f, 0, "dtype");
+    json_str(f, "f32");
+    KEY(f, 0, "mask");
+    json_str(f, opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
+    KEY(f, 0, "seed");
+    fprintf(f, "%llu", (unsigned long long)opt->seed);
+    KEY(f, 0, "density");
+    json_num(f, opt->density);
+    KEY(f, 0, "rotate");
+    fputs(opt->rotate ? "true" : "false", f);
+    KEY(f, 0, "check");
+    fputs(opt->check ? "true" : "false", f);
+    KEY(f, 0, "rel_l2_tol");
+    json_num(f, 1e-5);
+    KEY(f, 0, "max_abs_tol");
+    json_num(f, 1e-4);
+    fprintf(f, "\n  },\n  \"devices\": [\n");
+    for (int i = 0; i < res->ndevices; i++) {
+        json_device(f, &res->devices[i]);
+        fputs(i + 1 < res->ndevices ? ",\n" : "\n", f);
+    }
+    fprintf(f, "  ],\n  \"notes\": [");
+    const char *p = res->notes;
+    first = 1;
+    while (*p) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), p);
+        fputs(first ? "\n    " : ",\n    ", f);
+        json_str(f, line);
+        first = 0;
+        p += len;
+        if (*p) p++;
+    }
+    fprintf(f, "%s],\n  \"rows\": [\n", first ? "" : "\n  ");
+    for (int i = 0; i < res->nrows; i++) {
+        json_row(f, &res->rows[i]);
+        fputs(i + 1 < res->nrows ? ",\n" : "\n", f);
+    }
+    fprintf(f, "  ]\n}\n");
+    return fclose(f) == 0 ? 0 : -1;
+}
