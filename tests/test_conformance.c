@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -126,13 +127,22 @@ static int check_refusal(const sgkt_case *c, const sgkt_prepared *p, sgk_layer *
     return ok;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void test_case(void **state)
 {
     const sgkt_case *c = *state;
     uint64_t seed = sgkt_seed_mix(base_seed, (uint64_t)(c - sgkt_cases));
     sgkt_prepared p;
+    double t0 = now_s();
     if (sgkt_prepare(&p, c, seed) != 0)
         fail_msg("case %s: out of memory preparing inputs and reference", c->name);
+    double t1 = now_s();
 
     sgk_layer *layer = NULL;
     sgk_status st = sgkt_layer_from_weights(ctx, &p.w, &layer);
@@ -195,6 +205,8 @@ static void test_case(void **state)
 
     sgk_layer_destroy(layer);
     sgkt_prepared_free(&p);
+    printf("case %s: inputs+reference %.2f s, %s variants %.2f s\n", c->name, t1 - t0, backend,
+           now_s() - t1);
     if (!all_ok)
         fail_msg("case %s failed (seed 0x%016llx); see FAIL lines above", c->name,
                  (unsigned long long)seed);

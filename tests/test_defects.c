@@ -36,10 +36,27 @@ typedef struct defect {
     void (*tweak)(sgkt_prepared *p, sgkt_rng *rng);
     int repeats;           /* runs per variant; > 1 also demands bitwise-identical results */
     int may_be_unsupported; /* a size past the required range: refusing it is fine, a wrong answer is not */
+    double delta_tol;      /* > 0: also bound the rel L2 error of out - nodes (the layer's own term) */
 } defect;
 
+/* Relative L2 error of the residual branch alone: out - nodes against
+ * ref - nodes. The residual carries |nodes| into the plain measure and so
+ * hides errors of the attention path from it. */
+static double delta_rel_l2(const sgkt_prepared *p, const float *out)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < p->n_out; i++) {
+        double x = (double)p->in.nodes[i];
+        double g = (double)out[i] - x, r = p->ref[i] - x;
+        num += (g - r) * (g - r);
+        den += r * r;
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+}
+
 /* The check every backend result and every flawed reference must face. */
-static int check_output(const sgkt_prepared *p, const float *out, char *why, size_t len)
+static int check_output(const defect *d, const sgkt_prepared *p, const float *out, char *why,
+                        size_t len)
 {
     sgkt_error e = sgkt_compare(out, p->ref, p->n_out);
     if (!sgkt_error_ok(&e, SGKT_REL_L2_TOL, SGKT_MAX_ABS_TOL)) {
@@ -56,6 +73,15 @@ static int check_output(const sgkt_prepared *p, const float *out, char *why, siz
     if (!sgkt_masked_rows_exact(&p->in, out)) {
         snprintf(why, len, "a fully masked row differs from its nodes row");
         return 0;
+    }
+    if (d->delta_tol > 0) {
+        double dr = delta_rel_l2(p, out);
+        if (getenv("SGK_TEST_VERBOSE"))
+            printf("  %s: rel_l2=%.3e of out - nodes\n", d->name, dr);
+        if (!(dr <= d->delta_tol)) {
+            snprintf(why, len, "out - nodes: rel_l2=%.3e > %.1e", dr, d->delta_tol);
+            return 0;
+        }
     }
     return 1;
 }
@@ -87,11 +113,17 @@ static void assert_teeth(const defect *d, const sgkt_prepared *p)
                                             flawed),
                      0);
     char why[256] = "";
-    int caught = !check_output(p, flawed, why, sizeof why);
+    int caught = !check_output(d, p, flawed, why, sizeof why);
     printf("teeth: %s (B=%lld N=%lld D=%lld H=%lld P=%lld): the flawed reference %s (%s)\n",
            d->name, (long long)d->shape.B, (long long)d->shape.N, (long long)d->shape.D,
            (long long)d->shape.H, (long long)d->shape.P, caught ? "is caught" : "PASSES",
            caught ? why : "the check cannot see this defect");
+    if (d->delta_tol > 0) {
+        /* the tighter measure must see the flaw on its own, with room to spare */
+        double dr = delta_rel_l2(p, flawed);
+        printf("teeth: %s: flawed out - nodes rel_l2=%.3e (bound %.1e)\n", d->name, dr, d->delta_tol);
+        caught = caught && dr > 5 * d->delta_tol;
+    }
     free(flawed);
     assert_true(caught);
 }
@@ -131,7 +163,7 @@ static int run_backend(const defect *d, const sgkt_prepared *p, int *failures)
                 snprintf(why, sizeof why, "%s: %s", sgk_status_string(r.status), sgk_last_error());
             else if (!r.guard_ok)
                 snprintf(why, sizeof why, "guard bytes after the output overwritten");
-            else if (check_output(p, r.out, why, sizeof why))
+            else if (check_output(d, p, r.out, why, sizeof why))
                 ok = 1;
             if (ok && first && memcmp(first, r.out, p->n_out * sizeof(float)) != 0) {
                 snprintf(why, sizeof why, "run %d differs bitwise from run 0", rep);
@@ -238,7 +270,7 @@ static void test_defect_transposed_weights(void **state)
     (void)state;
     static const defect d = {"transposed_weights",
                              {"", 2, 16, 64, 4, 8, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
-                             SGK_REF_FLAW_TRANSPOSED, NULL, 1, 0};
+                             SGK_REF_FLAW_TRANSPOSED, NULL, 1, 0, 0};
     /* the reference itself must tell W from W^T on these weights */
     sgkt_prepared p;
     prepare_defect(&d, &p, 1);
@@ -268,7 +300,7 @@ static void test_defect_mlp_bias_ignored(void **state)
     (void)state;
     static const defect d = {"mlp_bias_ignored",
                              {"", 2, 20, 32, 4, 8, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
-                             SGK_REF_FLAW_NO_MLP_BIAS, big_mlp_biases, 1, 0};
+                             SGK_REF_FLAW_NO_MLP_BIAS, big_mlp_biases, 1, 0, 0};
     run_defect(&d);
 }
 
@@ -277,7 +309,7 @@ static void test_defect_softmax_max_as_sum(void **state)
     (void)state;
     static const defect d = {"softmax_max_as_sum",
                              {"", 2, 64, 32, 4, 8, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
-                             SGK_REF_FLAW_SUM_AS_MAX, large_scores, 1, 0};
+                             SGK_REF_FLAW_SUM_AS_MAX, large_scores, 1, 0, 0};
     run_defect(&d);
 }
 
@@ -286,11 +318,11 @@ static void test_defect_head_dim_over_32(void **state)
     (void)state;
     static const defect ds[] = {
         {"head_dim_64", {"", 2, 16, 128, 2, 4, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
-         SGK_REF_FLAW_HEAD_DIM_32, NULL, 1, 0},
+         SGK_REF_FLAW_HEAD_DIM_32, NULL, 1, 0, 0},
         {"head_dim_128", {"", 2, 16, 256, 2, 4, SGKT_MASK_RANDOM, 0.6, SGK_MASK_U8, 0},
-         SGK_REF_FLAW_HEAD_DIM_32, NULL, 1, 0},
+         SGK_REF_FLAW_HEAD_DIM_32, NULL, 1, 0, 0},
         {"head_dim_256", {"", 1, 16, 512, 2, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
-         SGK_REF_FLAW_HEAD_DIM_32, NULL, 1, 0},
+         SGK_REF_FLAW_HEAD_DIM_32, NULL, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
         run_defect(&ds[i]);
@@ -303,9 +335,9 @@ static void test_defect_dim_over_1024(void **state)
      * shape, but whatever it accepts must be right. */
     static const defect ds[] = {
         {"dim_1536", {"", 1, 12, 1536, 12, 4, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
-         SGK_REF_FLAW_DIM_1024, NULL, 1, 1},
+         SGK_REF_FLAW_DIM_1024, NULL, 1, 1, 0},
         {"dim_2048", {"", 1, 10, 2048, 8, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
-         SGK_REF_FLAW_DIM_1024, NULL, 1, 1},
+         SGK_REF_FLAW_DIM_1024, NULL, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
         run_defect(&ds[i]);
@@ -316,7 +348,7 @@ static void test_defect_fully_masked_row(void **state)
     (void)state;
     static const defect d = {"fully_masked_row",
                              {"", 3, 20, 32, 4, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
-                             SGK_REF_FLAW_MASKED_NAN, masked_rows, 1, 0};
+                             SGK_REF_FLAW_MASKED_NAN, masked_rows, 1, 0, 0};
     run_defect(&d);
 }
 
@@ -325,7 +357,7 @@ static void test_defect_shared_scratch_race(void **state)
     (void)state;
     static const defect d = {"shared_scratch_race",
                              {"", 4, 256, 128, 4, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
-                             SGK_REF_FLAW_STALE_SCRATCH, diverse_rows, 3, 0};
+                             SGK_REF_FLAW_STALE_SCRATCH, diverse_rows, 3, 0, 0};
     run_defect(&d);
 }
 
@@ -338,11 +370,11 @@ static void test_defect_narrow_scratch(void **state)
      * shapes need long accurate sums (D = 1024, 2048 keys, offset rows). */
     static const defect ds[] = {
         {"narrow_scratch_long_dot", {"", 1, 16, 1024, 4, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
-         SGK_REF_FLAW_NARROW_SCRATCH, NULL, 1, 0},
+         SGK_REF_FLAW_NARROW_SCRATCH, NULL, 1, 0, 2e-5},
         {"narrow_scratch_long_softmax", {"", 1, 2048, 16, 2, 2, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
-         SGK_REF_FLAW_NARROW_SCRATCH, NULL, 1, 0},
+         SGK_REF_FLAW_NARROW_SCRATCH, NULL, 1, 0, 2e-5},
         {"narrow_scratch_offset_rows", {"", 2, 32, 256, 4, 4, SGKT_MASK_RANDOM, 0.7, SGK_MASK_F32, 0},
-         SGK_REF_FLAW_NARROW_SCRATCH, offset_nodes, 1, 0},
+         SGK_REF_FLAW_NARROW_SCRATCH, offset_nodes, 1, 0, 2e-5},
     };
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
         run_defect(&ds[i]);

@@ -1,0 +1,245 @@
+/* Injected allocation faults: for every k, the k-th host or device
+ * allocation of a context creation, a layer creation and an sgk_forward
+ * fails (sgk_testing_fail_alloc_after). Each such call must return
+ * SGK_ERR_OUT_OF_MEMORY with a message, leave its output untouched and leak
+ * nothing; k grows until the call succeeds with the hook armed, which
+ * counts the injection points the call has. Usage: test_faults BACKEND */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rel.h"
+#include "sgk_testing.h"
+
+/* No call of sgk makes anywhere near this many allocations. */
+#define MAX_POINTS 1000
+#define B_ 2
+#define N_ 5
+#define D_ 8
+#define H_ 2
+#define P_ 3
+
+static const char *g_backend;
+
+/* What one armed call did. */
+typedef struct armed {
+    sgk_status st;
+    int64_t allocs; /* allocations the hook saw */
+    long live;      /* allocations still live after the call (leak check) */
+} armed;
+
+static void arm(int64_t k)
+{
+    rel_live_begin();
+    sgk_testing_fail_alloc_after(k);
+}
+
+static armed disarm(sgk_status st)
+{
+    armed a;
+    a.st = st;
+    a.allocs = sgk_testing_alloc_count();
+    sgk_testing_fail_alloc_after(0);
+    a.live = rel_live_end();
+    return a;
+}
+
+static int mentions_memory(const char *msg)
+{
+    return strstr(msg, "memory") != NULL || strstr(msg, "alloc") != NULL;
+}
+
+/* Common checks of a call that ran with the k-th allocation failing. Returns
+ * 1 when the call succeeded (fewer than k allocations). */
+static int check_armed(const armed *a, int64_t k, const char *call)
+{
+    if (a->st == SGK_OK) {
+        if (a->allocs >= k)
+            fail_msg("%s succeeded although allocation %lld of %lld was failed", call,
+                     (long long)k, (long long)a->allocs);
+        return 1;
+    }
+    if (a->st != SGK_ERR_OUT_OF_MEMORY)
+        fail_msg("%s with allocation %lld failed: status %d (%s), expected "
+                 "SGK_ERR_OUT_OF_MEMORY; message: %s",
+                 call, (long long)k, (int)a->st, sgk_status_string(a->st), sgk_last_error());
+    if (!mentions_memory(sgk_last_error()))
+        fail_msg("%s with allocation %lld failed: message does not say memory: \"%s\"", call,
+                 (long long)k, sgk_last_error());
+    if (a->live != 0)
+        fail_msg("%s with allocation %lld failed: %ld allocation(s) leaked", call, (long long)k,
+                 a->live);
+    return 0;
+}
+
+static void test_context_create(void **state)
+{
+    (void)state;
+    sgk_context_options opt;
+    sgk_context_options_init(&opt);
+    opt.cpu_threads = 2;
+    sgk_context *warm = NULL;
+    assert_int_equal(sgk_context_create(g_backend, 0, &opt, &warm), SGK_OK);
+    sgk_context_destroy(warm);
+
+    int64_t k;
+    for (k = 1; k <= MAX_POINTS; k++) {
+        sgk_context *const sentinel = (sgk_context *)(uintptr_t)0x5a5a5a5a;
+        sgk_context *ctx = sentinel;
+        arm(k);
+        armed a = disarm(sgk_context_create(g_backend, 0, &opt, &ctx));
+        if (check_armed(&a, k, "sgk_context_create")) {
+            assert_ptr_not_equal(ctx, sentinel);
+            sgk_context_destroy(ctx);
+            break;
+        }
+        assert_ptr_equal(ctx, sentinel);
+    }
+    assert_true(k <= MAX_POINTS);
+    rel_figure("faults backend=%s call=sgk_context_create points=%lld all_oom_untouched_noleak=1",
+               g_backend, (long long)(k - 1));
+}
+
+static void test_layer_create(void **state)
+{
+    (void)state;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_F32, 11);
+    sgk_layer_desc desc;
+    sgk_layer_desc_init(&desc);
+    sgkt_weights_to_desc(&f.w, &desc);
+    float gamma0 = f.w.ln_gamma[0];
+
+    int64_t k;
+    for (k = 1; k <= MAX_POINTS; k++) {
+        sgk_layer *const sentinel = (sgk_layer *)(uintptr_t)0x5a5a5a5a;
+        sgk_layer *layer = sentinel;
+        arm(k);
+        armed a = disarm(sgk_layer_create(f.ctx, &desc, &layer));
+        if (check_armed(&a, k, "sgk_layer_create")) {
+            assert_ptr_not_equal(layer, sentinel);
+            sgk_layer_destroy(layer);
+            break;
+        }
+        assert_ptr_equal(layer, sentinel);
+        assert_true(f.w.ln_gamma[0] == gamma0);
+    }
+    assert_true(k <= MAX_POINTS);
+    rel_figure("faults backend=%s call=sgk_layer_create points=%lld all_oom_untouched_noleak=1",
+               g_backend, (long long)(k - 1));
+    rel_fixture_free(&f);
+}
+
+/* sgk_forward with each variant forced in turn, then the automatic choice. */
+static void forward_faults(rel_fixture *f, const char *variant)
+{
+    assert_int_equal(sgk_layer_set_variant(f->layer, variant), SGK_OK);
+    size_t bytes = f->out_floats * sizeof(float);
+    float *expect = malloc(bytes), *out = malloc(bytes);
+    unsigned char *pattern = malloc(bytes);
+    assert_non_null(expect);
+    assert_non_null(out);
+    assert_non_null(pattern);
+    memset(pattern, 0x5a, bytes);
+    /* Twice unarmed: the first run may fill caches a backend keeps. */
+    rel_forward_ok(f->layer, &f->in, expect);
+    rel_forward_ok(f->layer, &f->in, expect);
+
+    int64_t k;
+    for (k = 1; k <= MAX_POINTS; k++) {
+        memcpy(out, pattern, bytes);
+        arm(k);
+        armed a = disarm(sgk_forward(f->layer, f->in.B, f->in.N, f->in.nodes, f->in.pair_feats,
+                                     f->in.edge_mask, f->in.mask_type, out));
+        if (check_armed(&a, k, "sgk_forward")) {
+            assert_true(rel_bitwise_equal(out, expect, f->out_floats));
+            break;
+        }
+        if (memcmp(out, pattern, bytes) != 0)
+            fail_msg("sgk_forward with allocation %lld failed wrote to out", (long long)k);
+    }
+    assert_true(k <= MAX_POINTS);
+    rel_figure("faults backend=%s call=sgk_forward variant=%s points=%lld "
+               "all_oom_untouched_noleak=1",
+               g_backend, variant ? variant : "auto", (long long)(k - 1));
+    /* Still right after all those failures. */
+    rel_forward_ok(f->layer, &f->in, out);
+    assert_true(rel_bitwise_equal(out, expect, f->out_floats));
+    assert_int_equal(sgk_layer_set_variant(f->layer, NULL), SGK_OK);
+    free(expect);
+    free(out);
+    free(pattern);
+}
+
+static void test_forward(void **state)
+{
+    (void)state;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_F32, 12);
+    const char *names[16];
+    int n = rel_variants(f.layer, B_, N_, names, 16);
+    assert_true(n >= 1);
+    for (int v = 0; v < n; v++)
+        forward_faults(&f, names[v]);
+    forward_faults(&f, NULL);
+    rel_fixture_free(&f);
+}
+
+/* sgk_forward_device on host memory is documented not to allocate: arming
+ * the first allocation must change nothing. */
+static void test_forward_device_allocates_nothing(void **state)
+{
+    (void)state;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_U8, 13);
+    if (strcmp(g_backend, "cpu") != 0) {
+        rel_fixture_free(&f);
+        skip();
+    }
+    const char *names[16];
+    int n = rel_variants(f.layer, B_, N_, names, 16);
+    float *expect = malloc(f.out_floats * sizeof(float));
+    float *out = malloc(f.out_floats * sizeof(float));
+    assert_non_null(expect);
+    assert_non_null(out);
+    for (int v = 0; v < n; v++) {
+        assert_int_equal(sgk_layer_set_variant(f.layer, names[v]), SGK_OK);
+        size_t ws = 0;
+        assert_int_equal(sgk_workspace_size(f.layer, B_, N_, &ws), SGK_OK);
+        void *work = ws ? malloc(ws) : NULL;
+        rel_forward_ok(f.layer, &f.in, expect);
+        arm(1);
+        armed a = disarm(sgk_forward_device(f.layer, B_, N_, f.in.nodes, f.in.pair_feats,
+                                            f.in.edge_mask, f.in.mask_type, out, work, ws, NULL));
+        assert_int_equal(a.st, SGK_OK);
+        assert_int_equal(a.allocs, 0);
+        assert_true(rel_bitwise_equal(out, expect, f.out_floats));
+        rel_figure("faults backend=%s call=sgk_forward_device variant=%s points=0", g_backend,
+                   names[v]);
+        free(work);
+    }
+    free(expect);
+    free(out);
+    rel_fixture_free(&f);
+}
+
+int main(int argc, char **argv)
+{
+    g_backend = argc > 1 ? argv[1] : "cpu";
+    rel_require_backend(g_backend);
+    rel_figure("faults backend=%s leak_check=%s", g_backend,
+               rel_live_supported() ? "live-allocation count" : "LeakSanitizer");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_context_create),
+        cmocka_unit_test(test_layer_create),
+        cmocka_unit_test(test_forward),
+        cmocka_unit_test(test_forward_device_allocates_nothing),
+    };
+    return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
+}
