@@ -1,0 +1,22 @@
+/* What the hip plugin's host side (C) asks about its device code
+ * (hip_kernels.hip, compiled by hipcc). Included by both. */
+#ifndef SGK_HIP_KERNELS_H
+#define SGK_HIP_KERNELS_H
+
+#include <hip/hip_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The kernels of kernels/relation.sgk. */
+enum { SGK_HIP_K_FUSED, SGK_HIP_K_LN_QKV, SGK_HIP_K_ATTN_TILE, SGK_HIP_K_COUNT };
+
+/* hipFuncGetAttributes of one kernel on the current device. It fails when
+ * the plugin holds no code object for that device's architecture. */
+hipError_t sgk_hip_kernel_attributes(int kernel, hipFuncAttributes *attr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,20 @@
+// The hip plugin's device code: the kernels sgkgen.py emits from
+// kernels/relation.sgk (relation_hip.hip, in the build directory), compiled
+// by hipcc for every target of the meson option amdgpu_targets, and the one
+// query the host side needs about them.
+#include "relation_hip.hip"
+
+#include "hip_kernels.h"
+
+extern "C" hipError_t sgk_hip_kernel_attributes(int kernel, hipFuncAttributes *attr)
+{
+    switch (kernel) {
+    case SGK_HIP_K_FUSED:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_fused));
+    case SGK_HIP_K_LN_QKV:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_ln_qkv));
+    case SGK_HIP_K_ATTN_TILE:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_attn_tile));
+    }
+    return hipErrorInvalidValue;
+}

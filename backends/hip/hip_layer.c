@@ -1,0 +1,204 @@
+/* Layers of the hip backend: weights packed once into device memory, the
+ * variants of kernels/plan.h sized to the context's device, and forward,
+ * which only enqueues the generated kernels on the caller's stream: no
+ * allocation, no copy, no synchronisation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hip_internal.h"
+
+typedef unsigned char uchar; /* the dialect's name, used by the generated prototypes */
+#include "relation_hip.h"
+
+static const char *const k_variants[] = { "small", "tiled" };
+enum { V_SMALL, V_TILED, V_COUNT };
+
+typedef struct hip_layer {
+    const sgk_hip_ctx *ctx;
+    int64_t D, H, P;
+    float eps;
+    sgk_packed off;
+    float *w; /* device memory: every weight, packed as plan.h lays them out */
+} hip_layer;
+
+static const sgk_host *host(void) { return sgk_hip_host; }
+
+sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **out)
+{
+    const sgk_hip_ctx *c = bctx;
+    hip_layer *l = sgk_hip_host_alloc(sizeof *l);
+    if (l == NULL)
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY, "hip: cannot allocate the layer");
+    l->ctx = c;
+    l->D = desc->dim;
+    l->H = desc->heads;
+    l->P = desc->pair_dim;
+    l->eps = desc->eps;
+    l->off = sgk_packed_layout(l->D, l->H, l->P);
+    const size_t bytes = l->off.total * sizeof(float);
+    float *packed = sgk_hip_host_alloc(bytes);
+    if (packed == NULL) {
+        free(l);
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "hip: cannot allocate %zu bytes of host memory to pack the weights",
+                                 bytes);
+    }
+    sgk_pack_weights(desc, packed);
+
+    char where[400];
+    snprintf(where, sizeof where, " for %zu bytes of packed weights on device %d \"%s\"", bytes,
+             c->device, c->label);
+    sgk_hip_guard g;
+    sgk_status st = sgk_hip_enter(c->device, &g);
+    if (st == SGK_OK) {
+        void *dev = NULL;
+        hipError_t err = hipSuccess;
+        if (host()->alloc_should_fail())
+            st = host()->set_error(SGK_ERR_OUT_OF_MEMORY, "hip: out of memory%s", where);
+        else if ((err = hipMalloc(&dev, bytes)) != hipSuccess)
+            st = sgk_hip_fail(sgk_hip_status_of(err), "hipMalloc", err, where);
+        else if ((err = hipMemcpy(dev, packed, bytes, hipMemcpyHostToDevice)) != hipSuccess) {
+            st = sgk_hip_fail(SGK_ERR_BACKEND, "hipMemcpy", err, where);
+            (void)hipFree(dev);
+        } else {
+            l->w = dev;
+        }
+        sgk_hip_leave(&g);
+    }
+    free(packed);
+    if (st != SGK_OK) {
+        free(l);
+        return st;
+    }
+    *out = l;
+    return SGK_OK;
+}
+
+void sgk_hip_layer_destroy(void *bl)
+{
+    hip_layer *l = bl;
+    if (l == NULL)
+        return;
+    sgk_hip_guard g;
+    if (sgk_hip_enter(l->ctx->device, &g) == SGK_OK) {
+        (void)hipFree(l->w);
+        sgk_hip_leave(&g);
+    }
+    free(l);
+}
+
+int sgk_hip_variant_count(void *bl)
+{
+    (void)bl;
+    return V_COUNT;
+}
+
+const char *sgk_hip_variant_name(void *bl, int v)
+{
+    (void)bl;
+    return k_variants[v];
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The tiled variant's two kernels share one plan, so it gets the tighter
+ * of their limits. */
+static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
+{
+    const sgk_hip_kernel *k = l->ctx->k;
+    sgk_limits lim;
+    if (v == V_SMALL) {
+        const sgk_hip_kernel *f = &k[SGK_HIP_K_FUSED];
+        lim.local_bytes = f->local_bytes;
+        lim.max_groups0 = f->max_groups0;
+        lim.max_groups1 = f->max_groups1;
+        return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
+    }
+    const sgk_hip_kernel *ln = &k[SGK_HIP_K_LN_QKV], *at = &k[SGK_HIP_K_ATTN_TILE];
+    lim.local_bytes = ln->local_bytes < at->local_bytes ? ln->local_bytes : at->local_bytes;
+    lim.max_groups0 = min64(ln->max_groups0, at->max_groups0);
+    lim.max_groups1 = at->max_groups1;
+    return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
+}
+
+int sgk_hip_variant_supports(void *bl, int v, int64_t B, int64_t N)
+{
+    sgk_plan p;
+    return plan_for(bl, v, B, N, &p);
+}
+
+size_t sgk_hip_workspace_size(void *bl, int v, int64_t B, int64_t N)
+{
+    sgk_plan p;
+    return plan_for(bl, v, B, N, &p) ? p.workspace_bytes : 0;
+}
+
+static sgk_status launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0,
+                                int ng1, const sgk_hip_kernel *k, size_t smem_floats)
+{
+    char where[512];
+    snprintf(where, sizeof where,
+             " for kernel %s (%d x %d groups of %d work-items, %zu bytes of shared memory) on "
+             "device %d \"%s\"",
+             kernel, ng0, ng1, k->threads, smem_floats * sizeof(float), l->ctx->device,
+             l->ctx->label);
+    return sgk_hip_fail(SGK_ERR_BACKEND, "launching a kernel", err, where);
+}
+
+/* Each launcher returns hipGetLastError() of its launch. The tiled path's
+ * second kernel follows the first on the same stream, so it sees the
+ * workspace complete. */
+static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *a)
+{
+    const sgk_hip_kernel *k = l->ctx->k;
+    hipStream_t s = (hipStream_t)a->stream;
+    const float *w = l->w;
+    const sgk_packed o = l->off;
+    const int mask_u8 = a->mask_type == SGK_MASK_U8;
+    const uchar *mask = a->edge_mask;
+    hipError_t err;
+    if (p->kind == SGK_PLAN_SMALL) {
+        const sgk_hip_kernel *kf = &k[SGK_HIP_K_FUSED];
+        err = sgk_launch_fused((int)p->B, 1, kf->threads, p->smem_fused * sizeof(float), s,
+                               a->nodes, a->pair_feats, mask, mask_u8, w + o.gamma, w + o.beta,
+                               w + o.wqkv, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo,
+                               a->out, p->N, p->D, p->H, p->P, p->tq, l->eps, p->scale);
+        if (err != hipSuccess)
+            return launch_failed(l, "fused", err, (int)p->B, 1, kf, p->smem_fused);
+        return SGK_OK;
+    }
+    const sgk_hip_kernel *kl = &k[SGK_HIP_K_LN_QKV], *ka = &k[SGK_HIP_K_ATTN_TILE];
+    float *qkv = a->workspace;
+    err = sgk_launch_ln_qkv((int)p->groups_ln, 1, kl->threads, p->smem_ln * sizeof(float), s,
+                            a->nodes, w + o.gamma, w + o.beta, w + o.wqkv, qkv,
+                            (int)(p->B * p->N), p->D, p->rt, l->eps);
+    if (err != hipSuccess)
+        return launch_failed(l, "ln_qkv", err, (int)p->groups_ln, 1, kl, p->smem_ln);
+    err = sgk_launch_attn_tile((int)p->groups_q, (int)p->B, ka->threads,
+                               p->smem_attn * sizeof(float), s, qkv, a->nodes, a->pair_feats,
+                               mask, mask_u8, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo,
+                               a->out, p->N, p->D, p->H, p->P, p->tq, p->tk, p->scale);
+    if (err != hipSuccess)
+        return launch_failed(l, "attn_tile", err, (int)p->groups_q, (int)p->B, ka, p->smem_attn);
+    return SGK_OK;
+}
+
+sgk_status sgk_hip_forward(void *bl, int v, const sgk_fwd *a)
+{
+    const hip_layer *l = bl;
+    sgk_plan p;
+    if (!plan_for(l, v, a->B, a->N, &p))
+        return host()->set_error(SGK_ERR_UNSUPPORTED,
+                                 "hip: variant %s does not support B=%lld, N=%lld on device %d "
+                                 "\"%s\"",
+                                 k_variants[v], (long long)a->B, (long long)a->N, l->ctx->device,
+                                 l->ctx->label);
+    sgk_hip_guard g;
+    sgk_status st = sgk_hip_enter(l->ctx->device, &g);
+    if (st != SGK_OK)
+        return st;
+    st = enqueue(l, &p, a);
+    sgk_hip_leave(&g);
+    return st;
+}
