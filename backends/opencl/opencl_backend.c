@@ -170,10 +170,16 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
     const size_t end[SGK_CL_W_COUNT] = { o.beta, o.wqkv, o.wo, o.w1, o.b1, o.w2, o.b2, o.total };
     for (int i = 0; i < SGK_CL_W_COUNT && st == SGK_OK; i++) {
         const size_t bytes = (end[i] - at[i]) * sizeof(float);
-        cl_int err = CL_MEM_OBJECT_ALLOCATION_FAILURE;
-        if (!sgk_cl_host->alloc_should_fail())
-            l->w[i] = clCreateBuffer(c->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
-                                     packed + at[i], &err);
+        if (sgk_cl_host->alloc_should_fail()) {
+            st = sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                        "opencl: cannot allocate %zu bytes of weights on device "
+                                        "\"%s\"",
+                                        bytes, c->info.label);
+            break;
+        }
+        cl_int err = CL_SUCCESS;
+        l->w[i] = clCreateBuffer(c->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
+                                 packed + at[i], &err);
         if (l->w[i] == NULL || err != CL_SUCCESS) {
             l->w[i] = NULL;
             st = create_failed("weights", bytes, err, c);
