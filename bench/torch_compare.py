@@ -376,8 +376,8 @@ def main():
     a.torch_variants = a.torch_variants.split(",")
     a.sgk_variants = a.sgk_variants.split(",") if a.sgk_variants else None
 
-    candidates = [a.anchors] if a.anchors else [os.path.join(os.getcwd(), "..", "shared", "anchors"),
-                                                 os.path.join(REPO, "..", "shared", "anchors")]
+    candidates = [a.anchors] if a.anchors else [os.path.join(root, *rel) for root in (os.getcwd(), REPO)
+                                                 for rel in (("..", "shared", "anchors"), ("shared", "anchors"))]
     anchors = next((c for c in candidates if os.path.exists(os.path.join(c, "model_ref.py"))), None)
     if not anchors:
         sys.exit(f"torch_compare: model_ref.py not found in {candidates}; pass --anchors")
