@@ -1,0 +1,64 @@
+/* Internal types of the sgk CUDA backend: a layer's packed weights on the
+ * device, one forward call, and the variant table entry. Shared by the
+ * plugin (plugin.cu), the variant launchers (variants.cu) and the dev
+ * harness (dev/harness.cu), which drives the launchers without the core. */
+#ifndef SGK_CUDA_LAYER_H
+#define SGK_CUDA_LAYER_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sgkc_layer {
+    int device;
+    int D, H, P, hd;
+    float eps;
+    /* One device allocation holds every packed array below. */
+    void *block;
+    const float *gamma, *beta; /* (D) */
+    const float *wqkv_t;       /* (D, 3D): [k][n], n < D -> Wq row n, then Wk, then Wv */
+    const float *wo_t;         /* (D, D): [k][n] = Wo[n][k] */
+    const float *w1, *b1;      /* (P, P) as given: w1[p][r]; (P) */
+    const float *w2t, *b2;     /* (P, H): w2t[p][h] = w2[h][p]; (H) */
+    /* Device limits read once at layer creation. */
+    int sm_count;
+    int cc_major, cc_minor;
+    size_t smem_optin; /* largest dynamic shared memory a block may opt in to */
+};
+
+struct sgkc_fwd {
+    int64_t B, N;
+    const float *nodes, *pair;
+    const void *mask;
+    int mask_u8; /* 0: float32 mask, 1: uint8 mask */
+    float *out;
+    void *ws;
+    size_t ws_bytes;
+    cudaStream_t stream;
+};
+
+struct sgkc_variant {
+    const char *name;
+    /* 1 when the variant computes this shape on this layer's device. */
+    int (*supports)(const sgkc_layer *L, int64_t B, int64_t N);
+    size_t (*workspace)(const sgkc_layer *L, int64_t B, int64_t N);
+    /* Enqueues the forward on f->stream; returns the first CUDA error. */
+    cudaError_t (*launch)(const sgkc_layer *L, const sgkc_fwd *f);
+};
+
+/* variants.cu: the table, in order of preference. */
+extern const sgkc_variant sgkc_variants[];
+extern const int sgkc_variant_count;
+
+/* Packs host weights (PyTorch layout) into L's device block. alloc_fail, when
+ * not NULL, is asked before the allocation (fault injection); a nonzero
+ * answer makes this return cudaErrorMemoryAllocation without allocating.
+ * L->device must be current. Fills every field of L. */
+cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, float eps,
+                            const float *gamma, const float *beta, const float *wq,
+                            const float *wk, const float *wv, const float *wo, const float *w1,
+                            const float *b1, const float *w2, const float *b2,
+                            int (*alloc_fail)(void));
+void sgkc_layer_release(sgkc_layer *L);
+
+#endif

@@ -1,0 +1,562 @@
+/* Dev harness for the sgk CUDA kernels: validates every variant against a
+ * small double-precision CPU reference of its own, then times them.
+ *
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp -I.. harness.cu ../variants.cu -o harness -lgomp
+ *   ./harness validate          all edge cases, every variant that supports each
+ *   ./harness bench [preset..]  seed mid large xl: stream and graph timings
+ *   ./harness sanitize          a few small cases, one call each (for compute-sanitizer)
+ *
+ * Versions: v1 = general, v2 = tiled, v3 = fused-small (the variant table of
+ * variants.cu); each is timed with device events, median of 7 runs, rotating
+ * through several input sets so that small presets are not timed on one
+ * L2-resident buffer. */
+#include "../cuda_layer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* ---- random numbers ---- */
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static double urand()
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return ((g_rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+static float nrand()
+{
+    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
+}
+
+struct Shape {
+    const char *name;
+    int B, N, D, H, P;
+};
+
+struct Weights {
+    int D, H, P;
+    std::vector<float> gamma, beta, wq, wk, wv, wo, w1, b1, w2, b2;
+};
+
+static Weights make_weights(int D, int H, int P)
+{
+    Weights w;
+    w.D = D; w.H = H; w.P = P;
+    auto fill = [](std::vector<float> &v, size_t n, float s, float off) {
+        v.resize(n);
+        for (auto &x : v) x = off + s * nrand();
+    };
+    fill(w.gamma, D, 0.2f, 1.0f);
+    fill(w.beta, D, 0.2f, 0.0f);
+    const float sd = 1.0f / sqrtf((float)D), sp = 1.0f / sqrtf((float)P);
+    fill(w.wq, (size_t)D * D, sd, 0); fill(w.wk, (size_t)D * D, sd, 0);
+    fill(w.wv, (size_t)D * D, sd, 0); fill(w.wo, (size_t)D * D, sd, 0);
+    fill(w.w1, (size_t)P * P, sp, 0); fill(w.b1, P, 0.5f, 0);
+    fill(w.w2, (size_t)H * P, sp, 0); fill(w.b2, H, 0.5f, 0);
+    return w;
+}
+
+struct Inputs {
+    int B, N, D, P;
+    std::vector<float> nodes, pair, maskf;
+    std::vector<unsigned char> masku8;
+};
+
+/* mask kinds: 0 = density 0.7 with self edges; 1 = same plus a few fully
+ * masked rows; 2 = all edges */
+static Inputs make_inputs(int B, int N, int D, int P, int kind)
+{
+    Inputs in;
+    in.B = B; in.N = N; in.D = D; in.P = P;
+    in.nodes.resize((size_t)B * N * D);
+    for (auto &x : in.nodes) x = 0.5f + nrand();
+    in.pair.resize((size_t)B * N * N * P);
+    for (auto &x : in.pair) x = nrand();
+    in.maskf.resize((size_t)B * N * N);
+    in.masku8.resize(in.maskf.size());
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < N; j++) {
+                size_t idx = ((size_t)b * N + i) * N + j;
+                bool e = kind == 2 || i == j || urand() < 0.7;
+                if (kind == 1 && (i % 7 == 3))
+                    e = false;
+                /* any nonzero is an edge: use odd values */
+                in.maskf[idx] = e ? (j % 3 == 0 ? -0.5f : 1.0f) : 0.0f;
+                in.masku8[idx] = e ? (unsigned char)(1 + j % 200) : 0;
+            }
+    return in;
+}
+
+/* ---- the reference, in double, straight from the math ---- */
+static void reference(const Weights &w, const Inputs &in, std::vector<double> &out)
+{
+    const int B = in.B, N = in.N, D = w.D, H = w.H, P = w.P, hd = D / H;
+    out.assign((size_t)B * N * D, 0.0);
+    std::vector<double> q((size_t)B * N * D), k(q.size()), v(q.size());
+#pragma omp parallel for schedule(dynamic)
+    for (long r = 0; r < (long)B * N; r++) {
+        const float *x = &in.nodes[(size_t)r * D];
+        double mean = 0, var = 0;
+        for (int d = 0; d < D; d++) mean += x[d];
+        mean /= D;
+        for (int d = 0; d < D; d++) var += (x[d] - mean) * (x[d] - mean);
+        var /= D;
+        std::vector<double> xn(D);
+        for (int d = 0; d < D; d++)
+            xn[d] = (x[d] - mean) / sqrt(var + 1e-5) * w.gamma[d] + w.beta[d];
+        for (int n = 0; n < D; n++) {
+            double sq = 0, sk = 0, sv = 0;
+            for (int d = 0; d < D; d++) {
+                sq += xn[d] * w.wq[(size_t)n * D + d];
+                sk += xn[d] * w.wk[(size_t)n * D + d];
+                sv += xn[d] * w.wv[(size_t)n * D + d];
+            }
+            q[(size_t)r * D + n] = sq; k[(size_t)r * D + n] = sk; v[(size_t)r * D + n] = sv;
+        }
+    }
+#pragma omp parallel for schedule(dynamic)
+    for (long r = 0; r < (long)B * N; r++) {
+        const int b = (int)(r / N), i = (int)(r % N);
+        std::vector<double> s((size_t)H * N), hid(P), ctx(D, 0.0);
+        for (int j = 0; j < N; j++) {
+            const size_t pi = ((size_t)b * N + i) * N + j;
+            const bool edge = in.maskf[pi] != 0.0f;
+            const float *x = &in.pair[pi * P];
+            for (int p = 0; p < P; p++) {
+                double t = w.b1[p];
+                for (int rr = 0; rr < P; rr++) t += (double)w.w1[(size_t)p * P + rr] * x[rr];
+                hid[p] = t / (1.0 + exp(-t));
+            }
+            for (int h = 0; h < H; h++) {
+                double bias = w.b2[h];
+                for (int p = 0; p < P; p++) bias += (double)w.w2[(size_t)h * P + p] * hid[p];
+                double dot = 0;
+                for (int d = 0; d < hd; d++)
+                    dot += q[(size_t)r * D + h * hd + d] * k[((size_t)b * N + j) * D + h * hd + d];
+                s[(size_t)h * N + j] = edge ? dot / sqrt((double)hd) + bias : -INFINITY;
+            }
+        }
+        for (int h = 0; h < H; h++) {
+            double m = -INFINITY;
+            for (int j = 0; j < N; j++) m = fmax(m, s[(size_t)h * N + j]);
+            double l = 0;
+            for (int j = 0; j < N; j++) {
+                double e = m == -INFINITY ? 0.0 : exp(s[(size_t)h * N + j] - m);
+                s[(size_t)h * N + j] = e;
+                l += e;
+            }
+            for (int j = 0; j < N; j++) {
+                const double a = l == 0 ? 0.0 : s[(size_t)h * N + j] / l;
+                for (int d = 0; d < hd; d++)
+                    ctx[h * hd + d] += a * v[((size_t)b * N + j) * D + h * hd + d];
+            }
+        }
+        for (int n = 0; n < D; n++) {
+            double o = in.nodes[(size_t)r * D + n];
+            for (int d = 0; d < D; d++) o += ctx[d] * w.wo[(size_t)n * D + d];
+            out[(size_t)r * D + n] = o;
+        }
+    }
+}
+
+/* ---- device side ---- */
+struct DevSet {
+    float *nodes, *pair, *out;
+    void *mask;
+};
+
+static sgkc_layer make_layer(const Weights &w)
+{
+    sgkc_layer L;
+    CK(sgkc_layer_pack(&L, 0, w.D, w.H, w.P, 1e-5f, w.gamma.data(), w.beta.data(), w.wq.data(),
+                       w.wk.data(), w.wv.data(), w.wo.data(), w.w1.data(), w.b1.data(),
+                       w.w2.data(), w.b2.data(), nullptr));
+    return L;
+}
+
+/* offset (floats) shifts nodes and pair off 16-byte alignment */
+static DevSet upload(const Inputs &in, bool u8, int offset)
+{
+    DevSet s;
+    const size_t nn = in.nodes.size(), np = in.pair.size(), nm = in.maskf.size();
+    CK(cudaMalloc(&s.nodes, (nn + 4) * sizeof(float)));
+    CK(cudaMalloc(&s.pair, (np + 4) * sizeof(float)));
+    CK(cudaMalloc(&s.out, nn * sizeof(float)));
+    CK(cudaMalloc(&s.mask, nm * sizeof(float)));
+    s.nodes += offset;
+    s.pair += offset;
+    CK(cudaMemcpy(s.nodes, in.nodes.data(), nn * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(s.pair, in.pair.data(), np * sizeof(float), cudaMemcpyHostToDevice));
+    if (u8)
+        CK(cudaMemcpy(s.mask, in.masku8.data(), nm, cudaMemcpyHostToDevice));
+    else
+        CK(cudaMemcpy(s.mask, in.maskf.data(), nm * sizeof(float), cudaMemcpyHostToDevice));
+    return s;
+}
+
+static void release(DevSet &s, int offset)
+{
+    cudaFree(s.nodes - offset);
+    cudaFree(s.pair - offset);
+    cudaFree(s.out);
+    cudaFree(s.mask);
+}
+
+static sgkc_fwd fwd_of(const DevSet &s, int B, int N, bool u8, void *ws, size_t wsb, cudaStream_t st)
+{
+    sgkc_fwd f;
+    f.B = B; f.N = N;
+    f.nodes = s.nodes; f.pair = s.pair; f.mask = s.mask; f.mask_u8 = u8;
+    f.out = s.out; f.ws = ws; f.ws_bytes = wsb; f.stream = st;
+    return f;
+}
+
+struct Check {
+    double rel;
+    long nan_mismatch;
+    long masked_rows_exact_fail;
+    long unwritten;
+};
+
+static Check compare(const Inputs &in, const std::vector<double> &ref, const std::vector<float> &got,
+                     int mask_kind)
+{
+    Check c = {0, 0, 0, 0};
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        const bool rn = std::isnan(ref[i]), gn = std::isnan(got[i]);
+        uint32_t bits;
+        memcpy(&bits, &got[i], 4);
+        if (bits == 0x7fbadbadu) c.unwritten++;
+        if (rn || gn) {
+            if (rn != gn) c.nan_mismatch++;
+            continue;
+        }
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    c.rel = sqrt(num / (den > 0 ? den : 1));
+    if (mask_kind == 1) {
+        const int N = in.N, D = in.D;
+        for (int b = 0; b < in.B; b++)
+            for (int i = 3; i < N; i += 7)
+                for (int d = 0; d < D; d++) {
+                    const size_t o = ((size_t)b * N + i) * D + d;
+                    if (got[o] != in.nodes[o]) c.masked_rows_exact_fail++;
+                }
+    }
+    return c;
+}
+
+struct Case {
+    Shape s;
+    int mask_kind;
+    bool u8;
+    int offset;  /* misalign nodes/pair by this many floats */
+    int nan_at;  /* 1: NaN in one unmasked pair_feats element */
+};
+
+static int g_fail = 0;
+
+static void run_case(const Case &cs, bool quiet_ok)
+{
+    const Shape &s = cs.s;
+    Weights w = make_weights(s.D, s.H, s.P);
+    Inputs in = make_inputs(s.B, s.N, s.D, s.P, cs.mask_kind);
+    if (cs.nan_at && s.N > 3) {
+        /* an unmasked edge (0, 2, 2) (self edge) gets a NaN feature; a masked
+         * edge gets one too, which must not leak */
+        in.pair[(((size_t)0 * s.N + 2) * s.N + 2) * s.P] = NAN;
+        for (int j = 0; j < s.N; j++)
+            if (in.maskf[((size_t)0 * s.N + 1) * s.N + j] == 0.0f) {
+                in.pair[(((size_t)0 * s.N + 1) * s.N + j) * s.P] = NAN;
+                break;
+            }
+    }
+    std::vector<double> ref;
+    reference(w, in, ref);
+    sgkc_layer L = make_layer(w);
+    DevSet ds = upload(in, cs.u8, cs.offset);
+    std::vector<float> got(in.nodes.size());
+    for (int v = 0; v < sgkc_variant_count; v++) {
+        const sgkc_variant &var = sgkc_variants[v];
+        if (!var.supports(&L, s.B, s.N)) {
+            if (!quiet_ok)
+                printf("  %-12s %-34s unsupported\n", var.name, s.name);
+            continue;
+        }
+        size_t wsb = var.workspace(&L, s.B, s.N);
+        void *ws = nullptr;
+        if (wsb) CK(cudaMalloc(&ws, wsb));
+        CK(cudaMemset(ds.out, 0, 0));
+        {
+            std::vector<uint32_t> poison(in.nodes.size(), 0x7fbadbadu);
+            CK(cudaMemcpy(ds.out, poison.data(), poison.size() * 4, cudaMemcpyHostToDevice));
+        }
+        sgkc_fwd f = fwd_of(ds, s.B, s.N, cs.u8, ws, wsb, 0);
+        CK(var.launch(&L, &f));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(got.data(), ds.out, got.size() * 4, cudaMemcpyDeviceToHost));
+        Check c = compare(in, ref, got, cs.mask_kind);
+        const bool ok = c.rel <= 1e-5 && c.nan_mismatch == 0 && c.masked_rows_exact_fail == 0 &&
+                        c.unwritten == 0;
+        if (!ok) g_fail++;
+        printf("  %-12s %-34s rel %.2e  nan_mismatch %ld  masked_exact_fail %ld  unwritten %ld  %s\n",
+               var.name, s.name, c.rel, c.nan_mismatch, c.masked_rows_exact_fail, c.unwritten,
+               ok ? "ok" : "FAIL");
+        if (ws) cudaFree(ws);
+    }
+    release(ds, cs.offset);
+    sgkc_layer_release(&L);
+}
+
+/* ---- timing ---- */
+__global__ void empty_kernel() {}
+
+static float median(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+static double flops_of(const Shape &s)
+{
+    const double BN = (double)s.B * s.N, pairs = BN * s.N;
+    return 4 * 2 * BN * s.D * s.D + pairs * (2.0 * s.P * s.P + 2.0 * s.P * s.H) + 4 * pairs * s.D;
+}
+static double bytes_of(const Shape &s)
+{
+    const double BN = (double)s.B * s.N, pairs = BN * s.N;
+    return 4 * (2 * BN * s.D + pairs * s.P + pairs) + 4.0 * 4 * s.D * s.D;
+}
+
+static void bench(const Shape &s)
+{
+    Weights w = make_weights(s.D, s.H, s.P);
+    const double set_bytes = bytes_of(s);
+    int nsets = (int)std::min(256.0, std::max(2.0, 400e6 / set_bytes));
+    /* one validated input set, the others are copies with fresh values */
+    Inputs in = make_inputs(s.B, s.N, s.D, s.P, 0);
+    std::vector<double> ref;
+    reference(w, in, ref);
+    sgkc_layer L = make_layer(w);
+    std::vector<DevSet> sets;
+    for (int i = 0; i < nsets; i++) {
+        sets.push_back(upload(in, false, 0));
+        if (i > 0) { /* perturb so sets are distinct memory with distinct data */
+            std::vector<float> t(in.nodes);
+            for (auto &x : t) x += 0.01f * nrand();
+            CK(cudaMemcpy(sets[i].nodes, t.data(), t.size() * 4, cudaMemcpyHostToDevice));
+        }
+    }
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const double fl = flops_of(s), by = bytes_of(s);
+    printf("%s: B=%d N=%d D=%d H=%d P=%d  %.3f GFLOP  %.1f MB  floors: FFMA(67T) %.1f us, HBM(4.0TB/s) %.1f us; %d input sets\n",
+           s.name, s.B, s.N, s.D, s.H, s.P, fl / 1e9, by / 1e6, fl / 67e12 * 1e6, by / 4.0e12 * 1e6, nsets);
+    for (int v = 0; v < sgkc_variant_count; v++) {
+        const sgkc_variant &var = sgkc_variants[v];
+        if (!var.supports(&L, s.B, s.N)) {
+            printf("  v%d %-12s unsupported\n", v == 0 ? 3 : v == 1 ? 2 : 1, var.name);
+            continue;
+        }
+        const int vnum = v == 0 ? 3 : v == 1 ? 2 : 1;
+        size_t wsb = var.workspace(&L, s.B, s.N);
+        void *ws = nullptr;
+        if (wsb) CK(cudaMalloc(&ws, wsb));
+        /* correctness on set 0 */
+        sgkc_fwd f0 = fwd_of(sets[0], s.B, s.N, false, ws, wsb, st);
+        CK(var.launch(&L, &f0));
+        CK(cudaStreamSynchronize(st));
+        std::vector<float> got(in.nodes.size());
+        CK(cudaMemcpy(got.data(), sets[0].out, got.size() * 4, cudaMemcpyDeviceToHost));
+        Check c = compare(in, ref, got, 0);
+        /* calibrate */
+        CK(cudaEventRecord(e0, st));
+        CK(var.launch(&L, &f0));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float one;
+        CK(cudaEventElapsedTime(&one, e0, e1));
+        int reps = (int)std::max(3.0, std::min(2000.0, 30.0 / std::max(one, 1e-3f)));
+        std::vector<float> ts;
+        for (int run = 0; run < 7; run++) {
+            CK(cudaEventRecord(e0, st));
+            for (int r = 0; r < reps; r++) {
+                sgkc_fwd f = fwd_of(sets[r % nsets], s.B, s.N, false, ws, wsb, st);
+                CK(var.launch(&L, &f));
+            }
+            CK(cudaEventRecord(e1, st));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            ts.push_back(ms * 1000 / reps);
+        }
+        const float t_stream = median(ts);
+        float t_graph = -1;
+        if (t_stream < 200) {
+            const int greps = std::min(reps, 200);
+            cudaGraph_t g;
+            cudaGraphExec_t ge;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            for (int r = 0; r < greps; r++) {
+                sgkc_fwd f = fwd_of(sets[r % nsets], s.B, s.N, false, ws, wsb, st);
+                CK(var.launch(&L, &f));
+            }
+            CK(cudaStreamEndCapture(st, &g));
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            CK(cudaGraphLaunch(ge, st));
+            CK(cudaStreamSynchronize(st));
+            std::vector<float> tg;
+            for (int run = 0; run < 7; run++) {
+                CK(cudaEventRecord(e0, st));
+                CK(cudaGraphLaunch(ge, st));
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                tg.push_back(ms * 1000 / greps);
+            }
+            t_graph = median(tg);
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+        }
+        printf("  v%d %-12s stream %9.2f us  graph %9.2f us  min/max(stream) %.2f/%.2f  %7.2f TFLOP/s  %7.1f GB/s  rel %.2e %s\n",
+               vnum, var.name, t_stream, t_graph, *std::min_element(ts.begin(), ts.end()),
+               *std::max_element(ts.begin(), ts.end()), fl / (t_stream * 1e-6) / 1e12,
+               by / (t_stream * 1e-6) / 1e9, c.rel, c.rel <= 1e-5 && c.nan_mismatch == 0 ? "ok" : "FAIL");
+        fflush(stdout);
+        if (ws) cudaFree(ws);
+    }
+    CK(cudaGetLastError());
+    for (auto &d : sets) release(d, 0);
+    sgkc_layer_release(&L);
+    cudaStreamDestroy(st);
+}
+
+static void floor_numbers()
+{
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 1000; i++) empty_kernel<<<1, 32, 0, st>>>();
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(e0, st));
+    for (int i = 0; i < 10000; i++) empty_kernel<<<1, 32, 0, st>>>();
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    printf("floor: empty kernel back to back %.2f us", ms * 1000 / 10000);
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < 200; i++) empty_kernel<<<1, 32, 0, st>>>();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(e0, st));
+    for (int i = 0; i < 20; i++) CK(cudaGraphLaunch(ge, st));
+    CK(cudaEventRecord(e1, st));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    printf(", in a graph %.2f us\n", ms * 1000 / 4000);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(st);
+}
+
+static const Shape presets[] = {
+    {"seed", 4, 24, 96, 4, 16},
+    {"mid", 32, 64, 256, 8, 32},
+    {"large", 8, 512, 256, 8, 32},
+    {"xl", 2, 2048, 256, 8, 16},
+};
+
+int main(int argc, char **argv)
+{
+    const std::string mode = argc > 1 ? argv[1] : "validate";
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, cc %d.%d, smem optin %zu\n", prop.name, prop.multiProcessorCount,
+           prop.major, prop.minor, prop.sharedMemPerBlockOptin);
+    if (mode == "validate") {
+        const Case cases[] = {
+            {{"seed f32 masked-rows", 4, 24, 96, 4, 16}, 1, false, 0, 0},
+            {{"seed u8 nan", 4, 24, 96, 4, 16}, 0, true, 0, 1},
+            {{"seed misaligned", 4, 24, 96, 4, 16}, 1, false, 1, 0},
+            {{"mid masked-rows", 32, 64, 256, 8, 32}, 1, true, 0, 0},
+            {{"large", 8, 512, 256, 8, 32}, 1, false, 0, 0},
+            {{"xl", 2, 2048, 256, 8, 16}, 0, false, 0, 0},
+            {{"N=1", 3, 1, 64, 4, 8}, 0, false, 0, 0},
+            {{"N=2 all masked? kind1", 2, 5, 32, 2, 4}, 1, false, 0, 0},
+            {{"hd=1 D=1024 H=1024", 1, 9, 1024, 1024, 8}, 1, false, 0, 0},
+            {{"hd=1 D=16 H=16", 2, 40, 16, 16, 8}, 1, false, 0, 0},
+            {{"hd=256", 2, 40, 512, 2, 16}, 1, false, 0, 0},
+            {{"hd=512", 1, 20, 1024, 2, 8}, 0, false, 0, 0},
+            {{"P=128", 2, 33, 64, 4, 128}, 1, false, 0, 0},
+            {{"P=64 H=16", 2, 50, 128, 16, 64}, 1, true, 0, 0},
+            {{"P=1", 2, 19, 32, 4, 1}, 0, false, 0, 0},
+            {{"odd D=6 H=3 P=5", 2, 37, 6, 3, 5}, 1, false, 0, 0},
+            {{"odd misaligned P=5", 2, 37, 12, 3, 5}, 1, false, 1, 1},
+            {{"D=1024 H=8", 1, 70, 1024, 8, 32}, 1, false, 0, 0},
+            {{"N=130 D=128", 2, 130, 128, 8, 16}, 1, false, 0, 0},
+            {{"N=4096", 1, 4096, 32, 2, 4}, 1, false, 0, 0},
+        };
+        for (const Case &c : cases) {
+            printf("%s\n", c.s.name);
+            run_case(c, false);
+            fflush(stdout);
+        }
+        printf("validate: %d failures\n", g_fail);
+        return g_fail != 0;
+    }
+    if (mode == "sanitize") {
+        const Case cases[] = {
+            {{"seed f32 masked-rows", 4, 24, 96, 4, 16}, 1, false, 0, 0},
+            {{"odd misaligned P=5", 2, 37, 12, 3, 5}, 1, false, 1, 1},
+            {{"N=40 hd=1 D=16", 2, 40, 16, 16, 8}, 1, true, 0, 0},
+            {{"mid-ish", 2, 64, 256, 8, 32}, 1, true, 0, 0},
+        };
+        for (const Case &c : cases) {
+            printf("%s\n", c.s.name);
+            run_case(c, true);
+        }
+        printf("sanitize: %d failures\n", g_fail);
+        return g_fail != 0;
+    }
+    if (mode == "bench") {
+        floor_numbers();
+        for (const Shape &s : presets) {
+            bool want = argc <= 2;
+            for (int i = 2; i < argc; i++)
+                if (s.name == std::string(argv[i])) want = true;
+            if (want) bench(s);
+        }
+        return 0;
+    }
+    fprintf(stderr, "usage: %s validate|bench [presets]|sanitize\n", argv[0]);
+    return 2;
+}

@@ -1,0 +1,31 @@
+#!/bin/bash
+# One device call: build the dev harness on the H200 machine, validate every
+# variant on the edge cases, time the presets, run compute-sanitizer.
+# Logs go to $OUT (the device tool brings them back). Usage, from the repo root:
+#   bash backends/cuda/dev/run_h200.sh [validate] [bench [presets...]] [sanitize]
+set -u
+cd "$(dirname "$0")"
+O=${OUT:-/tmp/sgk-out}
+mkdir -p "$O"
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+STEPS=${*:-validate bench sanitize}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$O/gpu.txt" 2>&1
+F="-O3 -std=c++17 -arch=sm_90 -I.."
+t0=$(date +%s)
+$NVCC $F -Xptxas -v -c ../variants.cu -o /tmp/sgkc_v.o 2> "$O/ptxas.txt" &
+$NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
+wait
+$NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_v.o -o /tmp/harness -lgomp 2>> "$O/build_h.txt" || { cat "$O/build_h.txt" "$O/ptxas.txt" | tail -30; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+for s in $STEPS; do
+  case $s in
+    validate) /tmp/harness validate > "$O/validate.txt" 2>&1; echo "validate rc=$?";;
+    bench) /tmp/harness bench > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
+    sanitize)
+      timeout 200 compute-sanitizer --tool memcheck /tmp/harness sanitize > "$O/memcheck.txt" 2>&1; echo "memcheck rc=$?"
+      timeout 200 compute-sanitizer --tool racecheck /tmp/harness sanitize > "$O/racecheck.txt" 2>&1; echo "racecheck rc=$?";;
+  esac
+done
+echo "total: $(( $(date +%s) - t0 )) s"
+echo "== ptxas"; grep -A2 "Compiling entry" "$O/ptxas.txt" | grep -E "entry|Used|spill" | sed -E 's/ptxas info +: //; s/Compiling entry function //' | paste - - - | cut -c1-220
+for f in validate bench memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done

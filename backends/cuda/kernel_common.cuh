@@ -1,0 +1,85 @@
+/* Device helpers shared by the sgk CUDA kernels. */
+#ifndef SGK_CUDA_KERNEL_COMMON_CUH
+#define SGK_CUDA_KERNEL_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#define SGKC_NEG_INF (-INFINITY)
+
+/* silu(t) = t / (1 + exp(-t)). expf is the accurate one (not __expf); the
+ * division is __fdividef (2 ulp), far inside the 1e-5 budget. For t < -88
+ * exp overflows to inf and the quotient is -0, the limit. */
+__device__ __forceinline__ float sgkc_silu(float t)
+{
+    return __fdividef(t, 1.0f + expf(-t));
+}
+
+/* An edge is any nonzero mask value (NaN too); -0.0f is zero. */
+__device__ __forceinline__ bool sgkc_edge(const void *mask, int u8, size_t idx)
+{
+    if (u8)
+        return __ldg((const unsigned char *)mask + idx) != 0;
+    return __ldg((const float *)mask + idx) != 0.0f;
+}
+
+__device__ __forceinline__ float4 sgkc_ld4(const float *p)
+{
+    return __ldg(reinterpret_cast<const float4 *>(p));
+}
+
+__device__ __forceinline__ void sgkc_fma4(float &acc, float4 a, float4 b)
+{
+    acc = fmaf(a.x, b.x, acc);
+    acc = fmaf(a.y, b.y, acc);
+    acc = fmaf(a.z, b.z, acc);
+    acc = fmaf(a.w, b.w, acc);
+}
+
+__device__ __forceinline__ float sgkc_warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float sgkc_warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Masked entries carry -inf in the bias slot; q.k must not be added to them
+ * (a NaN there would otherwise leak through a masked edge). */
+__device__ __forceinline__ float sgkc_add_score(float bias, float qk)
+{
+    return bias == SGKC_NEG_INF ? bias : bias + qk;
+}
+
+/* Row statistics of LayerNorm for one row of length D, by one warp, two
+ * passes (mean, then centred squares) for accuracy when |mean| >> std. */
+__device__ __forceinline__ void sgkc_row_stats(const float *row, int D, float eps, int lane,
+                                               float *mean_out, float *rstd_out)
+{
+    float s = 0.0f;
+    for (int k = lane; k < D; k += 32)
+        s += __ldg(row + k);
+    const float mean = sgkc_warp_sum(s) / (float)D;
+    float v = 0.0f;
+    for (int k = lane; k < D; k += 32) {
+        const float t = __ldg(row + k) - mean;
+        v = fmaf(t, t, v);
+    }
+    const float var = sgkc_warp_sum(v) / (float)D;
+    *mean_out = mean;
+    *rstd_out = 1.0f / sqrtf(var + eps);
+}
+
+static inline bool sgkc_aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+#endif

@@ -1,0 +1,305 @@
+/* The sgk CUDA backend plugin: sgk_backend_ops over the variants of
+ * variants.cu. cudart is linked statically, so the plugin needs only the
+ * driver (libcuda.so.1, which cudart opens itself); without one, probe()
+ * reports the runtime's own reason. Every entry point makes the layer's or
+ * context's device current and restores the caller's afterwards, since the
+ * calling thread may be working on another device. */
+#include "cuda_layer.h"
+
+#include "sgk_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const sgk_host *g_host;
+
+struct sgkc_context {
+    int device;
+};
+
+/* Makes `device` current for the life of the object, then puts back the
+ * caller's device. */
+class DeviceScope {
+public:
+    explicit DeviceScope(int device) : prev_(-1)
+    {
+        if (cudaGetDevice(&prev_) != cudaSuccess)
+            prev_ = -1;
+        err_ = prev_ == device ? cudaSuccess : cudaSetDevice(device);
+    }
+    ~DeviceScope()
+    {
+        if (prev_ >= 0)
+            cudaSetDevice(prev_);
+    }
+    cudaError_t error() const { return err_; }
+
+private:
+    int prev_;
+    cudaError_t err_;
+};
+
+static sgk_status cuda_fail(cudaError_t e, const char *what)
+{
+    /* clear a non-sticky error so that it does not resurface in a later call */
+    cudaGetLastError();
+    const sgk_status st = e == cudaErrorMemoryAllocation ? SGK_ERR_OUT_OF_MEMORY : SGK_ERR_BACKEND;
+    return g_host->set_error(st, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static int sgkc_probe(char *reason, size_t reason_len)
+{
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        if (reason && reason_len)
+            snprintf(reason, reason_len, "%s",
+                     e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA-capable device");
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+static sgk_status sgkc_device_name(int device, char *buf, size_t buf_len)
+{
+    cudaDeviceProp prop;
+    const cudaError_t e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaGetDeviceProperties");
+    snprintf(buf, buf_len, "%s", prop.name);
+    return SGK_OK;
+}
+
+static sgk_status sgkc_context_create(int device, const sgk_context_options *opt, void **bctx)
+{
+    (void)opt;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaGetDeviceCount");
+    if (device < 0 || device >= n)
+        return g_host->set_error(SGK_ERR_INVALID_DEVICE, "cuda: device %d out of range (%d devices)",
+                                 device, n);
+    DeviceScope scope(device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    /* Initialise the primary context now, so that a broken device fails here. */
+    e = cudaFree(0);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "context initialisation");
+    if (g_host->alloc_should_fail())
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cuda: out of host memory for the context");
+    sgkc_context *c = (sgkc_context *)malloc(sizeof *c);
+    if (!c)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cuda: out of host memory for the context");
+    c->device = device;
+    *bctx = c;
+    return SGK_OK;
+}
+
+static void sgkc_context_destroy(void *bctx)
+{
+    free(bctx);
+}
+
+static sgk_status sgkc_layer_create(void *bctx, const sgk_layer_desc *desc, void **blayer)
+{
+    const sgkc_context *c = (const sgkc_context *)bctx;
+    if (desc->dtype != SGK_DTYPE_F32)
+        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cuda: desc->dtype: only SGK_DTYPE_F32 is supported");
+    if (desc->dim > 65536 || desc->pair_dim > 65536)
+        return g_host->set_error(SGK_ERR_UNSUPPORTED,
+                                 "cuda: desc->dim and desc->pair_dim must be at most 65536");
+    DeviceScope scope(c->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    if (g_host->alloc_should_fail())
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cuda: out of host memory for the layer");
+    sgkc_layer *L = (sgkc_layer *)malloc(sizeof *L);
+    if (!L)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cuda: out of host memory for the layer");
+    const cudaError_t e = sgkc_layer_pack(
+        L, c->device, (int)desc->dim, (int)desc->heads, (int)desc->pair_dim, desc->eps,
+        (const float *)desc->ln_gamma, (const float *)desc->ln_beta, (const float *)desc->wq,
+        (const float *)desc->wk, (const float *)desc->wv, (const float *)desc->wo,
+        (const float *)desc->w1, (const float *)desc->b1, (const float *)desc->w2,
+        (const float *)desc->b2, g_host->alloc_should_fail);
+    if (e != cudaSuccess) {
+        free(L);
+        return cuda_fail(e, "packing the layer's weights");
+    }
+    *blayer = L;
+    return SGK_OK;
+}
+
+static void sgkc_layer_destroy(void *blayer)
+{
+    sgkc_layer *L = (sgkc_layer *)blayer;
+    if (!L)
+        return;
+    {
+        DeviceScope scope(L->device);
+        sgkc_layer_release(L);
+    }
+    free(L);
+}
+
+static int sgkc_variant_count_fn(void *blayer)
+{
+    (void)blayer;
+    return sgkc_variant_count;
+}
+
+static const char *sgkc_variant_name(void *blayer, int variant)
+{
+    (void)blayer;
+    return variant >= 0 && variant < sgkc_variant_count ? sgkc_variants[variant].name : NULL;
+}
+
+static int sgkc_variant_supports(void *blayer, int variant, int64_t B, int64_t N)
+{
+    if (variant < 0 || variant >= sgkc_variant_count)
+        return 0;
+    return sgkc_variants[variant].supports((const sgkc_layer *)blayer, B, N);
+}
+
+static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t N)
+{
+    if (variant < 0 || variant >= sgkc_variant_count)
+        return 0;
+    return sgkc_variants[variant].workspace((const sgkc_layer *)blayer, B, N);
+}
+
+static sgk_status sgkc_forward(void *blayer, int variant, const sgk_fwd *args)
+{
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    if (variant < 0 || variant >= sgkc_variant_count)
+        return g_host->set_error(SGK_ERR_UNKNOWN_VARIANT, "cuda: variant %d does not exist", variant);
+    const sgkc_variant &v = sgkc_variants[variant];
+    if (!v.supports(L, args->B, args->N))
+        return g_host->set_error(SGK_ERR_UNSUPPORTED,
+                                 "cuda: variant '%s' does not support B=%lld N=%lld with D=%d H=%d P=%d",
+                                 v.name, (long long)args->B, (long long)args->N, L->D, L->H, L->P);
+    DeviceScope scope(L->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    sgkc_fwd f;
+    f.B = args->B;
+    f.N = args->N;
+    f.nodes = (const float *)args->nodes;
+    f.pair = (const float *)args->pair_feats;
+    f.mask = args->edge_mask;
+    f.mask_u8 = args->mask_type == SGK_MASK_U8;
+    f.out = (float *)args->out;
+    f.ws = args->workspace;
+    f.ws_bytes = args->workspace_bytes;
+    f.stream = (cudaStream_t)args->stream;
+    const cudaError_t e = v.launch(L, &f);
+    if (e != cudaSuccess)
+        return cuda_fail(e, v.name);
+    return SGK_OK;
+}
+
+static sgk_status sgkc_mem_alloc(void *bctx, size_t bytes, void **ptr)
+{
+    const sgkc_context *c = (const sgkc_context *)bctx;
+    if (g_host->alloc_should_fail())
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cuda: cudaMalloc of %zu bytes failed", bytes);
+    DeviceScope scope(c->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    const cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaMalloc");
+    return SGK_OK;
+}
+
+static void sgkc_mem_free(void *bctx, void *ptr)
+{
+    const sgkc_context *c = (const sgkc_context *)bctx;
+    if (!ptr)
+        return;
+    DeviceScope scope(c->device);
+    cudaFree(ptr);
+}
+
+static sgk_status sgkc_copy(void *bctx, void *dst, const void *src, size_t bytes, cudaMemcpyKind k)
+{
+    const sgkc_context *c = (const sgkc_context *)bctx;
+    DeviceScope scope(c->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    if (bytes == 0)
+        return SGK_OK;
+    const cudaError_t e = cudaMemcpy(dst, src, bytes, k);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaMemcpy");
+    return SGK_OK;
+}
+
+static sgk_status sgkc_copy_to_device(void *bctx, void *dst, const void *src, size_t bytes)
+{
+    return sgkc_copy(bctx, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+static sgk_status sgkc_copy_to_host(void *bctx, void *dst, const void *src, size_t bytes)
+{
+    return sgkc_copy(bctx, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+static sgk_status sgkc_synchronize(void *bctx)
+{
+    const sgkc_context *c = (const sgkc_context *)bctx;
+    DeviceScope scope(c->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    const cudaError_t e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaStreamSynchronize");
+    return SGK_OK;
+}
+
+static sgk_status sgkc_native(void *bctx, sgk_native_kind kind, void **out)
+{
+    const sgkc_context *c = (const sgkc_context *)bctx;
+    if (kind != SGK_NATIVE_DEVICE_ORDINAL)
+        return g_host->set_error(SGK_ERR_UNSUPPORTED,
+                                 "cuda: native kind %d: only SGK_NATIVE_DEVICE_ORDINAL exists here", (int)kind);
+    *out = (void *)(intptr_t)c->device;
+    return SGK_OK;
+}
+
+static const sgk_backend_ops g_ops = {
+    SGK_BACKEND_ABI,
+    "cuda",
+    (int64_t)1 << 50, /* every kernel indexes global memory with 64-bit offsets */
+    0,
+    sgkc_probe,
+    sgkc_device_name,
+    sgkc_context_create,
+    sgkc_context_destroy,
+    sgkc_layer_create,
+    sgkc_layer_destroy,
+    sgkc_variant_count_fn,
+    sgkc_variant_name,
+    sgkc_variant_supports,
+    sgkc_workspace_size,
+    sgkc_forward,
+    sgkc_mem_alloc,
+    sgkc_mem_free,
+    sgkc_copy_to_device,
+    sgkc_copy_to_host,
+    sgkc_synchronize,
+    sgkc_native,
+};
+
+extern "C" __attribute__((visibility("default"))) const sgk_backend_ops *
+sgk_backend_entry(const sgk_host *host)
+{
+    if (!host || host->abi_version != SGK_BACKEND_ABI)
+        return NULL;
+    g_host = host;
+    return &g_ops;
+}

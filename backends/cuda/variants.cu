@@ -1,0 +1,479 @@
+/* The CUDA variants of the sgk layer, in order of preference, and the
+ * packing of a layer's weights. To add a variant: write its supports,
+ * workspace and launch functions and add a row to sgkc_variants below. */
+#include "cuda_layer.h"
+
+#include "attn_general.cuh"
+#include "attn_tiled.cuh"
+#include "fused_small.cuh"
+#include "sgemm.cuh"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SGKC_RETURN_IF(err)                                                                        \
+    do {                                                                                           \
+        cudaError_t e_ = (err);                                                                    \
+        if (e_ != cudaSuccess)                                                                     \
+            return e_;                                                                             \
+    } while (0)
+
+static const size_t SGKC_WS_ALIGN = 256;
+
+/* ------------------------------------------------------------------ */
+/* Shared pieces of the multi-kernel paths (tiled, general): the       */
+/* workspace holds qkv (B*N, 3D) then ctx (B*N, D).                    */
+/* ------------------------------------------------------------------ */
+
+static size_t ws_qkv_ctx(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    return (size_t)B * (size_t)N * 4u * (size_t)L->D * sizeof(float) + SGKC_WS_ALIGN;
+}
+
+static float *ws_base(const sgkc_fwd *f)
+{
+    uintptr_t p = (uintptr_t)f->ws;
+    p = (p + SGKC_WS_ALIGN - 1) & ~(uintptr_t)(SGKC_WS_ALIGN - 1);
+    return (float *)p;
+}
+
+static bool gemm_fits(int64_t M)
+{
+    return (M + 63) / 64 <= INT_MAX;
+}
+
+/* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
+static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
+{
+    sgkc_gemm_args g;
+    memset(&g, 0, sizeof g);
+    const int D = L->D;
+    g.A = f->nodes;
+    g.Bt = L->wqkv_t;
+    g.C = qkv;
+    g.M = f->B * f->N;
+    g.Nc = 3 * D;
+    g.K = D;
+    g.gamma = L->gamma;
+    g.beta = L->beta;
+    g.eps = L->eps;
+    g.scale_cols = D;
+    g.scale = 1.0f / sqrtf((float)L->hd);
+    g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
+    const int64_t big_blocks = ((g.M + 127) / 128) * ((g.Nc + 127) / 128);
+    if (big_blocks >= L->sm_count) {
+        dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 127) / 128));
+        sgkc_sgemm_kernel<128, 128, 8, 8, 8, true, 2><<<grid, 256, 0, f->stream>>>(g);
+    } else {
+        dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
+        sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, 1><<<grid, 256, 0, f->stream>>>(g);
+    }
+    return cudaGetLastError();
+}
+
+/* out = nodes + ctx Wo^T */
+static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
+{
+    sgkc_gemm_args g;
+    memset(&g, 0, sizeof g);
+    const int D = L->D;
+    g.A = ctx;
+    g.Bt = L->wo_t;
+    g.C = f->out;
+    g.M = f->B * f->N;
+    g.Nc = D;
+    g.K = D;
+    g.residual = f->nodes;
+    g.vec = D % 4 == 0;
+    dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((D + 63) / 64));
+    sgkc_sgemm_kernel<64, 64, 16, 4, 4, false, 1><<<grid, 256, 0, f->stream>>>(g);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------ */
+/* general: any shape whose per-row block fits in shared memory.       */
+/* ------------------------------------------------------------------ */
+
+static int general_kc(const sgkc_layer *L, int64_t N)
+{
+    const size_t budget = L->smem_optin / sizeof(float);
+    const size_t fixed = 2u * (size_t)L->D + 3u * (size_t)L->H;
+    if (fixed >= budget)
+        return 0;
+    size_t kc = (budget - fixed) / ((size_t)L->H + (size_t)L->P);
+    if (kc > 64)
+        kc = 64;
+    if ((int64_t)kc > N)
+        kc = (size_t)N;
+    return (int)kc;
+}
+
+static int general_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    return general_kc(L, N) >= 1 && B * N <= INT_MAX && N <= INT_MAX / 4 && gemm_fits(B * N) &&
+           (3 * (int64_t)L->D + 63) / 64 <= 65535;
+}
+
+static cudaError_t general_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    float *qkv = ws_base(f);
+    float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
+    SGKC_RETURN_IF(launch_qkv(L, f, qkv));
+    sgkc_gen_args a;
+    a.qkv = qkv;
+    a.pair = f->pair;
+    a.mask = f->mask;
+    a.mask_u8 = f->mask_u8;
+    a.w1 = L->w1;
+    a.b1 = L->b1;
+    a.w2t = L->w2t;
+    a.b2 = L->b2;
+    a.ctx = ctx;
+    a.N = (int)f->N;
+    a.D = L->D;
+    a.H = L->H;
+    a.P = L->P;
+    a.hd = L->hd;
+    a.KC = general_kc(L, f->N);
+    const size_t smem = sgkc_ag_smem_floats(a.D, a.H, a.P, a.KC) * sizeof(float);
+    sgkc_attn_general_kernel<<<(unsigned)(f->B * f->N), SGKC_AG_NT, smem, f->stream>>>(a);
+    SGKC_RETURN_IF(cudaGetLastError());
+    return launch_out(L, f, ctx);
+}
+
+/* ------------------------------------------------------------------ */
+/* tiled: LN+QKV GEMM, fused MLP/attention per query tile, out GEMM.   */
+/* ------------------------------------------------------------------ */
+
+struct tiled_cfg {
+    int pcap, hmax, HG, G, ld;
+    size_t smem;
+};
+
+static bool tiled_plan(const sgkc_layer *L, tiled_cfg *c)
+{
+    if (L->hd > SGKC_AT_DGMAX || L->P > 128)
+        return false;
+    c->pcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : L->P <= 64 ? 64 : 128;
+    const int fit = SGKC_AT_DGMAX / L->hd;
+    const int want = L->H < fit ? L->H : fit;
+    c->hmax = want <= 8 ? 8 : 16;
+    c->HG = want < c->hmax ? want : c->hmax;
+    c->G = (L->H + c->HG - 1) / c->HG;
+    const int DG = c->HG * L->hd;
+    c->ld = ((DG + 3) & ~3) + 4;
+    c->smem = sgkc_at_smem_floats(c->pcap, c->hmax, c->ld, L->P) * sizeof(float);
+    return c->smem <= L->smem_optin;
+}
+
+static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    tiled_cfg c;
+    if (!tiled_plan(L, &c) || N > INT_MAX / 4 || !gemm_fits(B * N))
+        return 0;
+    const int64_t blocks = B * ((N + SGKC_AT_BQ - 1) / SGKC_AT_BQ) * c.G;
+    return blocks <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
+}
+
+template <int PCAP, int HMAX>
+static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t smem, cudaStream_t s)
+{
+    sgkc_attn_tiled_kernel<PCAP, HMAX><<<blocks, SGKC_AT_NT, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    tiled_cfg c;
+    if (!tiled_plan(L, &c))
+        return cudaErrorInvalidConfiguration;
+    float *qkv = ws_base(f);
+    float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
+    SGKC_RETURN_IF(launch_qkv(L, f, qkv));
+    sgkc_attn_args a;
+    a.qkv = qkv;
+    a.pair = f->pair;
+    a.mask = f->mask;
+    a.mask_u8 = f->mask_u8;
+    a.w1 = L->w1;
+    a.b1 = L->b1;
+    a.w2t = L->w2t;
+    a.b2 = L->b2;
+    a.ctx = ctx;
+    a.N = (int)f->N;
+    a.D = L->D;
+    a.H = L->H;
+    a.P = L->P;
+    a.hd = L->hd;
+    a.HG = c.HG;
+    a.G = c.G;
+    a.qtiles = (a.N + SGKC_AT_BQ - 1) / SGKC_AT_BQ;
+    a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
+    a.qvec = L->D % 4 == 0;
+    const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
+    cudaError_t e;
+    switch (c.pcap * 100 + c.hmax) {
+    case 1608: e = tiled_attn<16, 8>(a, blocks, c.smem, f->stream); break;
+    case 1616: e = tiled_attn<16, 16>(a, blocks, c.smem, f->stream); break;
+    case 3208: e = tiled_attn<32, 8>(a, blocks, c.smem, f->stream); break;
+    case 3216: e = tiled_attn<32, 16>(a, blocks, c.smem, f->stream); break;
+    case 6408: e = tiled_attn<64, 8>(a, blocks, c.smem, f->stream); break;
+    case 6416: e = tiled_attn<64, 16>(a, blocks, c.smem, f->stream); break;
+    case 12808: e = tiled_attn<128, 8>(a, blocks, c.smem, f->stream); break;
+    default: e = tiled_attn<128, 16>(a, blocks, c.smem, f->stream); break;
+    }
+    SGKC_RETURN_IF(e);
+    return launch_out(L, f, ctx);
+}
+
+/* ------------------------------------------------------------------ */
+/* fused-small: one cluster launch per call (Hopper).                  */
+/* ------------------------------------------------------------------ */
+
+struct fused_cfg {
+    int Ch, Cr, rows_r, prow, KC, pcap, hmax;
+    size_t smem;
+};
+
+static bool gemm_shape_ok(int M, int ncols)
+{
+    const int ncg = ncols / 4;
+    if (sgkc_fs_tm4(M, ncols))
+        return ((M + 3) / 4) * ncg <= SGKC_FS_NT;
+    return M * ncg <= 4 * SGKC_FS_NT;
+}
+
+static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
+{
+    if (L->cc_major < 9 || N > 128 || L->P > 64 || L->H > 16 || L->D % 4 != 0)
+        return false;
+    c->Ch = 0;
+    for (int ch = 8; ch >= 1; ch--)
+        if (L->H % ch == 0 && (L->D / ch) % 4 == 0) {
+            c->Ch = ch;
+            break;
+        }
+    if (c->Ch == 0)
+        return false;
+    /* More row slices while the grid is under two blocks per SM. */
+    c->Cr = 1;
+    while (c->Ch * c->Cr * 2 <= 8 && B * c->Ch * c->Cr * 2 <= 2 * (int64_t)L->sm_count &&
+           N >= 8 * c->Cr)
+        c->Cr *= 2;
+    const int C = c->Ch * c->Cr;
+    c->rows_r = (int)((N + c->Cr - 1) / c->Cr);
+    c->prow = (int)((N + C - 1) / C);
+    const int hs = L->D / c->Ch;
+    const int ncg = 3 * hs / 4;
+    c->KC = (2 * SGKC_FS_NT / ncg) & ~3;
+    if (c->KC > 64)
+        c->KC = 64;
+    if (c->KC < 4)
+        return false;
+    if (!gemm_shape_ok(c->rows_r, 3 * hs) || !gemm_shape_ok(c->rows_r, hs))
+        return false;
+    c->pcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : 64;
+    c->hmax = L->H <= 8 ? 8 : 16;
+    const sgkc_fs_layout lay = sgkc_fs_plan((int)N, L->D, L->H, L->P, c->Ch, c->rows_r, c->KC,
+                                            c->pcap, c->hmax);
+    c->smem = lay.total * sizeof(float);
+    return c->smem <= L->smem_optin;
+}
+
+static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    fused_cfg c;
+    return fused_plan(L, B, N, &c) && B * c.Ch * c.Cr <= INT_MAX;
+}
+
+static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t)
+{
+    return 0;
+}
+
+template <int PCAP, int HMAX>
+static cudaError_t fused_go(const sgkc_fused_args &a, unsigned blocks, unsigned cluster, size_t smem,
+                            cudaStream_t s)
+{
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(SGKC_FS_NT);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    SGKC_RETURN_IF(cudaLaunchKernelEx(&cfg, sgkc_fused_small_kernel<PCAP, HMAX>, a));
+    return cudaGetLastError();
+}
+
+static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    fused_cfg c;
+    if (!fused_plan(L, f->B, f->N, &c))
+        return cudaErrorInvalidConfiguration;
+    sgkc_fused_args a;
+    a.nodes = f->nodes;
+    a.pair = f->pair;
+    a.mask = f->mask;
+    a.mask_u8 = f->mask_u8;
+    a.gamma = L->gamma;
+    a.beta = L->beta;
+    a.wqkv_t = L->wqkv_t;
+    a.wo_t = L->wo_t;
+    a.w1 = L->w1;
+    a.b1 = L->b1;
+    a.w2t = L->w2t;
+    a.b2 = L->b2;
+    a.out = f->out;
+    a.N = (int)f->N;
+    a.D = L->D;
+    a.H = L->H;
+    a.P = L->P;
+    a.hd = L->hd;
+    a.eps = L->eps;
+    a.scale = 1.0f / sqrtf((float)L->hd);
+    a.Ch = c.Ch;
+    a.Cr = c.Cr;
+    a.rows_r = c.rows_r;
+    a.prow = c.prow;
+    a.KC = c.KC;
+    a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
+    const unsigned C = (unsigned)(c.Ch * c.Cr);
+    const unsigned blocks = (unsigned)(f->B * C);
+    switch (c.pcap * 100 + c.hmax) {
+    case 1608: return fused_go<16, 8>(a, blocks, C, c.smem, f->stream);
+    case 1616: return fused_go<16, 16>(a, blocks, C, c.smem, f->stream);
+    case 3208: return fused_go<32, 8>(a, blocks, C, c.smem, f->stream);
+    case 3216: return fused_go<32, 16>(a, blocks, C, c.smem, f->stream);
+    case 6408: return fused_go<64, 8>(a, blocks, C, c.smem, f->stream);
+    default: return fused_go<64, 16>(a, blocks, C, c.smem, f->stream);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+
+const sgkc_variant sgkc_variants[] = {
+    {"fused-small", fused_supports, fused_workspace, fused_launch},
+    {"tiled", tiled_supports, ws_qkv_ctx, tiled_launch},
+    {"general", general_supports, ws_qkv_ctx, general_launch},
+};
+const int sgkc_variant_count = (int)(sizeof sgkc_variants / sizeof sgkc_variants[0]);
+
+/* Lets every kernel that may take more than 48 KB of dynamic shared memory
+ * use up to the device's opt-in limit. */
+static cudaError_t raise_smem_limits(int limit)
+{
+    const void *fns[] = {
+        (const void *)sgkc_attn_general_kernel,
+        (const void *)sgkc_attn_tiled_kernel<16, 8>,  (const void *)sgkc_attn_tiled_kernel<16, 16>,
+        (const void *)sgkc_attn_tiled_kernel<32, 8>,  (const void *)sgkc_attn_tiled_kernel<32, 16>,
+        (const void *)sgkc_attn_tiled_kernel<64, 8>,  (const void *)sgkc_attn_tiled_kernel<64, 16>,
+        (const void *)sgkc_attn_tiled_kernel<128, 8>, (const void *)sgkc_attn_tiled_kernel<128, 16>,
+        (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
+        (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
+        (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        SGKC_RETURN_IF(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    return cudaSuccess;
+}
+
+static size_t up64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, float eps,
+                            const float *gamma, const float *beta, const float *wq,
+                            const float *wk, const float *wv, const float *wo, const float *w1,
+                            const float *b1, const float *w2, const float *b2,
+                            int (*alloc_fail)(void))
+{
+    memset(L, 0, sizeof *L);
+    L->device = device;
+    L->D = D;
+    L->H = H;
+    L->P = P;
+    L->hd = D / H;
+    L->eps = eps;
+
+    cudaDeviceProp prop;
+    SGKC_RETURN_IF(cudaGetDeviceProperties(&prop, device));
+    L->sm_count = prop.multiProcessorCount;
+    L->cc_major = prop.major;
+    L->cc_minor = prop.minor;
+    L->smem_optin = prop.sharedMemPerBlockOptin;
+    SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
+
+    const size_t d = (size_t)D;
+    const size_t o_gamma = 0, o_beta = o_gamma + up64(d), o_qkv = o_beta + up64(d);
+    const size_t o_wo = o_qkv + up64(3 * d * d), o_w1 = o_wo + up64(d * d);
+    const size_t o_b1 = o_w1 + up64((size_t)P * P), o_w2 = o_b1 + up64(P);
+    const size_t o_b2 = o_w2 + up64((size_t)P * H), total = o_b2 + up64(H);
+
+    if (alloc_fail && alloc_fail())
+        return cudaErrorMemoryAllocation;
+    float *h = (float *)malloc(total * sizeof(float));
+    if (!h)
+        return cudaErrorMemoryAllocation;
+    memset(h, 0, total * sizeof(float));
+    memcpy(h + o_gamma, gamma, d * sizeof(float));
+    memcpy(h + o_beta, beta, d * sizeof(float));
+    for (size_t n = 0; n < d; n++)
+        for (size_t k = 0; k < d; k++) {
+            h[o_qkv + k * 3 * d + n] = wq[n * d + k];
+            h[o_qkv + k * 3 * d + d + n] = wk[n * d + k];
+            h[o_qkv + k * 3 * d + 2 * d + n] = wv[n * d + k];
+            h[o_wo + k * d + n] = wo[n * d + k];
+        }
+    memcpy(h + o_w1, w1, (size_t)P * P * sizeof(float));
+    memcpy(h + o_b1, b1, (size_t)P * sizeof(float));
+    for (int p = 0; p < P; p++)
+        for (int hh = 0; hh < H; hh++)
+            h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
+    memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
+
+    cudaError_t err = cudaSuccess;
+    if (alloc_fail && alloc_fail())
+        err = cudaErrorMemoryAllocation;
+    else
+        err = cudaMalloc(&L->block, total * sizeof(float));
+    if (err == cudaSuccess) {
+        err = cudaMemcpy(L->block, h, total * sizeof(float), cudaMemcpyHostToDevice);
+        if (err != cudaSuccess) {
+            cudaFree(L->block);
+            L->block = NULL;
+        }
+    } else {
+        L->block = NULL;
+    }
+    free(h);
+    if (err != cudaSuccess)
+        return err;
+    const float *base = (const float *)L->block;
+    L->gamma = base + o_gamma;
+    L->beta = base + o_beta;
+    L->wqkv_t = base + o_qkv;
+    L->wo_t = base + o_wo;
+    L->w1 = base + o_w1;
+    L->b1 = base + o_b1;
+    L->w2t = base + o_w2;
+    L->b2 = base + o_b2;
+    return cudaSuccess;
+}
+
+void sgkc_layer_release(sgkc_layer *L)
+{
+    if (L && L->block) {
+        cudaFree(L->block);
+        L->block = NULL;
+    }
+}
