@@ -210,6 +210,7 @@ int bench_parse_options(int argc, char **argv, bench_options *opt)
             NEEDS_VALUE();
             bench_shape s;
             if (parse_shape(v, &s) != 0) return bad("--shape wants B,N,D,H,P, all >= 1", v);
+            if (s.D % s.H != 0) return bad("--shape: H must divide D", v);
             if (add_case(opt, "custom", s) != 0) return bad("too many shapes", v);
         } else if (!strcmp(a, "--backend")) {
             NEEDS_VALUE();
