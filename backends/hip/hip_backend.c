@@ -46,6 +46,8 @@ sgk_status sgk_hip_fail(sgk_status status, const char *call, hipError_t err, con
 {
     char text[256];
     error_text(err, text, sizeof text);
+    /* Reported here, so the caller's next hipGetLastError need not see it. */
+    (void)hipGetLastError();
     return sgk_hip_host->set_error(status, "hip: %s failed with %s%s", call, text, context);
 }
 
@@ -98,6 +100,7 @@ static int hip_probe(char *reason, size_t len)
         char text[256];
         error_text(err, text, sizeof text);
         snprintf(reason, len, "hipGetDeviceCount failed with %s", text);
+        (void)hipGetLastError();
         return 0;
     }
     if (count < 1) {
