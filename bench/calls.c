@@ -56,6 +56,9 @@ int call_copy(void *arg, int i)
 
 const bench_dev_ops *module_for(const char *backend)
 {
+#ifdef SGK_BENCH_FAKE_DEVICE
+    if (!strcmp(backend, "cpu")) return bench_fake_ops();
+#endif
 #ifdef SGK_BENCH_HAVE_CUDA
     if (!strcmp(backend, "cuda")) return bench_cuda_ops();
 #endif

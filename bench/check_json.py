@@ -4,6 +4,9 @@
     check_json.py FILE...                 check existing files
     check_json.py --run SGK_BENCH ARGS    run sgk-bench (ARGS must hold --json FILE),
                                           require exit status 0, then check FILE
+
+Before --run: --modes M1,M2 requires rows in each of those modes, and
+--rotated requires a row that rotated among several input sets.
 """
 import json
 import math
@@ -52,7 +55,7 @@ def flop_model(r):
     return 8 * B * N * D * D + B * N * N * (2 * P * P + 2 * P * H) + 4 * B * N * N * D
 
 
-def check_file(path, require_ok=False):
+def check_file(path, require_ok=False, modes=(), rotated=False):
     problems = []
     try:
         with open(path) as f:
@@ -102,10 +105,26 @@ def check_file(path, require_ok=False):
         if r["status"] == "ok" and r["checked"]:
             if not (r["rel_l2"] <= doc["settings"]["rel_l2_tol"] and r["max_abs"] <= doc["settings"]["max_abs_tol"]):
                 problems.append(f"{where}: status ok but error over the tolerance")
+    for mode in modes:
+        if not any(isinstance(r, dict) and r.get("mode") == mode for r in rows):
+            problems.append(f"no row in mode {mode}")
+    if rotated and not any(isinstance(r, dict) and (r.get("input_sets") or 0) > 1 for r in rows):
+        problems.append("no row rotated among input sets")
     return [f"{path}: {p}" for p in problems]
 
 
 def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    modes, rotated = (), False
+    while len(argv) > 1 and argv[1] in ("--modes", "--rotated"):
+        if argv[1] == "--modes":
+            modes = argv[2].split(",")
+            argv = argv[:1] + argv[3:]
+        else:
+            rotated = True
+            argv = argv[:1] + argv[2:]
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -124,7 +143,7 @@ def main(argv):
         paths, require_ok = argv[1:], False
     problems = []
     for p in paths:
-        problems += check_file(p, require_ok)
+        problems += check_file(p, require_ok, modes, rotated)
     for p in problems:
         print(p, file=sys.stderr)
     if problems:

@@ -65,6 +65,7 @@ typedef struct bench_dev_ops {
 /* The modules built into this bench, NULL where a module was not built. */
 const bench_dev_ops *bench_cuda_ops(void);
 const bench_dev_ops *bench_opencl_ops(void);
+const bench_dev_ops *bench_fake_ops(void); /* the bench's own test only */
 
 #ifdef __cplusplus
 }

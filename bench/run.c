@@ -276,7 +276,7 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
     br.res = res;
     br.cases = cases;
     br.name = name;
-    br.is_cpu = !strcmp(name, "cpu");
+    br.is_cpu = !strcmp(name, "cpu") && !module_for(name);
     br.proto.warmup_s = opt->warmup_s;
     br.proto.min_repeat_s = opt->min_repeat_s;
     br.proto.repeats = opt->repeats;
