@@ -27,6 +27,7 @@ typedef struct bench_dev_info {
     double peak_gflops;   /* fp32 FMA peak from device properties, 0 when unknown */
     char peak_source[96]; /* how peak_gflops was derived */
     double cache_bytes;   /* last-level (L2) cache size, 0 when unknown */
+    char clock[96];       /* how time_calls measures, "" for ops->clock */
 } bench_dev_info;
 
 typedef struct bench_dev_ops {

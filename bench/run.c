@@ -320,7 +320,7 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
             ops->info(br.dev, &info);
             if (info.name[0]) snprintf(d->name, sizeof d->name, "%s", info.name);
             snprintf(d->driver, sizeof d->driver, "%s", info.driver);
-            snprintf(d->clock, sizeof d->clock, "%s", ops->clock);
+            snprintf(d->clock, sizeof d->clock, "%s", info.clock[0] ? info.clock : ops->clock);
             d->peak_gflops = info.peak_gflops;
             snprintf(d->peak_source, sizeof d->peak_source, "%s", info.peak_source);
             d->cache_bytes = info.cache_bytes;

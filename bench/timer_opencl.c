@@ -182,6 +182,8 @@ static void ocl_info(bench_dev *d, bench_dev_info *info)
     cl_ulong cache = 0;
     if (d->f.clGetDeviceInfo(d->device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, NULL) == CL_SUCCESS)
         info->cache_bytes = (double)cache;
+    if (!d->profiling)
+        snprintf(info->clock, sizeof info->clock, "clFinish and the monotonic clock (queue without profiling)");
     /* OpenCL does not say how many FP32 lanes a compute unit has. */
     snprintf(info->peak_source, sizeof info->peak_source, "unknown on OpenCL (give --peak-gflops)");
 }
