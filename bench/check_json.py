@@ -26,7 +26,7 @@ DEVICE = {"backend": str, "device": int, "name": str, "driver": str, "clock": st
           "timer_note": str, "launch_us": OPT_NUM, "graph_launch_us": OPT_NUM,
           "copy_gbps": OPT_NUM, "copy_how": str, "peak_gflops": OPT_NUM, "peak_source": str,
           "cache_bytes": OPT_NUM, "threads": int}
-ROW = {"backend": str, "device_name": str, "variant": str, "auto": bool, "preset": str,
+ROW = {"backend": str, "device": int, "device_name": str, "variant": str, "auto": bool, "preset": str,
        "B": int, "N": int, "D": int, "H": int, "P": int, "mode": str,
        "input_sets": int, "iters_per_repeat": int, "repeats": int,
        "us_median": OPT_NUM, "us_min": OPT_NUM, "us_max": OPT_NUM,

@@ -194,11 +194,11 @@ static void json_device(FILE *f, const bench_device_rec *d)
     fprintf(f, ", \"threads\": %d}", d->threads);
 }
 
-static void json_row(FILE *f, const bench_row *r)
+static void json_row(FILE *f, const bench_results *res, const bench_row *r)
 {
     fprintf(f, "    {\"backend\": ");
     json_str(f, r->backend);
-    fprintf(f, ", \"device_name\": ");
+    fprintf(f, ", \"device\": %d, \"device_name\": ", res->devices[r->device_rec].device);
     json_str(f, r->device_name);
     fprintf(f, ", \"variant\": ");
     json_str(f, r->variant);
@@ -318,7 +318,7 @@ int bench_write_json(const bench_options *opt, const bench_results *res, const c
     }
     fprintf(f, "%s],\n  \"rows\": [\n", first ? "" : "\n  ");
     for (int i = 0; i < res->nrows; i++) {
-        json_row(f, &res->rows[i]);
+        json_row(f, res, &res->rows[i]);
         fputs(i + 1 < res->nrows ? ",\n" : "\n", f);
     }
     fprintf(f, "  ]\n}\n");
