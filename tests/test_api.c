@@ -5,6 +5,7 @@
  * buffer (or out-pointer) byte-identical. */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -617,6 +618,32 @@ static void test_forward_ok(void **state)
     sgkt_run_free(&r);
 }
 
+/* ---- the last-error message is per thread ------------------------------- */
+
+static void *fail_in_thread(void *arg)
+{
+    sgk_backend_info info;
+    int *ok = arg;
+    *ok = sgk_backend_find("other-thread-backend", &info) == SGK_ERR_UNKNOWN_BACKEND &&
+          strstr(sgk_last_error(), "other-thread-backend") != NULL;
+    return NULL;
+}
+
+static void test_last_error_thread_local(void **state)
+{
+    (void)state;
+    sgk_backend_info info;
+    EXPECT_ERR(sgk_backend_find("main-thread-backend", &info), SGK_ERR_UNKNOWN_BACKEND,
+               "main-thread-backend");
+    pthread_t th;
+    int ok = 0;
+    assert_int_equal(pthread_create(&th, NULL, fail_in_thread, &ok), 0);
+    pthread_join(th, NULL);
+    assert_true(ok);
+    assert_non_null(strstr(sgk_last_error(), "main-thread-backend"));
+    assert_null(strstr(sgk_last_error(), "other-thread-backend"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -625,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_device_name),
         cmocka_unit_test(test_context_errors),
+        cmocka_unit_test(test_last_error_thread_local),
         cmocka_unit_test_setup_teardown(test_layer_errors, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_forward_errors, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_forward_device_errors, fixture_setup,

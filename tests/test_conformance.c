@@ -5,6 +5,7 @@
  * a device besides 0; SGK_TEST_SEED changes the base seed; SGK_TEST_XL=1 adds
  * the xl preset. Exits 77 when the backend cannot run here. */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -267,6 +268,62 @@ static void test_nan_isolation(void **state)
     assert_true(all_ok);
 }
 
+/* sgk.h: forward calls may run concurrently on one layer, each with its own
+ * output (and workspace). */
+typedef struct worker {
+    sgk_layer *layer;
+    const sgkt_prepared *p;
+    int device_api, failures;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    for (int rep = 0; rep < 3; rep++) {
+        sgkt_run r = sgkt_run_forward(w->layer, &w->p->in, w->device_api);
+        sgkt_error e = {0, 0, 0, 0};
+        if (r.status == SGK_OK)
+            e = sgkt_compare(r.out, w->p->ref, w->p->n_out);
+        if (r.status != SGK_OK || !r.guard_ok ||
+            !sgkt_error_ok(&e, SGKT_REL_L2_TOL, SGKT_MAX_ABS_TOL))
+            w->failures++;
+        sgkt_run_free(&r);
+    }
+    return NULL;
+}
+
+static void test_concurrent_forward(void **state)
+{
+    (void)state;
+    static const sgkt_case c = {"concurrent", 3, 40, 64, 4, 8, SGKT_MASK_EMPTY_ROWS, 0.5,
+                                SGK_MASK_F32, 0};
+    uint64_t seed = sgkt_seed_mix(base_seed, 0xC0C);
+    sgkt_prepared p;
+    assert_int_equal(sgkt_prepare(&p, &c, seed), 0);
+    sgk_layer *layer = NULL;
+    assert_int_equal(sgkt_layer_from_weights(ctx, &p.w, &layer), SGK_OK);
+    enum { THREADS = 4 };
+    worker w[THREADS];
+    pthread_t th[THREADS];
+    int host_api = strcmp(backend, "cpu") == 0;
+    for (int t = 0; t < THREADS; t++) {
+        w[t] = (worker){layer, &p, host_api ? t % 2 : 0, 0};
+        assert_int_equal(pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
+    }
+    int failures = 0;
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(th[t], NULL);
+        failures += w[t].failures;
+    }
+    if (failures)
+        printf("FAIL backend=%s device=%d case=concurrent seed=0x%016llx: %d of %d concurrent "
+               "forward calls wrong\n",
+               backend, device, (unsigned long long)seed, failures, 3 * THREADS);
+    sgk_layer_destroy(layer);
+    sgkt_prepared_free(&p);
+    assert_int_equal(failures, 0);
+}
+
 static void test_summary(void **state)
 {
     (void)state;
@@ -314,7 +371,7 @@ int main(int argc, char **argv)
     printf("conformance: backend=%s base seed 0x%016llx (set SGK_TEST_SEED to change)\n",
            backend, (unsigned long long)base_seed);
 
-    struct CMUnitTest *tests = calloc((size_t)sgkt_case_count + 2, sizeof *tests);
+    struct CMUnitTest *tests = calloc((size_t)sgkt_case_count + 3, sizeof *tests);
     if (!tests)
         return 1;
     size_t n = 0;
@@ -326,8 +383,10 @@ int main(int argc, char **argv)
         tests[n++] = t;
     }
     struct CMUnitTest iso = {"nan_isolation", test_nan_isolation, NULL, NULL, NULL};
+    struct CMUnitTest conc = {"concurrent_forward", test_concurrent_forward, NULL, NULL, NULL};
     struct CMUnitTest sum = {"summary", test_summary, NULL, NULL, NULL};
     tests[n++] = iso;
+    tests[n++] = conc;
     tests[n++] = sum;
 
     int devices[2], n_dev = sgkt_test_devices(devices), failed = 0;

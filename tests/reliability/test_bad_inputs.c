@@ -159,13 +159,16 @@ static void misaligned(env *e, const char *which, size_t offset)
     size_t nb = e->f.out_floats * sizeof(float);
     size_t pb = (size_t)(B_ * N_ * N_ * P_) * sizeof(float);
     size_t mb = (size_t)(B_ * N_ * N_) * sgkt_mask_elem_size(in->mask_type);
-    unsigned char *raw = malloc(nb + pb + mb + nb + 64);
+    /* Each buffer on a 16-byte boundary of its own, 16 bytes of room after
+     * it, unless it is the one moved. */
+#define ROOM(x) (((x) + 31) & ~(size_t)15)
+    size_t pair_off = ROOM(nb), mask_off = pair_off + ROOM(pb), out_off = mask_off + ROOM(mb);
+    unsigned char *raw = malloc(out_off + ROOM(nb) + 16);
+#undef ROOM
     assert_non_null(raw);
-    /* Each buffer on its own 16-byte boundary unless it is the one moved. */
-    unsigned char *nodes = raw, *pair = raw + ((nb + 31) & ~(size_t)15);
-    unsigned char *mask = pair + ((pb + 31) & ~(size_t)15);
-    unsigned char *out = mask + ((mb + 31) & ~(size_t)15);
-    nodes = (unsigned char *)(((uintptr_t)nodes + 15) & ~(uintptr_t)15);
+    unsigned char *base = (unsigned char *)(((uintptr_t)raw + 15) & ~(uintptr_t)15);
+    unsigned char *nodes = base, *pair = base + pair_off, *mask = base + mask_off;
+    unsigned char *out = base + out_off;
     if (strcmp(which, "nodes") == 0) nodes += offset;
     if (strcmp(which, "pair_feats") == 0) pair += offset;
     if (strcmp(which, "edge_mask") == 0) mask += offset;
