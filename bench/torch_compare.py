@@ -97,6 +97,17 @@ class Sgk:
         return self.lib.sgk_version().decode()
 
 
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def find_libsgk(explicit):
     if explicit:
         return explicit
@@ -398,7 +409,7 @@ def main():
     out = {"format": "sgk-torch-compare/1",
            "machine": {"host": platform.node(), "torch": torch.__version__,
                        "cuda": torch.version.cuda, "device": a.device,
-                       "device_name": torch.cuda.get_device_name() if a.device.startswith("cuda") else platform.processor(),
+                       "device_name": torch.cuda.get_device_name() if a.device.startswith("cuda") else cpu_name(),
                        "torch_threads": torch.get_num_threads(), "sgk_version": sgk.version(),
                        "anchors": os.path.abspath(anchors)},
            "presets": {}}
