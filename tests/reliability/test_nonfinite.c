@@ -1,0 +1,130 @@
+/* NaN and Inf stay where the math puts them (SPEC section 1): a non-finite
+ * input reaches the outputs it touches and no other row or batch entry. A
+ * node that a row does not attend to is invisible to that row, whatever its
+ * values; a fully masked row is its input exactly. Every variant of the
+ * backend is compared with the reference element by element, finiteness
+ * included. Usage: test_nonfinite BACKEND */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rel.h"
+
+static const char *g_backend;
+
+typedef struct poison {
+    const char *what;
+    int in_pair;     /* 0: nodes[0, node, 0]; 1: pair_feats[0, node, col, 0] */
+    int node, col;
+    float value;
+} poison;
+
+/* Batch entry 0: rows 1 and 2 do not attend to node 0, row 3 attends to
+ * nothing; the rest of the mask is dense. Batch entry 1 is dense. */
+static void shape_mask(float *mask, int64_t N)
+{
+    for (int64_t i = 0; i < 2 * N * N; i++)
+        mask[i] = 1.0f;
+    mask[1 * N + 0] = 0.0f;
+    mask[2 * N + 0] = 0.0f;
+    for (int64_t j = 0; j < N; j++)
+        mask[3 * N + j] = 0.0f;
+}
+
+static int run(int64_t N, const poison *p)
+{
+    const int64_t B = 2, D = 8, H = 2, P = 3;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 0, B, N, D, H, P, SGK_MASK_F32, 91);
+    shape_mask(f.in.edge_mask, N);
+    if (p->in_pair)
+        f.in.pair_feats[((size_t)p->node * (size_t)N + (size_t)p->col) * (size_t)P] = p->value;
+    else
+        f.in.nodes[(size_t)p->node * (size_t)D] = p->value;
+    size_t n = f.out_floats;
+    sgk_ref_layer ref;
+    sgkt_weights_to_ref(&f.w, &ref);
+    double *expect = malloc(n * sizeof(double));
+    float *out = malloc(n * sizeof(float));
+    assert_non_null(expect);
+    assert_non_null(out);
+    assert_int_equal(sgk_ref_forward(&ref, B, N, f.in.nodes, f.in.pair_feats, f.in.edge_mask,
+                                     SGK_MASK_F32, expect, NULL), 0);
+    const char *names[16];
+    int nv = rel_variants(f.layer, B, N, names, 16);
+    int bad = 0;
+    for (int v = 0; v < nv; v++) {
+        assert_int_equal(sgk_layer_set_variant(f.layer, names[v]), SGK_OK);
+        rel_forward_ok(f.layer, &f.in, out);
+        /* Rows that became non-finite although the reference keeps them finite. */
+        int leaked = 0, first = -1;
+        for (size_t r = 0; r < (size_t)(B * N); r++) {
+            int row_bad = 0;
+            for (size_t d = 0; d < (size_t)D; d++)
+                row_bad |= isfinite(expect[r * D + d]) && !isfinite(out[r * D + d]);
+            if (row_bad && first < 0)
+                first = (int)r;
+            leaked += row_bad;
+        }
+        sgkt_error e = sgkt_compare(out, expect, n);
+        int masked_row_exact = memcmp(out + 3 * D, f.in.nodes + 3 * D, D * sizeof(float)) == 0;
+        int ok = leaked == 0 && sgkt_error_ok(&e, SGKT_REL_L2_TOL, SGKT_MAX_ABS_TOL) &&
+                 masked_row_exact;
+        rel_figure("nonfinite backend=%s variant=%s N=%lld %s: rows_wrongly_nonfinite=%d "
+                   "(first: batch %d row %d) fully_masked_row_exact=%d %s",
+                   g_backend, names[v], (long long)N, p->what, leaked,
+                   first < 0 ? -1 : first / (int)N, first < 0 ? -1 : first % (int)N,
+                   masked_row_exact, ok ? "ok" : "WRONG");
+        bad += !ok;
+    }
+    free(expect);
+    free(out);
+    rel_fixture_free(&f);
+    return bad;
+}
+
+static const poison k_poisons[] = {
+    {"NaN in nodes of node 0 (rows 1, 2 do not attend it)", 0, 0, 0, NAN},
+    {"+Inf in nodes of node 0 (rows 1, 2 do not attend it)", 0, 0, 0, INFINITY},
+    {"NaN in pair_feats of masked pair (1, 0)", 1, 1, 0, NAN},
+    {"NaN in pair_feats of edge (1, 2)", 1, 1, 2, NAN},
+    {"-Inf in pair_feats of edge (2, 1)", 1, 2, 1, -INFINITY},
+};
+
+static void test_small_graph(void **state)
+{
+    (void)state;
+    int bad = 0;
+    for (size_t i = 0; i < sizeof k_poisons / sizeof k_poisons[0]; i++)
+        bad += run(5, &k_poisons[i]);
+    assert_int_equal(bad, 0);
+}
+
+/* Enough nodes for several key tiles, so that the masked node sits in a
+ * tile other than the last. */
+static void test_tiled_graph(void **state)
+{
+    (void)state;
+    int bad = 0;
+    for (size_t i = 0; i < sizeof k_poisons / sizeof k_poisons[0]; i++)
+        bad += run(70, &k_poisons[i]);
+    assert_int_equal(bad, 0);
+}
+
+int main(int argc, char **argv)
+{
+    g_backend = argc > 1 ? argv[1] : "cpu";
+    rel_require_backend(g_backend);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_small_graph),
+        cmocka_unit_test(test_tiled_graph),
+    };
+    return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
+}
