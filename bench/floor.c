@@ -11,7 +11,7 @@ void measure_floor(backend_run *br, bench_device_rec *d)
 {
     const bench_options *opt = br->opt;
     if (br->is_cpu) {
-        int threads = opt->threads ? opt->threads : br->res->machine.cpu_threads;
+        int threads = d->threads > 0 ? d->threads : 1;
         progress(opt, "cpu: host copy bandwidth ...");
         d->copy_gbps = bench_host_copy_gbps(threads, opt->quick);
         if (!(d->copy_gbps > 0)) d->copy_gbps = NAN;

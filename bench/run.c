@@ -268,6 +268,16 @@ static int add_device(bench_results *res, const char *backend, int device)
     return res->ndevices++;
 }
 
+/* Threads the cpu backend will use: --threads, else what OpenMP would pick
+ * by default (OMP_NUM_THREADS, else every logical CPU). */
+static int cpu_backend_threads(const bench_options *opt, const bench_machine *m)
+{
+    if (opt->threads) return opt->threads;
+    const char *env = getenv("OMP_NUM_THREADS");
+    int n = env ? atoi(env) : 0;
+    return n > 0 ? n : m->cpu_threads;
+}
+
 static void run_backend(const bench_options *opt, bench_results *res, case_data *cases, const char *name)
 {
     backend_run br;
@@ -301,7 +311,7 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
         snprintf(d->name, sizeof d->name, "%s device %d", name, opt->device);
 
     if (br.is_cpu) {
-        d->threads = opt->threads ? opt->threads : res->machine.cpu_threads;
+        d->threads = cpu_backend_threads(opt, &res->machine);
         snprintf(d->clock, sizeof d->clock, "monotonic clock");
     } else {
         const bench_dev_ops *ops = module_for(name);
