@@ -309,7 +309,7 @@ def run_preset(a, name, shape, sgk, model_ref):
 
         # sgk, on the same tensors and the same stream
         backend = a.backend or ("cuda" if on_cuda else "cpu")
-        index = (torch.device(dev).index or 0) if on_cuda else 0
+        index = torch.cuda.current_device() if on_cuda else 0
         layer = SgkLayer(sgk, backend, index, m, a.threads)
         res["sgk_backend"] = backend
         res["sgk_device"] = layer.device_name(backend, index)
@@ -401,7 +401,8 @@ def main():
     if a.device.startswith("cuda"):
         if not torch.cuda.is_available():
             sys.exit("torch_compare: CUDA is not available to PyTorch here; use --device cpu")
-        torch.cuda.set_device(torch.device(a.device))
+        if torch.device(a.device).index is not None:
+            torch.cuda.set_device(torch.device(a.device))
     if a.threads:
         torch.set_num_threads(a.threads)
 
