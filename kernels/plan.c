@@ -66,7 +66,7 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     if (kind == SGK_PLAN_SMALL) {
         /* Q/K/V of the whole entry, then the larger of LayerNorm's scratch
          * and the attention tile, which reuse one region. */
-        if (B > lim->max_groups0)
+        if (B > lim->max_groups)
             return 0;
         const size_t qkv = (size_t)(3 * N * D), ln = (size_t)(N * D + 2 * N);
         for (int64_t tq = N; tq >= 1; tq = tq > 8 ? (tq + 1) / 2 : tq - 1) {
@@ -104,7 +104,8 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     plan->smem_attn = attn_floats(tq, tk, D, H);
     plan->groups_ln = (B * N + rt - 1) / rt;
     plan->groups_q = (N + tq - 1) / tq;
-    if (plan->groups_ln > lim->max_groups0 || plan->groups_q > lim->max_groups0 || B > lim->max_groups1)
+    plan->groups_attn = plan->groups_q * B;
+    if (plan->groups_ln > lim->max_groups || plan->groups_attn > lim->max_groups || plan->groups_attn > INT_MAX)
         return 0;
     if ((size_t)(B * N) > SIZE_MAX / ((size_t)(3 * D) * sizeof(float)))
         return 0;

@@ -5,7 +5,7 @@
  *   "small": one `fused` group per batch entry; the entry's Q/K/V stay in
  *            local memory. No workspace.
  *   "tiled": `ln_qkv` over groups of rows into a workspace of B*N*3D floats,
- *            then `attn_tile` over (query tiles, B). Any N.
+ *            then `attn_tile` over query tiles x B. Any N.
  */
 #ifndef SGK_PLAN_H
 #define SGK_PLAN_H
@@ -27,8 +27,7 @@ void sgk_pack_weights(const sgk_layer_desc *desc, float *dst);
 /* What a device allows a group. */
 typedef struct sgk_limits {
     size_t local_bytes;   /* local (shared) memory per group */
-    int64_t max_groups0;  /* grid size limits, per dimension */
-    int64_t max_groups1;
+    int64_t max_groups;   /* groups in one launch (all kernels are 1D) */
 } sgk_limits;
 
 typedef enum { SGK_PLAN_SMALL = 0, SGK_PLAN_TILED = 1 } sgk_plan_kind;
@@ -44,6 +43,7 @@ typedef struct sgk_plan {
     size_t smem_ln, smem_attn;
     int64_t groups_ln;       /* tiled: ln_qkv groups */
     int64_t groups_q;        /* tiled: query tiles per batch entry */
+    int64_t groups_attn;     /* tiled: attn_tile groups, groups_q * B */
     size_t workspace_bytes;  /* tiled: B*N*3D floats */
 } sgk_plan;
 

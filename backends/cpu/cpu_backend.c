@@ -1,5 +1,6 @@
 /* The cpu backend: the generated kernels (kernels/relation.sgk, emitted as C
  * by sgkgen.py) run one group per OpenMP iteration. Built into libsgk. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,8 @@ static const sgk_host *g_host;
 
 /* A group's local memory is one thread's slice of the workspace; "small"
  * stops at a size that stays cache-resident, beyond which "tiled" wins. */
-static const sgk_limits k_small_limits = {1u << 20, INT64_MAX, INT64_MAX};
-static const sgk_limits k_tiled_limits = {256u << 10, INT64_MAX, INT64_MAX};
+static const sgk_limits k_small_limits = {1u << 20, INT_MAX};
+static const sgk_limits k_tiled_limits = {256u << 10, INT_MAX};
 
 static const char *const k_variants[] = {"small", "tiled"};
 enum { V_SMALL, V_TILED, V_COUNT };
@@ -175,9 +176,9 @@ static sgk_status cpu_forward(void *bl, int v, const sgk_fwd *a)
     float *pool_mem = qkv + p.workspace_bytes / sizeof(float);
     sgk_cpu_ln_qkv(threads, (int)p.groups_ln, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta,
                    w + o.wqkv, qkv, (int)(p.B * p.N), p.D, p.rt, l->eps);
-    sgk_cpu_attn_tile(threads, (int)p.groups_q, (int)p.B, pool_mem, pool, qkv, a->nodes, a->pair_feats,
+    sgk_cpu_attn_tile(threads, (int)p.groups_attn, 1, pool_mem, pool, qkv, a->nodes, a->pair_feats,
                       a->edge_mask, mask_u8, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo, a->out,
-                      p.N, p.D, p.H, p.P, p.tq, p.tk, p.scale);
+                      p.N, p.D, p.H, p.P, p.tq, p.tk, (int)p.groups_q, p.scale);
     return SGK_OK;
 }
 

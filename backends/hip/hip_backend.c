@@ -186,9 +186,7 @@ static sgk_status kernel_shape(sgk_hip_ctx *c, const hipDeviceProp_t *p, int whi
     /* Group ids are int inside the kernels, and the dispatch counts the
      * work-items of each dimension in 32 bits. */
     int64_t g0 = p->maxGridSize[0] > 0 ? p->maxGridSize[0] : INT_MAX;
-    int64_t g1 = p->maxGridSize[1] > 0 ? p->maxGridSize[1] : INT_MAX;
     k->max_groups0 = min64(min64(g0, (int64_t)(UINT32_MAX / (uint32_t)threads)), INT_MAX);
-    k->max_groups1 = min64(g1, INT_MAX);
     return SGK_OK;
 }
 

@@ -40,7 +40,6 @@ typedef struct sgk_hip_kernel {
     int threads;          /* work-items per group, a multiple of the wavefront */
     size_t local_bytes;   /* dynamic shared memory a group may use */
     int64_t max_groups0;  /* groups along x: the grid limit, and x * threads < 2^32 */
-    int64_t max_groups1;  /* groups along y */
 } sgk_hip_kernel;
 
 typedef struct sgk_hip_ctx {

@@ -111,14 +111,12 @@ static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
     if (v == V_SMALL) {
         const sgk_hip_kernel *f = &k[SGK_HIP_K_FUSED];
         lim.local_bytes = f->local_bytes;
-        lim.max_groups0 = f->max_groups0;
-        lim.max_groups1 = f->max_groups1;
+        lim.max_groups = f->max_groups0;
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
     }
     const sgk_hip_kernel *ln = &k[SGK_HIP_K_LN_QKV], *at = &k[SGK_HIP_K_ATTN_TILE];
     lim.local_bytes = ln->local_bytes < at->local_bytes ? ln->local_bytes : at->local_bytes;
-    lim.max_groups0 = min64(ln->max_groups0, at->max_groups0);
-    lim.max_groups1 = at->max_groups1;
+    lim.max_groups = min64(ln->max_groups0, at->max_groups0);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
@@ -175,12 +173,13 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
                             (int)(p->B * p->N), p->D, p->rt, l->eps);
     if (err != hipSuccess)
         return launch_failed(l, "ln_qkv", err, (int)p->groups_ln, 1, kl, p->smem_ln);
-    err = sgk_launch_attn_tile((int)p->groups_q, (int)p->B, ka->threads,
+    err = sgk_launch_attn_tile((int)p->groups_attn, 1, ka->threads,
                                p->smem_attn * sizeof(float), s, qkv, a->nodes, a->pair_feats,
                                mask, mask_u8, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo,
-                               a->out, p->N, p->D, p->H, p->P, p->tq, p->tk, p->scale);
+                               a->out, p->N, p->D, p->H, p->P, p->tq, p->tk, (int)p->groups_q,
+                               p->scale);
     if (err != hipSuccess)
-        return launch_failed(l, "attn_tile", err, (int)p->groups_q, (int)p->B, ka, p->smem_attn);
+        return launch_failed(l, "attn_tile", err, (int)p->groups_attn, 1, ka, p->smem_attn);
     return SGK_OK;
 }
 

@@ -147,15 +147,14 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
     err = sgk_cl_args_attn_tile(ka->kernel, mem(a->workspace), mem(a->nodes), mem(a->pair_feats),
                                 mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], w[SGK_CL_W_B1],
                                 w[SGK_CL_W_W2], w[SGK_CL_W_B2], w[SGK_CL_W_WO], mem(a->out), p->N,
-                                p->D, p->H, p->P, p->tq, p->tk, p->scale,
+                                p->D, p->H, p->P, p->tq, p->tk, (int)p->groups_q, p->scale,
                                 p->smem_attn * sizeof(float));
     sgk_status st = SGK_OK;
     if (err != CL_SUCCESS) {
         st = launch_failed("clSetKernelArg", err, "attn_tile", c);
     } else {
-        const size_t ga[2] = { (size_t)p->groups_q * ka->local, (size_t)p->B };
-        const size_t la[2] = { ka->local, 1 };
-        err = clEnqueueNDRangeKernel(q, ka->kernel, 2, NULL, ga, la, done ? 1 : 0,
+        const size_t ga = (size_t)p->groups_attn * ka->local;
+        err = clEnqueueNDRangeKernel(q, ka->kernel, 1, NULL, &ga, &ka->local, done ? 1 : 0,
                                      done ? &done : NULL, NULL);
         if (err != CL_SUCCESS)
             st = launch_failed("clEnqueueNDRangeKernel", err, "attn_tile", c);

@@ -208,14 +208,12 @@ int sgk_cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *pl
     if (v == SGK_CL_V_SMALL) {
         const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
         lim.local_bytes = k->local_bytes;
-        lim.max_groups0 = k->max_groups;
-        lim.max_groups1 = k->max_groups;
+        lim.max_groups = k->max_groups;
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, plan);
     }
     const sgk_cl_kernel *kl = &pr->k[SGK_CL_K_LN_QKV], *ka = &pr->k[SGK_CL_K_ATTN_TILE];
     lim.local_bytes = kl->local_bytes < ka->local_bytes ? kl->local_bytes : ka->local_bytes;
-    lim.max_groups0 = min64(kl->max_groups, ka->max_groups);
-    lim.max_groups1 = ka->max_groups;
+    lim.max_groups = min64(kl->max_groups, ka->max_groups);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, plan);
 }
 
