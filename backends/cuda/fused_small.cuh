@@ -19,8 +19,9 @@
  *      space Xs used, which all of them are done with).
  *   cluster barrier
  *   5. out = nodes + ctx Wo^T for its rows and its hs output columns.
- * Weights for steps 3 and 5 are staged through shared memory in K chunks,
- * double buffered. */
+ * The weight slices of steps 3 and 5 are copied into shared memory with
+ * cp.async, the first at kernel start (behind LayerNorm and the MLP), the
+ * second while attention runs. */
 #ifndef SGK_CUDA_FUSED_SMALL_CUH
 #define SGK_CUDA_FUSED_SMALL_CUH
 
@@ -40,8 +41,8 @@ struct sgkc_fused_args {
     int Ch, Cr;  /* head groups x row slices = cluster size */
     int rows_r;  /* ceil(N / Cr) */
     int prow;    /* ceil(N / (Ch*Cr)): pair rows per block in step 2 */
-    int KC;      /* K chunk of staged weights */
     int pvec;    /* P % 4 == 0 and pair 16-byte aligned */
+    int nvec;    /* nodes 16-byte aligned */
 };
 
 /* Layout of a block's shared memory, in floats. */
@@ -51,7 +52,7 @@ struct sgkc_fs_layout {
 };
 
 __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int P, int Ch,
-                                                      int rows_r, int KC, int pcap, int hmax)
+                                                      int rows_r, int pcap, int hmax)
 {
     sgkc_fs_layout l;
     const int hs = D / Ch, hpc = H / Ch;
@@ -65,7 +66,7 @@ __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int 
     l.vs = l.ks + (size_t)N * l.ldh;
     l.bs = l.vs + (size_t)N * l.ldh;
     l.wc = (l.bs + (size_t)hpc * rows_r * l.ldn + 3) & ~(size_t)3;
-    l.w1 = l.wc + 2u * (size_t)KC * l.ldw;
+    l.w1 = l.wc + (size_t)D * l.ldw; /* the Q/K/V weight slice, later Wo's */
     l.b1 = l.w1 + (size_t)P * pcap;
     l.w2 = l.b1 + (size_t)((P + 3) & ~3);
     l.b2 = l.w2 + (size_t)P * hmax;
@@ -73,108 +74,73 @@ __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int 
     return l;
 }
 
-/* C(M x ncols) = As(M x K, shared, row stride lda) x weight columns read
- * from Bg (row stride ldb): column c maps to (c / segw) * segstride + base +
- * c % segw. The weights pass through Wc in chunks of KC rows. epi(row, col,
- * float4) receives 4 consecutive columns. Each thread owns NTL tiles of TM
- * rows x 4 columns. Must be reached by every thread of the block. */
-template <int TM, int NTL, typename Epi>
-__device__ __forceinline__ void sgkc_fs_gemm(const float *As, int lda, int M, int K,
-                                             const float *Bg, int ldb, int ncols, int segw,
-                                             int segstride, int base, float *Wc, int KC,
-                                             int ldw, Epi epi)
+/* Copies weight columns into shared memory Ws (K rows, row stride ldw) with
+ * cp.async: column c comes from (c / segw) * segstride + base + c % segw of
+ * Bg (row stride ldb). All offsets are multiples of 4 floats. */
+__device__ __forceinline__ void sgkc_fs_stage(float *Ws, int ldw, const float *Bg, int ldb, int K,
+                                              int ncols, int segw, int segstride, int base)
 {
-    constexpr int NT = SGKC_FS_NT;
+    const int ncg = ncols / 4;
+    for (int e = threadIdx.x; e < K * ncg; e += SGKC_FS_NT) {
+        const int k = e / ncg, c = (e % ncg) * 4;
+        const float *src = Bg + (size_t)k * ldb + (c / segw) * segstride + base + c % segw;
+        const unsigned dst = (unsigned)__cvta_generic_to_shared(Ws + (size_t)k * ldw + c);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* C(M x ncols) = As(M x K) Ws(K x ncols), both in shared memory. epi(row,
+ * col, float4) receives 4 consecutive columns. Each thread owns NTL tiles of
+ * TM rows x 4 columns. */
+template <int TM, int NTL, typename Epi>
+__device__ __forceinline__ void sgkc_fs_gemm(const float *As, int lda, int M, int K, const float *Ws,
+                                             int ldw, int ncols, Epi epi)
+{
     const int tid = threadIdx.x;
     const int ncg = ncols / 4;
     const int ntiles = ((M + TM - 1) / TM) * ncg;
-    float4 pre[2];
-    auto gcol = [&](int c) { return (c / segw) * segstride + base + c % segw; };
-    auto load_chunk = [&](int k0) {
-        const int kc = min(KC, K - k0);
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int e = tid + u * NT;
-            if (e < kc * ncg)
-                pre[u] = sgkc_ld4(Bg + (size_t)(k0 + e / ncg) * ldb + gcol((e % ncg) * 4));
-        }
-    };
-    auto store_chunk = [&](int k0, int buf) {
-        const int kc = min(KC, K - k0);
+    for (int u = 0; u < NTL; u++) {
+        const int t = tid + u * SGKC_FS_NT;
+        if (t >= ntiles)
+            continue;
+        const int rt = t / ncg, cg = t % ncg;
+        const float *arow[TM];
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int e = tid + u * NT;
-            if (e < kc * ncg)
-                *reinterpret_cast<float4 *>(Wc + (size_t)buf * KC * ldw + (e / ncg) * ldw +
-                                            (e % ncg) * 4) = pre[u];
-        }
-    };
-
-    float acc[NTL][TM][4];
-#pragma unroll
-    for (int u = 0; u < NTL; u++)
+        for (int i = 0; i < TM; i++)
+            arow[i] = As + (size_t)min(rt * TM + i, M - 1) * lda;
+        float acc[TM][4];
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int c = 0; c < 4; c++)
-                acc[u][i][c] = 0.0f;
-
-    load_chunk(0);
-    store_chunk(0, 0);
-    __syncthreads();
-    const int nchunks = (K + KC - 1) / KC;
-    for (int ci = 0; ci < nchunks; ci++) {
-        const int k0 = ci * KC, kc = min(KC, K - k0), buf = ci & 1;
-        if (ci + 1 < nchunks)
-            load_chunk(k0 + KC);
-        const float *W = Wc + (size_t)buf * KC * ldw;
-#pragma unroll
-        for (int u = 0; u < NTL; u++) {
-            const int t = tid + u * NT;
-            if (t >= ntiles)
-                continue;
-            const int rt = t / ncg, cg = t % ncg;
-            const float *arow[TM];
+                acc[i][c] = 0.0f;
+#pragma unroll 2
+        for (int k = 0; k < K; k += 4) {
+            float4 av[TM], bv[4];
 #pragma unroll
             for (int i = 0; i < TM; i++)
-                arow[i] = As + (size_t)min(rt * TM + i, M - 1) * lda + k0;
-            for (int kk = 0; kk < kc; kk += 4) {
-                float4 av[TM], bv[4];
+                av[i] = *reinterpret_cast<const float4 *>(arow[i] + k);
 #pragma unroll
-                for (int i = 0; i < TM; i++)
-                    av[i] = *reinterpret_cast<const float4 *>(arow[i] + kk);
+            for (int j = 0; j < 4; j++)
+                bv[j] = *reinterpret_cast<const float4 *>(Ws + (size_t)(k + j) * ldw + cg * 4);
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    bv[j] = *reinterpret_cast<const float4 *>(W + (kk + j) * ldw + cg * 4);
+            for (int i = 0; i < TM; i++) {
+                const float ak[4] = {av[i].x, av[i].y, av[i].z, av[i].w};
 #pragma unroll
-                for (int i = 0; i < TM; i++) {
-                    const float ak[4] = {av[i].x, av[i].y, av[i].z, av[i].w};
-#pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        acc[u][i][0] = fmaf(ak[j], bv[j].x, acc[u][i][0]);
-                        acc[u][i][1] = fmaf(ak[j], bv[j].y, acc[u][i][1]);
-                        acc[u][i][2] = fmaf(ak[j], bv[j].z, acc[u][i][2]);
-                        acc[u][i][3] = fmaf(ak[j], bv[j].w, acc[u][i][3]);
-                    }
+                for (int j = 0; j < 4; j++) {
+                    acc[i][0] = fmaf(ak[j], bv[j].x, acc[i][0]);
+                    acc[i][1] = fmaf(ak[j], bv[j].y, acc[i][1]);
+                    acc[i][2] = fmaf(ak[j], bv[j].z, acc[i][2]);
+                    acc[i][3] = fmaf(ak[j], bv[j].w, acc[i][3]);
                 }
             }
         }
-        if (ci + 1 < nchunks)
-            store_chunk(k0 + KC, buf ^ 1);
-        __syncthreads();
-    }
-
-#pragma unroll
-    for (int u = 0; u < NTL; u++) {
-        const int t = tid + u * NT;
-        if (t >= ntiles)
-            continue;
-        const int rt = t / ncg, cg = t % ncg;
 #pragma unroll
         for (int i = 0; i < TM; i++)
             if (rt * TM + i < M)
-                epi(rt * TM + i, cg * 4,
-                    make_float4(acc[u][i][0], acc[u][i][1], acc[u][i][2], acc[u][i][3]));
+                epi(rt * TM + i, cg * 4, make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
     }
 }
 
@@ -192,9 +158,12 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     constexpr int NT = SGKC_FS_NT;
-    constexpr int PPT = PCAP <= 32 ? 2 : 1;
     constexpr int R4 = PCAP / 4;
     cg::cluster_group cluster = cg::this_cluster();
+    /* Arrive now, wait just before the first write into another block's
+     * shared memory: every block of the cluster has started by then, and the
+     * barrier's latency hides behind the loads below. */
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
     extern __shared__ __align__(16) float smem[];
     const int N = a.N, D = a.D, H = a.H, P = a.P, hd = a.hd;
@@ -208,14 +177,29 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     const int nr = max(0, min(rows_r, N - r0));
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-    const sgkc_fs_layout L = sgkc_fs_plan(N, D, H, P, Ch, rows_r, a.KC, PCAP, HMAX);
+    const sgkc_fs_layout L = sgkc_fs_plan(N, D, H, P, Ch, rows_r, PCAP, HMAX);
     float *Xs = smem + L.xs, *Qs = smem + L.qs, *Ks = smem + L.ks, *Vs = smem + L.vs;
     float *Bs = smem + L.bs, *Wc = smem + L.wc;
     float *W1s = smem + L.w1, *b1s = smem + L.b1, *W2s = smem + L.w2, *b2s = smem + L.b2;
 
     const float *nodes_b = a.nodes + (size_t)b * N * D;
 
-    /* ---- 1. local: MLP weights, LayerNorm of this block's rows ---- */
+    /* ---- 0. start every load: Q/K/V weight slice and this block's node
+     * rows (cp.async), MLP weights, this thread's pair features ---- */
+    sgkc_fs_stage(Wc, L.ldw, a.wqkv_t, 3 * D, D, 3 * hs, hs, D, hg * hs);
+    if (a.nvec) {
+        const int c4 = D / 4;
+        for (int e = tid; e < nr * c4; e += NT) {
+            const int r = e / c4, c = (e % c4) * 4;
+            const unsigned dst = (unsigned)__cvta_generic_to_shared(Xs + r * L.ldx + c);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+                         "l"(nodes_b + (size_t)(r0 + r) * D + c));
+        }
+    } else {
+        for (int e = tid; e < nr * D; e += NT)
+            Xs[(e / D) * L.ldx + e % D] = __ldg(nodes_b + (size_t)r0 * D + e);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
     for (int i = tid; i < P * PCAP; i += NT) {
         const int p = i / PCAP, r = i % PCAP;
         W1s[i] = r < P ? __ldg(a.w1 + p * P + r) : 0.0f;
@@ -228,108 +212,93 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     }
     for (int i = tid; i < HMAX; i += NT)
         b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
-    for (int r = warp; r < nr; r += NT / 32) {
-        const float *row = nodes_b + (size_t)(r0 + r) * D;
-        float mean, rstd;
-        sgkc_row_stats(row, D, a.eps, lane, &mean, &rstd);
-        for (int k = lane; k < D; k += 32)
-            Xs[r * L.ldx + k] = fmaf((__ldg(row + k) - mean) * rstd, __ldg(a.gamma + k), __ldg(a.beta + k));
-    }
-    /* Every block of the cluster has started (and finished step 1) before
-     * any block writes into another's shared memory. */
-    cluster.sync();
 
-    /* ---- 2. relation MLP for pair rows [c*prow, ...), pushed to owners ---- */
-    {
-        const int pr0 = rank * a.prow;
-        const int npr = max(0, min(a.prow, N - pr0));
-        const int np = npr * N;
-        for (int base = 0; base < np; base += PPT * NT) {
-            float4 x[PPT][R4];
-            bool edge[PPT];
+    const int pr0 = rank * a.prow;
+    const int npairs = max(0, min(a.prow, N - pr0)) * N;
+    auto load_pair = [&](int t, float4 *x) -> bool {
+        const int i = pr0 + t / N, j = t % N;
+        const size_t pi = ((size_t)b * N + i) * N + j;
+        const bool edge = t < npairs && sgkc_edge(a.mask, a.mask_u8, pi);
+        const float *src = a.pair + pi * P;
 #pragma unroll
-            for (int s = 0; s < PPT; s++) {
-                const int t = base + tid + s * NT;
-                const int i = pr0 + t / N, j = t % N;
-                const size_t pi = ((size_t)b * N + i) * N + j;
-                edge[s] = t < np && sgkc_edge(a.mask, a.mask_u8, pi);
-                const float *src = a.pair + pi * P;
-#pragma unroll
-                for (int r4 = 0; r4 < R4; r4++) {
-                    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-                    if (edge[s] && r4 * 4 < P) {
-                        if (a.pvec) {
-                            v = sgkc_ld4(src + r4 * 4);
-                        } else {
-                            v.x = __ldg(src + r4 * 4);
-                            if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
-                            if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
-                            if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
-                        }
-                    }
-                    x[s][r4] = v;
+        for (int r4 = 0; r4 < R4; r4++) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (edge && r4 * 4 < P) {
+                if (a.pvec) {
+                    v = sgkc_ld4(src + r4 * 4);
+                } else {
+                    v.x = __ldg(src + r4 * 4);
+                    if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
+                    if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
+                    if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
                 }
             }
-            float acc[PPT][HMAX];
+            x[r4] = v;
+        }
+        return edge;
+    };
+    float4 x[R4];
+    bool edge = load_pair(tid, x);
+
+    /* ---- 1. LayerNorm of this block's rows, in place ---- */
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+    for (int r = warp; r < nr; r += NT / 32) {
+        float *row = Xs + r * L.ldx;
+        float s = 0.0f;
+        for (int k = lane; k < D; k += 32)
+            s += row[k];
+        const float mean = sgkc_warp_sum(s) / (float)D;
+        float v = 0.0f;
+        for (int k = lane; k < D; k += 32) {
+            const float t = row[k] - mean;
+            v = fmaf(t, t, v);
+        }
+        const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
+        for (int k = lane; k < D; k += 32)
+            row[k] = fmaf((row[k] - mean) * rstd, __ldg(a.gamma + k), __ldg(a.beta + k));
+    }
+
+    /* ---- 2. relation MLP for pair rows [rank*prow, ...), pushed to owners ---- */
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    for (int t = tid; t < npairs; t += NT) {
+        if (t != tid)
+            edge = load_pair(t, x);
+        float acc[HMAX];
 #pragma unroll
-            for (int s = 0; s < PPT; s++)
+        for (int h = 0; h < HMAX; h++)
+            acc[h] = 0.0f;
+        if (edge) {
+#pragma unroll 1
+            for (int p = 0; p < P; p++) {
+                const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * PCAP);
+                float pa[4] = {b1s[p], 0.0f, 0.0f, 0.0f};
 #pragma unroll
-                for (int h = 0; h < HMAX; h++)
-                    acc[s][h] = 0.0f;
-            bool any = false;
+                for (int r4 = 0; r4 < R4; r4++)
+                    sgkc_fma4(pa[r4 & 3], w1r[r4], x[r4]);
+                const float hv = sgkc_silu_fast((pa[0] + pa[1]) + (pa[2] + pa[3]));
+                const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
 #pragma unroll
-            for (int s = 0; s < PPT; s++)
-                any |= edge[s];
-            if (any) {
-                for (int p = 0; p < P; p++) {
-                    const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * PCAP);
-                    float pa[PPT][2];
-#pragma unroll
-                    for (int s = 0; s < PPT; s++) {
-                        pa[s][0] = b1s[p];
-                        pa[s][1] = 0.0f;
-                    }
-#pragma unroll
-                    for (int r4 = 0; r4 < R4; r4++) {
-                        const float4 w = w1r[r4];
-#pragma unroll
-                        for (int s = 0; s < PPT; s++)
-                            sgkc_fma4(pa[s][r4 & 1], w, x[s][r4]);
-                    }
-                    const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
-#pragma unroll
-                    for (int s = 0; s < PPT; s++) {
-                        const float hv = sgkc_silu(pa[s][0] + pa[s][1]);
-#pragma unroll
-                        for (int h4 = 0; h4 < HMAX / 4; h4++) {
-                            const float4 w = w2r[h4];
-                            acc[s][4 * h4 + 0] = fmaf(w.x, hv, acc[s][4 * h4 + 0]);
-                            acc[s][4 * h4 + 1] = fmaf(w.y, hv, acc[s][4 * h4 + 1]);
-                            acc[s][4 * h4 + 2] = fmaf(w.z, hv, acc[s][4 * h4 + 2]);
-                            acc[s][4 * h4 + 3] = fmaf(w.w, hv, acc[s][4 * h4 + 3]);
-                        }
-                    }
-                }
-            }
-#pragma unroll
-            for (int s = 0; s < PPT; s++) {
-                const int t = base + tid + s * NT;
-                if (t >= np)
-                    continue;
-                const int i = pr0 + t / N, j = t % N;
-                const int rgd = i / rows_r, il = i - rgd * rows_r;
-#pragma unroll
-                for (int h = 0; h < HMAX; h++) {
-                    if (h >= H)
-                        break;
-                    const int dst = (h / hpc) * Cr + rgd;
-                    float *bd = cluster.map_shared_rank(Bs, dst);
-                    bd[((h % hpc) * rows_r + il) * L.ldn + j] = edge[s] ? acc[s][h] + b2s[h] : SGKC_NEG_INF;
+                for (int h4 = 0; h4 < HMAX / 4; h4++) {
+                    const float4 w = w2r[h4];
+                    acc[4 * h4 + 0] = fmaf(w.x, hv, acc[4 * h4 + 0]);
+                    acc[4 * h4 + 1] = fmaf(w.y, hv, acc[4 * h4 + 1]);
+                    acc[4 * h4 + 2] = fmaf(w.z, hv, acc[4 * h4 + 2]);
+                    acc[4 * h4 + 3] = fmaf(w.w, hv, acc[4 * h4 + 3]);
                 }
             }
         }
+        const int i = pr0 + t / N, j = t % N;
+        const int rgd = i / rows_r, il = i - rgd * rows_r;
+#pragma unroll
+        for (int h = 0; h < HMAX; h++) {
+            if (h >= H)
+                break;
+            float *bd = cluster.map_shared_rank(Bs, (h / hpc) * Cr + rgd);
+            bd[((h % hpc) * rows_r + il) * L.ldn + j] = edge ? acc[h] + b2s[h] : SGKC_NEG_INF;
+        }
     }
-    __syncthreads(); /* Xs complete before the projection reads it */
+    __syncthreads(); /* normalized Xs visible to every thread */
 
     /* ---- 3. Q/K/V of this block's rows and head group ---- */
     {
@@ -349,17 +318,18 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         };
         if (nr > 0) {
             if (sgkc_fs_tm4(nr, 3 * hs))
-                sgkc_fs_gemm<4, 1>(Xs, L.ldx, nr, D, a.wqkv_t, 3 * D, 3 * hs, hs, D, hg * hs, Wc,
-                                   a.KC, L.ldw, epi);
+                sgkc_fs_gemm<4, 1>(Xs, L.ldx, nr, D, Wc, L.ldw, 3 * hs, epi);
             else
-                sgkc_fs_gemm<1, 4>(Xs, L.ldx, nr, D, a.wqkv_t, 3 * D, 3 * hs, hs, D, hg * hs, Wc,
-                                   a.KC, L.ldw, epi);
+                sgkc_fs_gemm<1, 4>(Xs, L.ldx, nr, D, Wc, L.ldw, 3 * hs, epi);
         }
     }
+    __syncthreads(); /* Wc free: bring in Wo's slice while attention runs */
+    sgkc_fs_stage(Wc, L.ldw, a.wo_t, D, D, hs, hs, 0, hg * hs);
     cluster.sync(); /* biases, K and V complete everywhere */
 
     /* ---- 4. scores, softmax, ctx for (this block's rows, its heads) ---- */
     {
+        /* a thread's 4 keys are nkg apart, so a warp reads consecutive K rows */
         const int nkg = (N + 3) / 4;
         const int ntile = hpc * nr * nkg;
         for (int t = tid; t < ntile; t += NT) {
@@ -369,7 +339,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             const float *kr[4];
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                kr[j] = Ks + (size_t)min(kg * 4 + j, N - 1) * L.ldh + hl * hd;
+                kr[j] = Ks + (size_t)min(kg + j * nkg, N - 1) * L.ldh + hl * hd;
             if ((hd & 3) == 0) {
                 for (int d = 0; d < hd; d += 4) {
                     const float4 qv = *reinterpret_cast<const float4 *>(q + d);
@@ -378,6 +348,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                         sgkc_fma4(s[j], qv, *reinterpret_cast<const float4 *>(kr[j] + d));
                 }
             } else {
+#pragma unroll 1
                 for (int d = 0; d < hd; d++)
 #pragma unroll
                     for (int j = 0; j < 4; j++)
@@ -386,8 +357,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             float *srow = Bs + (hl * rows_r + il) * L.ldn;
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                if (kg * 4 + j < N)
-                    srow[kg * 4 + j] = sgkc_add_score(srow[kg * 4 + j], s[j]);
+                if (kg + j * nkg < N)
+                    srow[kg + j * nkg] = sgkc_add_score(srow[kg + j * nkg], s[j]);
         }
         __syncthreads();
 
@@ -418,6 +389,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             float o[4] = {0.f, 0.f, 0.f, 0.f};
             if ((hd & 3) == 0) {
                 const float *pr = Bs + ((c0 / hd) * rows_r + il) * L.ldn;
+#pragma unroll 4
                 for (int j = 0; j < N; j++) {
                     const float p = pr[j];
                     const float4 v = *reinterpret_cast<const float4 *>(Vs + (size_t)j * L.ldh + c0);
@@ -430,6 +402,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const float *pr = Bs + (((c0 + c) / hd) * rows_r + il) * L.ldn;
+#pragma unroll 1
                     for (int j = 0; j < N; j++)
                         o[c] = fmaf(pr[j], Vs[(size_t)j * L.ldh + c0 + c], o[c]);
                 }
@@ -441,7 +414,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             }
         }
     }
-    cluster.sync(); /* ctx rows complete in every block of the row slice */
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    cluster.sync(); /* ctx rows complete in every block of the row slice; Wo staged */
 
     /* ---- 5. out = nodes + ctx Wo^T, this block's rows and hs columns ---- */
     if (nr > 0) {
@@ -454,9 +428,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             out_b[o + 3] = __ldg(nodes_b + o + 3) + v.w;
         };
         if (sgkc_fs_tm4(nr, hs))
-            sgkc_fs_gemm<4, 1>(Xs, L.ldx, nr, D, a.wo_t, D, hs, hs, 0, hg * hs, Wc, a.KC, L.ldw, epi);
+            sgkc_fs_gemm<4, 1>(Xs, L.ldx, nr, D, Wc, L.ldw, hs, epi);
         else
-            sgkc_fs_gemm<1, 4>(Xs, L.ldx, nr, D, a.wo_t, D, hs, hs, 0, hg * hs, Wc, a.KC, L.ldw, epi);
+            sgkc_fs_gemm<1, 4>(Xs, L.ldx, nr, D, Wc, L.ldw, hs, epi);
     }
 #endif
 }

@@ -8,12 +8,22 @@
 
 #define SGKC_NEG_INF (-INFINITY)
 
-/* silu(t) = t / (1 + exp(-t)). expf is the accurate one (not __expf); the
- * division is __fdividef (2 ulp), far inside the 1e-5 budget. For t < -88
- * exp overflows to inf and the quotient is -0, the limit. */
+/* silu(t) = t / (1 + exp(-t)), accurate: expf and a 2-ulp division. For
+ * t < -88 exp overflows to inf and the quotient is -0, the limit. */
 __device__ __forceinline__ float sgkc_silu(float t)
 {
     return __fdividef(t, 1.0f + expf(-t));
+}
+
+/* The same with the hardware exp2 (__expf): about 6 instructions instead of
+ * 12. Its relative error (a few ulp for |t| < 20, growing with |t|) enters
+ * the output only through the attention bias; the dev harness measures the
+ * end-to-end error of the kernels that use it (all cases <= 2e-7 relative
+ * L2 on the H200, budget 1e-5). For t < -88, __expf(-t) is inf and the
+ * quotient -0, as above. */
+__device__ __forceinline__ float sgkc_silu_fast(float t)
+{
+    return __fdividef(t, 1.0f + __expf(-t));
 }
 
 /* An edge is any nonzero mask value (NaN too); -0.0f is zero. */
@@ -75,6 +85,46 @@ __device__ __forceinline__ void sgkc_row_stats(const float *row, int D, float ep
     const float var = sgkc_warp_sum(v) / (float)D;
     *mean_out = mean;
     *rstd_out = 1.0f / sqrtf(var + eps);
+}
+
+/* The same for R rows at once (row stride ld floats), every load in flight
+ * before the first reduction: one memory latency for R rows instead of two
+ * per row. Needs D % 4 == 0, 16-byte aligned rows, D <= 128 * V4. Rows at or
+ * past nvalid give mean 0, rstd 0. */
+template <int R, int V4>
+__device__ __forceinline__ void sgkc_rows_stats4(const float *row0, size_t ld, int nvalid, int D,
+                                                 float eps, int lane, float *mean, float *rstd)
+{
+    float4 v[R][V4];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int u = 0; u < V4; u++) {
+            const int k = (lane + 32 * u) * 4;
+            v[r][u] = (r < nvalid && k < D) ? sgkc_ld4(row0 + r * ld + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int u = 0; u < V4; u++)
+            s += (v[r][u].x + v[r][u].y) + (v[r][u].z + v[r][u].w);
+        const float m = sgkc_warp_sum(s) / (float)D;
+        float q = 0.0f;
+#pragma unroll
+        for (int u = 0; u < V4; u++) {
+            if ((lane + 32 * u) * 4 < D) {
+                const float a = v[r][u].x - m, b = v[r][u].y - m, c = v[r][u].z - m, d = v[r][u].w - m;
+                q = fmaf(a, a, q);
+                q = fmaf(b, b, q);
+                q = fmaf(c, c, q);
+                q = fmaf(d, d, q);
+            }
+        }
+        const float var = sgkc_warp_sum(q) / (float)D;
+        mean[r] = r < nvalid ? m : 0.0f;
+        rstd[r] = r < nvalid ? 1.0f / sqrtf(var + eps) : 0.0f;
+    }
 }
 
 static inline bool sgkc_aligned16(const void *p)

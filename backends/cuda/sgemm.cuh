@@ -49,7 +49,7 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
     constexpr int NT = (BM / TM) * (BN / TN);
     constexpr int TX = BN / TN; /* threads along columns */
     constexpr int HM = TM / 2, HN = TN / 2;
-    static_assert(BM * BK == 4 * NT && BK * BN == 4 * NT, "one 4-vector per thread per tile");
+    static_assert((BM * BK) % (4 * NT) == 0 && (BK * BN) % (4 * NT) == 0, "whole 4-vectors per thread");
     constexpr int LDA = BM + 4;
 
     __shared__ __align__(16) float As[2][BK][LDA];
@@ -64,56 +64,90 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
 
     if constexpr (LN) {
         const int warp = tid >> 5, lane = tid & 31;
-        for (int r = warp; r < BM; r += NT / 32) {
-            float mean = 0.0f, rstd = 0.0f;
-            if (m0 + r < M)
-                sgkc_row_stats(a.A + (size_t)(m0 + r) * K, K, a.eps, lane, &mean, &rstd);
-            if (lane == 0) {
-                s_mean[r] = mean;
-                s_rstd[r] = rstd;
+        constexpr int RPW = BM / (NT / 32); /* rows per warp */
+        const int64_t r0 = m0 + warp * RPW;
+        const int nvalid = (int)(M - r0 < RPW ? (M - r0 > 0 ? M - r0 : 0) : RPW);
+        if (a.vec && K <= 256 && RPW % 8 == 0) {
+            for (int r = 0; r < RPW; r += 8) {
+                float mu[8], rs[8];
+                sgkc_rows_stats4<8, 2>(a.A + (size_t)(r0 + r) * K, K, nvalid - r, K, a.eps, lane, mu, rs);
+                if (lane == 0) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        s_mean[warp * RPW + r + i] = mu[i];
+                        s_rstd[warp * RPW + r + i] = rs[i];
+                    }
+                }
+            }
+        } else {
+            for (int r = 0; r < RPW; r++) {
+                float mean = 0.0f, rstd = 0.0f;
+                if (r < nvalid)
+                    sgkc_row_stats(a.A + (size_t)(r0 + r) * K, K, a.eps, lane, &mean, &rstd);
+                if (lane == 0) {
+                    s_mean[warp * RPW + r] = mean;
+                    s_rstd[warp * RPW + r] = rstd;
+                }
             }
         }
         __syncthreads();
     }
 
-    /* This thread's share of each tile load. */
-    const int a_row = tid / (BK / 4), a_k = (tid % (BK / 4)) * 4;
-    const int b_k = tid / (BN / 4), b_col = (tid % (BN / 4)) * 4;
-
-    float ra[4], rb[4];
+    /* This thread's share of each tile load: LA and LB 4-vectors. */
+    constexpr int LA = BM * BK / (4 * NT), LB = BK * BN / (4 * NT);
+    float ra[LA][4], rb[LB][4];
     auto load_tile = [&](int k0) {
-        const int64_t m = m0 + a_row;
-        const int k = k0 + a_k;
-        if (a.vec && m < M && k < K) {
-            const float4 v = sgkc_ld4(a.A + (size_t)m * K + k);
-            ra[0] = v.x; ra[1] = v.y; ra[2] = v.z; ra[3] = v.w;
-        } else {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                ra[i] = (m < M && k + i < K) ? __ldg(a.A + (size_t)m * K + k + i) : 0.0f;
+        for (int l = 0; l < LA; l++) {
+            const int e = tid + l * NT;
+            const int row = e / (BK / 4), kq = (e % (BK / 4)) * 4;
+            const int64_t m = m0 + row;
+            const int k = k0 + kq;
+            if (a.vec && m < M && k < K) {
+                const float4 v = sgkc_ld4(a.A + (size_t)m * K + k);
+                ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    ra[l][i] = (m < M && k + i < K) ? __ldg(a.A + (size_t)m * K + k + i) : 0.0f;
+            }
+            if constexpr (LN) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    if (m < M && k + i < K)
+                        ra[l][i] = fmaf((ra[l][i] - s_mean[row]) * s_rstd[row], __ldg(a.gamma + k + i),
+                                        __ldg(a.beta + k + i));
+            }
         }
-        if constexpr (LN) {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                if (m < M && k + i < K)
-                    ra[i] = fmaf((ra[i] - s_mean[a_row]) * s_rstd[a_row], __ldg(a.gamma + k + i),
-                                 __ldg(a.beta + k + i));
-        }
-        const int kb = k0 + b_k, n = n0 + b_col;
-        if (a.vec && kb < K && n < Nc) {
-            const float4 v = sgkc_ld4(a.Bt + (size_t)kb * Nc + n);
-            rb[0] = v.x; rb[1] = v.y; rb[2] = v.z; rb[3] = v.w;
-        } else {
+        for (int l = 0; l < LB; l++) {
+            const int e = tid + l * NT;
+            const int kb = k0 + e / (BN / 4), n = n0 + (e % (BN / 4)) * 4;
+            if (a.vec && kb < K && n < Nc) {
+                const float4 v = sgkc_ld4(a.Bt + (size_t)kb * Nc + n);
+                rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
+            } else {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                rb[i] = (kb < K && n + i < Nc) ? __ldg(a.Bt + (size_t)kb * Nc + n + i) : 0.0f;
+                for (int i = 0; i < 4; i++)
+                    rb[l][i] = (kb < K && n + i < Nc) ? __ldg(a.Bt + (size_t)kb * Nc + n + i) : 0.0f;
+            }
         }
     };
     auto store_tile = [&](int buf) {
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            As[buf][a_k + i][a_row] = ra[i];
-        *reinterpret_cast<float4 *>(&Bs[buf][b_k][b_col]) = make_float4(rb[0], rb[1], rb[2], rb[3]);
+        for (int l = 0; l < LA; l++) {
+            const int e = tid + l * NT;
+            const int row = e / (BK / 4), kq = (e % (BK / 4)) * 4;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                As[buf][kq + i][row] = ra[l][i];
+        }
+#pragma unroll
+        for (int l = 0; l < LB; l++) {
+            const int e = tid + l * NT;
+            *reinterpret_cast<float4 *>(&Bs[buf][e / (BN / 4)][(e % (BN / 4)) * 4]) =
+                make_float4(rb[l][0], rb[l][1], rb[l][2], rb[l][3]);
+        }
     };
 
     float acc[TM][TN];

@@ -62,14 +62,10 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
-    const int64_t big_blocks = ((g.M + 127) / 128) * ((g.Nc + 127) / 128);
-    if (big_blocks >= L->sm_count) {
-        dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 127) / 128));
-        sgkc_sgemm_kernel<128, 128, 8, 8, 8, true, 2><<<grid, 256, 0, f->stream>>>(g);
-    } else {
-        dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
-        sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, 1><<<grid, 256, 0, f->stream>>>(g);
-    }
+    /* 128x64 tiles of 128 threads (8x8 each), 3 blocks per SM: the block count of the presets' Q/K/V
+     * GEMM (M = 4096, 3D = 768: 384 blocks) fills 132 SMs in one wave. */
+    dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 63) / 64));
+    sgkc_sgemm_kernel<128, 64, 16, 8, 8, true, 3><<<grid, 128, 0, f->stream>>>(g);
     return cudaGetLastError();
 }
 
@@ -88,7 +84,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.residual = f->nodes;
     g.vec = D % 4 == 0;
     dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((D + 63) / 64));
-    sgkc_sgemm_kernel<64, 64, 16, 4, 4, false, 1><<<grid, 256, 0, f->stream>>>(g);
+    sgkc_sgemm_kernel<64, 64, 16, 8, 4, false, 4><<<grid, 128, 0, f->stream>>>(g);
     return cudaGetLastError();
 }
 
@@ -113,7 +109,7 @@ static int general_kc(const sgkc_layer *L, int64_t N)
 static int general_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
     return general_kc(L, N) >= 1 && B * N <= INT_MAX && N <= INT_MAX / 4 && gemm_fits(B * N) &&
-           (3 * (int64_t)L->D + 63) / 64 <= 65535;
+           (3 * (int64_t)L->D + 63) / 64 <= 65535 && (B * N + 63) / 64 <= INT_MAX;
 }
 
 static cudaError_t general_launch(const sgkc_layer *L, const sgkc_fwd *f)
@@ -174,7 +170,7 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
     if (!tiled_plan(L, &c) || N > INT_MAX / 4 || !gemm_fits(B * N))
         return 0;
     const int64_t blocks = B * ((N + SGKC_AT_BQ - 1) / SGKC_AT_BQ) * c.G;
-    return blocks <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
+    return blocks <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535 && (B * N + 63) / 64 <= INT_MAX;
 }
 
 template <int PCAP, int HMAX>
@@ -233,7 +229,7 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
 /* ------------------------------------------------------------------ */
 
 struct fused_cfg {
-    int Ch, Cr, rows_r, prow, KC, pcap, hmax;
+    int Ch, Cr, rows_r, prow, pcap, hmax;
     size_t smem;
 };
 
@@ -266,18 +262,11 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     c->rows_r = (int)((N + c->Cr - 1) / c->Cr);
     c->prow = (int)((N + C - 1) / C);
     const int hs = L->D / c->Ch;
-    const int ncg = 3 * hs / 4;
-    c->KC = (2 * SGKC_FS_NT / ncg) & ~3;
-    if (c->KC > 64)
-        c->KC = 64;
-    if (c->KC < 4)
-        return false;
     if (!gemm_shape_ok(c->rows_r, 3 * hs) || !gemm_shape_ok(c->rows_r, hs))
         return false;
     c->pcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : 64;
     c->hmax = L->H <= 8 ? 8 : 16;
-    const sgkc_fs_layout lay = sgkc_fs_plan((int)N, L->D, L->H, L->P, c->Ch, c->rows_r, c->KC,
-                                            c->pcap, c->hmax);
+    const sgkc_fs_layout lay = sgkc_fs_plan((int)N, L->D, L->H, L->P, c->Ch, c->rows_r, c->pcap, c->hmax);
     c->smem = lay.total * sizeof(float);
     return c->smem <= L->smem_optin;
 }
@@ -344,8 +333,8 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     a.Cr = c.Cr;
     a.rows_r = c.rows_r;
     a.prow = c.prow;
-    a.KC = c.KC;
     a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
+    a.nvec = sgkc_aligned16(f->nodes);
     const unsigned C = (unsigned)(c.Ch * c.Cr);
     const unsigned blocks = (unsigned)(f->B * C);
     switch (c.pcap * 100 + c.hmax) {

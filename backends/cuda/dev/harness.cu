@@ -547,6 +547,34 @@ int main(int argc, char **argv)
         printf("sanitize: %d failures\n", g_fail);
         return g_fail != 0;
     }
+    if (mode == "profile") {
+        /* two calls of each tuned variant per preset, for ncu */
+        for (const Shape &s : presets) {
+            bool want = argc <= 2;
+            for (int i = 2; i < argc; i++)
+                if (s.name == std::string(argv[i])) want = true;
+            if (!want) continue;
+            Weights w = make_weights(s.D, s.H, s.P);
+            Inputs in = make_inputs(s.B, s.N, s.D, s.P, 0);
+            sgkc_layer L = make_layer(w);
+            DevSet ds = upload(in, false, 0);
+            for (int v = 0; v < sgkc_variant_count; v++) {
+                const sgkc_variant &var = sgkc_variants[v];
+                if (std::string(var.name) == "general" || !var.supports(&L, s.B, s.N)) continue;
+                size_t wsb = var.workspace(&L, s.B, s.N);
+                void *ws = nullptr;
+                if (wsb) CK(cudaMalloc(&ws, wsb));
+                sgkc_fwd f = fwd_of(ds, s.B, s.N, false, ws, wsb, 0);
+                for (int r = 0; r < 2; r++) CK(var.launch(&L, &f));
+                CK(cudaDeviceSynchronize());
+                printf("profiled %s %s\n", s.name, var.name);
+                if (ws) cudaFree(ws);
+            }
+            release(ds, 0);
+            sgkc_layer_release(&L);
+        }
+        return 0;
+    }
     if (mode == "bench") {
         floor_numbers();
         for (const Shape &s : presets) {

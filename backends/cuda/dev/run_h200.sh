@@ -10,7 +10,7 @@ mkdir -p "$O"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 STEPS=${*:-validate bench sanitize}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$O/gpu.txt" 2>&1
-F="-O3 -std=c++17 -arch=sm_90 -I.."
+F="-O3 -std=c++17 -arch=sm_90 -lineinfo -I.."
 t0=$(date +%s)
 $NVCC $F -Xptxas -v -c ../variants.cu -o /tmp/sgkc_v.o 2> "$O/ptxas.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
@@ -24,8 +24,17 @@ for s in $STEPS; do
     sanitize)
       timeout 200 compute-sanitizer --tool memcheck /tmp/harness sanitize > "$O/memcheck.txt" 2>&1; echo "memcheck rc=$?"
       timeout 200 compute-sanitizer --tool racecheck /tmp/harness sanitize > "$O/racecheck.txt" 2>&1; echo "racecheck rc=$?";;
+    profile)
+      timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
+        /tmp/harness profile > "$O/ncu.txt" 2>&1
+      echo "ncu rc=$?";;
+    sass)
+      command -v cuobjdump >/dev/null && cuobjdump -sass /tmp/sgkc_v.o | awk '/Function :/{f=$3} /^ +\/\*[0-9a-f]+\*\//{op=$2; sub(/\..*/,"",op); n[f" "op]++} END{for(k in n) print n[k], k}' | sort -k2,2 -k1,1nr > "$O/sass_hist.txt"; echo "sass rc=$?";;
   esac
 done
 echo "total: $(( $(date +%s) - t0 )) s"
 echo "== ptxas"; grep -A2 "Compiling entry" "$O/ptxas.txt" | grep -E "entry|Used|spill" | sed -E 's/ptxas info +: //; s/Compiling entry function //' | paste - - - | cut -c1-220
+[ -f "$O/ncu.txt" ] && { echo "== ncu"; python3 ncu_summary.py "$O/ncu.txt"; }
+[ -f "$O/sass_hist.txt" ] && { echo "== sass (top opcodes of the preset kernels)"; grep -E "attn_tiled_kernelILi(32|16)ELi8|fused_small_kernelILi(16|32)ELi8|sgemm" "$O/sass_hist.txt" | awk '{c[$2]++; if (c[$2] <= 6) print}' | cut -c1-110; }
 for f in validate bench memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
