@@ -19,7 +19,8 @@
 /* argv[1], else SGK_TEST_BACKEND, else "cpu". */
 const char *sgkt_backend_arg(int argc, char **argv);
 /* 0 when the backend can run; otherwise prints "SKIP <backend>: <reason>"
- * and returns SGKT_EXIT_SKIP. */
+ * and returns SGKT_EXIT_SKIP, or for a name sgk does not know prints an
+ * error and returns 1. */
 int sgkt_backend_usable(const char *backend, sgk_backend_info *info);
 /* Devices to test: 0, plus SGK_TEST_DEVICE when set and different. Returns
  * the count written to devices (capacity 2). */

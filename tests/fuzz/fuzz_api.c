@@ -619,7 +619,7 @@ static void step_forward(state *s, int device_call)
          * reads a float there). */
         const size_t off[4] = {0, off_pair, off_mask, off_out};
         const size_t len[4] = {b.nodes_bytes, b.pair_bytes, b.mask_bytes, b.nodes_bytes};
-        const size_t shift = 1 + (kind & 1) + (kind & 2);
+        const size_t shift = 1 + (size_t)(kind & 3) % 3;
         unsigned char *moved = b.raw + off[which] + shift;
         memmove(moved, b.raw + off[which], len[which]);
         if (which == 0) nodes = moved;
@@ -634,7 +634,8 @@ static void step_forward(state *s, int device_call)
     } else if (kind == 8) {
         out = b.nodes; /* out == nodes */
     } else if (kind == 9) {
-        pair = (const char *)out - 4; /* pair_feats runs into out */
+        /* The last float of pair_feats is the first of out. */
+        pair = (const char *)out - (b.pair_bytes - 4);
     }
     unsigned char *snapshot = malloc(total);
     if (!snapshot)
