@@ -553,7 +553,7 @@ static void step_forward(state *s, int device_call)
     int64_t D = l->layer ? l->D : 4, P = l->layer ? l->P : 2;
     allowed a = {0};
     int definite = 0; /* a rule is broken: sgk must refuse without reading */
-    int shape_ok = B >= 1 && N >= 1;
+    int shape_ok = B >= 1 && N >= 1, sizes_fit = 0;
     int64_t nodes_n = 0, pair_n = 0, mask_n = 0;
     size_t melem = mt == SGK_MASK_U8 ? 1 : 4;
     int mt_ok = mt == SGK_MASK_F32 || mt == SGK_MASK_U8;
@@ -566,6 +566,8 @@ static void step_forward(state *s, int device_call)
             !fits(mk, 3, mt_ok ? melem : 4, &mask_n)) {
             allow(&a, SGK_ERR_SIZE_OVERFLOW);
             definite = 1;
+        } else {
+            sizes_fit = 1;
         }
     }
     int which = ptr_mode & 3; /* nodes, pair_feats, edge_mask, out */
@@ -578,16 +580,18 @@ static void step_forward(state *s, int device_call)
     if (kind >= 8 && kind < 10) { allow(&a, SGK_ERR_INVALID_ARGUMENT); definite = 1; }
 
     int small = shape_ok && B <= 4 && N <= 4 && nodes_n && pair_n && mask_n;
+    /* A forced variant may refuse any shape that passes the size checks;
+     * the automatic choice may refuse only shapes past every variant. */
+    if (layer && sizes_fit && (l->forced || !small))
+        allow(&a, SGK_ERR_UNSUPPORTED);
     if (!definite && !small)
         return; /* a valid call on buffers too large for this target */
     if (definite && !small) {
         /* Buffers of a token size: sgk must not read them. */
         nodes_n = pair_n = mask_n = 8;
     }
-    if (!definite) {
+    if (!definite)
         allow(&a, SGK_OK);
-        if (l->forced) allow(&a, SGK_ERR_UNSUPPORTED);
-    }
     if (s->armed) allow(&a, SGK_ERR_OUT_OF_MEMORY);
 
     /* The four buffers in one block, each at 64 bytes and 64 bytes apart
