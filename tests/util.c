@@ -277,7 +277,9 @@ static void put_mask(void *mask, sgk_mask_type t, size_t idx, float fv, uint8_t 
 void sgkt_fill_mask(sgkt_rng *rng, sgkt_mask_pattern pattern, double density,
                     sgk_mask_type mask_type, int64_t B, int64_t N, void *mask)
 {
-    static const float odd_edge_f[] = {0.3f, -2.0f, 1e-30f, INFINITY, NAN, 1.0f};
+    /* 1e-45 is the smallest subnormal: a kernel that flushes subnormals to
+     * zero before comparing would drop these edges */
+    static const float odd_edge_f[] = {0.3f, -2.0f, 1e-30f, INFINITY, NAN, 1e-45f, 1.0f};
     static const uint8_t odd_edge_u[] = {1, 2, 255, 128};
     for (int64_t b = 0; b < B; b++)
         for (int64_t i = 0; i < N; i++) {
@@ -296,7 +298,7 @@ void sgkt_fill_mask(sgkt_rng *rng, sgkt_mask_pattern pattern, double density,
                     put_mask(mask, mask_type, idx, edge ? 1.0f : 0.0f, edge ? 1 : 0);
                 } else if (edge) {
                     uint64_t r = sgkt_rng_u64(rng);
-                    put_mask(mask, mask_type, idx, odd_edge_f[r % 6], odd_edge_u[r % 4]);
+                    put_mask(mask, mask_type, idx, odd_edge_f[r % 7], odd_edge_u[r % 4]);
                 } else {
                     /* -0.0 compares equal to zero: it is not an edge */
                     put_mask(mask, mask_type, idx, (sgkt_rng_u64(rng) & 1) ? -0.0f : 0.0f, 0);

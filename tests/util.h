@@ -82,7 +82,7 @@ typedef enum sgkt_mask_pattern {
     SGKT_MASK_ALL_ZERO,      /* no edge at all */
     SGKT_MASK_DIAGONAL,      /* only self edges */
     SGKT_MASK_ODD_VALUES     /* random, edges stored as unusual nonzero values
-                                (f32: 0.3, -2, 1e-30, inf, NaN; u8: 1, 2, 255) and
+                                (f32: 0.3, -2, 1e-30, 1e-45, inf, NaN; u8: 1, 2, 255, 128) and
                                 non-edges as 0 (f32: also -0.0) */
 } sgkt_mask_pattern;
 
