@@ -1,33 +1,25 @@
 /* Tiled attention with the relation MLP fused in (the "tiled" variant's
  * middle kernel). One block owns (batch b, BQ query rows, a group of HG
- * heads) and walks the keys in tiles of BK. For each (query, key) pair that
- * is an edge it runs the relation MLP from pair_feats, so the (B,H,N,N) bias
- * and score tensors never exist in memory; q.k is added, and the tile is
- * folded into an online softmax and the P.V accumulator. ctx for the block's
- * rows and heads goes to the workspace; the output projection is the next
- * kernel.
+ * heads). It walks the keys in tiles of BK: for each (query, key) pair of the
+ * tile it runs the relation MLP from pair_feats (so the (B,H,N,N) bias and
+ * score tensors never exist in memory), adds q.k, and folds the tile into an
+ * online softmax and the P.V accumulator. ctx for the block's rows and
+ * heads goes to the workspace; the output projection is the next kernel.
  *
- * Per key tile:
- *   K/V rows start loading (cp.async) into shared memory;
- *   the mask of the tile's BQ*BK pairs is scanned: non-edges get -inf, edges
- *   are compacted into a list, so that masked pairs cost no MLP work;
- *   barrier; each thread runs the MLP for up to two listed pairs (features
- *   in registers, weights broadcast from shared memory) -> S;
- *   barrier; S += Q.K^T (4x4 register tiles; a thread's 4 keys are 8 apart,
- *   so a warp's K rows are consecutive: no bank conflicts);
- *   barrier; online softmax, two threads per (head, query) row -> P^T;
- *   barrier; O = O*alpha + P.V (4x4 register tiles); barrier.
- * Blocks are small (BQ = 16, at most 128 registers a thread, about 75 KB of
- * shared memory at D = 256) so that two share an SM and cover each other's
- * barriers and memory waits. */
+ * Per key tile: bias (registers: one thread per pair, pair_feats in
+ * registers, MLP weights broadcast from shared memory) -> S; barrier;
+ * S += Q.K^T (4x4 register tiles); barrier; softmax rows -> P^T, rescale
+ * factors; barrier; O = O*alpha + P.V (4x4 register tiles); barrier.
+ * The next tile's pair_feats and mask are loaded into registers while the
+ * current tile's last three phases run, and its K/V rows by cp.async into
+ * the other half of a double buffer. */
 #ifndef SGK_CUDA_ATTN_TILED_CUH
 #define SGK_CUDA_ATTN_TILED_CUH
 
 #include "kernel_common.cuh"
 
 #define SGKC_AT_NT 256
-#define SGKC_AT_BQ 16
-#define SGKC_AT_BK 32
+#define SGKC_AT_BQ 32
 #define SGKC_AT_DGMAX 256 /* widest head group (columns) a block owns */
 
 struct sgkc_attn_args {
@@ -43,14 +35,19 @@ struct sgkc_attn_args {
     int qvec;          /* D % 4 == 0 (workspace rows 16-byte aligned) */
 };
 
+__host__ __device__ constexpr int sgkc_at_bk(int pcap)
+{
+    return (pcap <= 32 ? 2 : 1) * SGKC_AT_NT / SGKC_AT_BQ;
+}
+
 /* Shared memory of one block, in floats; ld is the padded row of Q/K/V. */
 __host__ __device__ inline size_t sgkc_at_smem_floats(int pcap, int hmax, int ld, int P)
 {
-    const int BK = SGKC_AT_BK, BQ = SGKC_AT_BQ;
+    const int BK = sgkc_at_bk(pcap), BQ = SGKC_AT_BQ;
     const int P4 = (P + 3) & ~3;
-    return (size_t)BQ * ld + 2u * BK * ld + (size_t)hmax * BQ * (BK + 1) +
+    return (size_t)BQ * ld + 4u * BK * ld + (size_t)hmax * BQ * (BK + 1) +
            (size_t)hmax * BK * (BQ + 4) + (size_t)P * pcap + P4 + (size_t)P * hmax + hmax +
-           3u * hmax * BQ + BQ * BK + 2 * SGKC_AT_NT / 32 + 4;
+           3u * hmax * BQ;
 }
 
 __device__ __forceinline__ void sgkc_cp_async16(void *smem, const void *gmem)
@@ -59,22 +56,19 @@ __device__ __forceinline__ void sgkc_cp_async16(void *smem, const void *gmem)
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
 __device__ __forceinline__ void sgkc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void sgkc_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+template <int N>
+__device__ __forceinline__ void sgkc_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 template <int PCAP, int HMAX>
-__global__ void __launch_bounds__(SGKC_AT_NT, PCAP >= 128 ? 1 : 2)
-sgkc_attn_tiled_kernel(sgkc_attn_args a)
+__global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_attn_args a)
 {
-    constexpr int NT = SGKC_AT_NT, BQ = SGKC_AT_BQ, BK = SGKC_AT_BK, NW = NT / 32;
-    constexpr int PPT = BQ * BK / NT; /* pairs per thread per tile */
+    constexpr int NT = SGKC_AT_NT, BQ = SGKC_AT_BQ;
+    constexpr int PPT = PCAP <= 32 ? 2 : 1;
+    constexpr int BK = sgkc_at_bk(PCAP);
     constexpr int R4 = PCAP / 4;
-    /* With more than 16 features the two pairs of a thread run one after
-     * the other (registers); each pair's dot products then use four partial
-     * sums instead of two, for the same instruction-level parallelism. */
-    constexpr int PREG = PCAP <= 16 ? PPT : 1;
-    constexpr int NACC = PREG == 1 ? 4 : 2;
+    constexpr int MT = (BQ / 4) * (SGKC_AT_DGMAX / 4) / NT;
     constexpr int LDS_ = BK + 1, LDP = BQ + 4;
-    static_assert(PPT == 2 && BK == 32 && NT == 256, "tile shape assumed below");
+    static_assert(BQ * BK == PPT * NT, "pairs of a tile spread evenly");
     static_assert(HMAX % 4 == 0 && PCAP % 4 == 0, "vector widths");
 
     extern __shared__ __align__(16) float smem[];
@@ -92,24 +86,22 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
     const int P4 = (P + 3) & ~3;
 
     float *Qs = smem;
-    float *Ks = Qs + BQ * LD;          /* [BK][LD] */
-    float *Vs = Ks + BK * LD;          /* [BK][LD] */
-    float *Ss = Vs + BK * LD;          /* [HMAX][BQ][BK+1] */
+    float *Ks = Qs + BQ * LD;      /* [2][BK][LD] */
+    float *Vs = Ks + 2 * BK * LD;  /* [2][BK][LD] */
+    float *Ss = Vs + 2 * BK * LD;  /* [HMAX][BQ][BK+1] */
     float *Pt = Ss + HMAX * BQ * LDS_; /* [HMAX][BK][BQ+4] */
     float *W1s = Pt + HMAX * BK * LDP; /* [P][PCAP] */
     float *b1s = W1s + P * PCAP;
-    float *W2s = b1s + P4; /* [P][HMAX] */
+    float *W2s = b1s + P4;             /* [P][HMAX] */
     float *b2s = W2s + P * HMAX;
     float *Ms = b2s + HMAX, *Ls = Ms + HMAX * BQ, *Al = Ls + HMAX * BQ;
-    int *list = reinterpret_cast<int *>(Al + HMAX * BQ); /* [BQ*BK] edge pair ids */
-    int *wcnt = list + BQ * BK;                          /* [2][NW] edges per warp */
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = threadIdx.x;
     const size_t row3 = 3 * (size_t)D;
     const float *qkv_b = a.qkv + (size_t)b * N * row3;
 
-    /* ---- prologue: weights, Q tile (zero padded), softmax state ---- */
-    for (int i = tid; i < BQ * LD + 2 * BK * LD; i += NT)
+    /* ---- prologue: weights, Q tile, zeroed K/V, softmax state ---- */
+    for (int i = tid; i < BQ * LD + 4 * BK * LD; i += NT)
         smem[i] = 0.0f;
     for (int i = tid; i < P * PCAP; i += NT) {
         const int p = i / PCAP, r = i % PCAP;
@@ -128,181 +120,156 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
         Ls[i] = 0.0f;
     }
     __syncthreads(); /* zero fill before the loads below overwrite it */
+
     for (int i = tid; i < BQ * DG; i += NT) {
         const int q = i / DG, d = i % DG;
         if (q0 + q < N)
             Qs[q * LD + d] = __ldg(qkv_b + (size_t)(q0 + q) * row3 + d0 + d);
     }
 
-    float O[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            O[i][c] = 0.0f;
-
-    const int ktiles = (N + BK - 1) / BK;
-    for (int kt = 0; kt < ktiles; kt++) {
-        const int k0 = kt * BK;
-
-        /* ---- K/V of this tile: in flight during the mask scan and the MLP ---- */
+    auto load_kv = [&](int k0, int buf) {
+        float *kd = Ks + buf * BK * LD, *vd = Vs + buf * BK * LD;
         if (v4) {
             const int c4 = DG / 4;
             for (int i = tid; i < BK * c4; i += NT) {
                 const int k = i / c4, c = (i % c4) * 4;
                 if (k0 + k < N) {
                     const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + c;
-                    sgkc_cp_async16(Ks + k * LD + c, src);
-                    sgkc_cp_async16(Vs + k * LD + c, src + D);
+                    sgkc_cp_async16(kd + k * LD + c, src);
+                    sgkc_cp_async16(vd + k * LD + c, src + D);
                 } else {
                     /* rows past N must be zero in V: 0 * garbage could be NaN */
-                    *reinterpret_cast<float4 *>(Ks + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-                    *reinterpret_cast<float4 *>(Vs + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+                    *reinterpret_cast<float4 *>(kd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+                    *reinterpret_cast<float4 *>(vd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
                 }
             }
-            sgkc_cp_commit();
         } else {
             for (int i = tid; i < BK * DG; i += NT) {
                 const int k = i / DG, d = i % DG;
                 const bool in = k0 + k < N;
                 const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + d;
-                Ks[k * LD + d] = in ? __ldg(src) : 0.0f;
-                Vs[k * LD + d] = in ? __ldg(src + D) : 0.0f;
+                kd[k * LD + d] = in ? __ldg(src) : 0.0f;
+                vd[k * LD + d] = in ? __ldg(src + D) : 0.0f;
             }
         }
+        sgkc_cp_commit();
+    };
 
-        /* ---- mask scan: non-edges -> -inf, edges -> compacted list ---- */
-        {
-            int pos[PPT];
-            bool ed[PPT];
+    float4 x[PPT][R4];
+    bool edge[PPT];
+    auto load_pairs = [&](int k0) {
 #pragma unroll
-            for (int s = 0; s < PPT; s++) {
-                const int e = tid + s * NT, q = e / BK, k = e % BK;
-                const int qg = q0 + q, kg = k0 + k;
-                ed[s] = qg < N && kg < N &&
-                        sgkc_edge(a.mask, a.mask_u8, ((size_t)b * N + qg) * N + kg);
-                if (!ed[s])
-                    for (int h = 0; h < nh; h++)
-                        Ss[(h * BQ + q) * LDS_ + k] = SGKC_NEG_INF;
-                const unsigned bal = __ballot_sync(0xffffffffu, ed[s]);
-                pos[s] = __popc(bal & ((1u << lane) - 1u));
-                if (lane == 0)
-                    wcnt[s * NW + warp] = __popc(bal);
-            }
-            __syncthreads();
-            /* list order: every warp's first pairs, then every warp's second */
+        for (int s = 0; s < PPT; s++) {
+            const int t = tid + s * NT, q = t / BK, k = t % BK;
+            const int qg = q0 + q, kg = k0 + k;
+            const size_t pi = ((size_t)b * N + qg) * N + kg;
+            edge[s] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
+            const float *src = a.pair + pi * P;
 #pragma unroll
-            for (int s = 0; s < PPT; s++) {
-                int base = 0;
-                for (int i = 0; i < s * NW + warp; i++)
-                    base += wcnt[i];
-                if (ed[s])
-                    list[base + pos[s]] = tid + s * NT;
+            for (int r4 = 0; r4 < R4; r4++) {
+                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (edge[s] && r4 * 4 < P) {
+                    if (a.pvec) {
+                        v = sgkc_ld4(src + r4 * 4);
+                    } else {
+                        v.x = __ldg(src + r4 * 4);
+                        if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
+                        if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
+                        if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
+                    }
+                }
+                x[s][r4] = v;
             }
         }
-        __syncthreads();
+    };
 
-        /* ---- relation MLP for the listed edges ---- */
-        {
-            int total = 0;
-            for (int i = 0; i < PPT * NW; i++)
-                total += wcnt[i];
-            for (int s0 = 0; s0 < PPT; s0 += PREG) {
-                if (s0 * NT >= total) /* uniform: nothing left for any thread */
-                    break;
-                float4 x[PREG][R4];
-                int pid[PREG];
+    float O[MT][4][4];
 #pragma unroll
-                for (int s = 0; s < PREG; s++) {
-                    const int idx = tid + (s0 + s) * NT;
-                    pid[s] = idx < total ? list[idx] : -1;
-                    const int q = max(pid[s], 0) / BK, k = max(pid[s], 0) % BK;
-                    const float *src = a.pair + (((size_t)b * N + q0 + q) * N + k0 + k) * P;
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                O[m][i][c] = 0.0f;
+
+    const int ktiles = (N + BK - 1) / BK;
+    load_kv(0, 0);
+    load_pairs(0);
+    __syncthreads(); /* weights in shared memory */
+
+    for (int kt = 0; kt < ktiles; kt++) {
+        const int cur = kt & 1;
+        const int k0 = kt * BK;
+        const float *Kc = Ks + cur * BK * LD, *Vc = Vs + cur * BK * LD;
+
+        /* ---- relation MLP: bias of this thread's pairs for the group's heads ---- */
+        {
+            float acc[PPT][HMAX];
+#pragma unroll
+            for (int s = 0; s < PPT; s++)
+#pragma unroll
+                for (int h = 0; h < HMAX; h++)
+                    acc[s][h] = 0.0f;
+            bool any = false;
+#pragma unroll
+            for (int s = 0; s < PPT; s++)
+                any |= edge[s];
+            if (__any_sync(0xffffffffu, any)) {
+                for (int p = 0; p < P; p++) {
+                    const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * PCAP);
+                    float pa[PPT][2];
+#pragma unroll
+                    for (int s = 0; s < PPT; s++) {
+                        pa[s][0] = b1s[p];
+                        pa[s][1] = 0.0f;
+                    }
 #pragma unroll
                     for (int r4 = 0; r4 < R4; r4++) {
-                        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-                        if (pid[s] >= 0 && r4 * 4 < P) {
-                            if (a.pvec) {
-                                v = sgkc_ld4(src + r4 * 4);
-                            } else {
-                                v.x = __ldg(src + r4 * 4);
-                                if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
-                                if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
-                                if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
-                            }
-                        }
-                        x[s][r4] = v;
+                        const float4 w = w1r[r4];
+#pragma unroll
+                        for (int s = 0; s < PPT; s++)
+                            sgkc_fma4(pa[s][r4 & 1], w, x[s][r4]);
                     }
-                }
-                bool any = false;
+                    const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
 #pragma unroll
-                for (int s = 0; s < PREG; s++)
-                    any |= pid[s] >= 0;
-                if (any) {
-                    float acc[PREG][HMAX];
+                    for (int s = 0; s < PPT; s++) {
+                        const float hv = sgkc_silu_fast(pa[s][0] + pa[s][1]);
 #pragma unroll
-                    for (int s = 0; s < PREG; s++)
-#pragma unroll
-                        for (int h = 0; h < HMAX; h++)
-                            acc[s][h] = 0.0f;
-#pragma unroll 1
-                    for (int p = 0; p < P; p++) {
-                        const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * PCAP);
-                        float pa[PREG][NACC];
-#pragma unroll
-                        for (int s = 0; s < PREG; s++) {
-                            pa[s][0] = b1s[p];
-#pragma unroll
-                            for (int u = 1; u < NACC; u++)
-                                pa[s][u] = 0.0f;
+                        for (int h4 = 0; h4 < HMAX / 4; h4++) {
+                            const float4 w = w2r[h4];
+                            acc[s][4 * h4 + 0] = fmaf(w.x, hv, acc[s][4 * h4 + 0]);
+                            acc[s][4 * h4 + 1] = fmaf(w.y, hv, acc[s][4 * h4 + 1]);
+                            acc[s][4 * h4 + 2] = fmaf(w.z, hv, acc[s][4 * h4 + 2]);
+                            acc[s][4 * h4 + 3] = fmaf(w.w, hv, acc[s][4 * h4 + 3]);
                         }
-#pragma unroll
-                        for (int r4 = 0; r4 < R4; r4++) {
-                            const float4 w = w1r[r4];
-#pragma unroll
-                            for (int s = 0; s < PREG; s++)
-                                sgkc_fma4(pa[s][r4 % NACC], w, x[s][r4]);
-                        }
-                        const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
-#pragma unroll
-                        for (int s = 0; s < PREG; s++) {
-                            float t = pa[s][0];
-#pragma unroll
-                            for (int u = 1; u < NACC; u++)
-                                t += pa[s][u];
-                            const float hv = sgkc_silu_fast(t);
-#pragma unroll
-                            for (int h4 = 0; h4 < HMAX / 4; h4++) {
-                                const float4 w = w2r[h4];
-                                acc[s][4 * h4 + 0] = fmaf(w.x, hv, acc[s][4 * h4 + 0]);
-                                acc[s][4 * h4 + 1] = fmaf(w.y, hv, acc[s][4 * h4 + 1]);
-                                acc[s][4 * h4 + 2] = fmaf(w.z, hv, acc[s][4 * h4 + 2]);
-                                acc[s][4 * h4 + 3] = fmaf(w.w, hv, acc[s][4 * h4 + 3]);
-                            }
-                        }
-                    }
-#pragma unroll
-                    for (int s = 0; s < PREG; s++) {
-                        if (pid[s] < 0)
-                            continue;
-                        const int q = pid[s] / BK, k = pid[s] % BK;
-#pragma unroll
-                        for (int h = 0; h < HMAX; h++)
-                            if (h < nh)
-                                Ss[(h * BQ + q) * LDS_ + k] = acc[s][h] + b2s[h];
                     }
                 }
             }
+#pragma unroll
+            for (int s = 0; s < PPT; s++) {
+                const int t = tid + s * NT, q = t / BK, k = t % BK;
+#pragma unroll
+                for (int h = 0; h < HMAX; h++)
+                    if (h < nh)
+                        Ss[(h * BQ + q) * LDS_ + k] = edge[s] ? acc[s][h] + b2s[h] : SGKC_NEG_INF;
+            }
         }
-        if (v4)
-            sgkc_cp_wait_all();
+
+        /* ---- next tile's inputs in flight while this one finishes ---- */
+        if (kt + 1 < ktiles) {
+            load_pairs(k0 + BK);
+            load_kv(k0 + BK, cur ^ 1);
+            sgkc_cp_wait<1>();
+        } else {
+            sgkc_cp_wait<0>();
+        }
         __syncthreads();
 
-        /* ---- S += Q.K^T: 4 queries x keys {k4, k4+8, k4+16, k4+24} ---- */
+        /* ---- S += Q.K^T, 4 queries x 4 keys of one head per thread ---- */
         {
             const int ntile = nh * (BQ / 4) * (BK / 4);
             for (int t = tid; t < ntile; t += NT) {
-                const int k4 = t % 8, q4 = (t / 8) % (BQ / 4), h = t / (8 * (BQ / 4));
+                const int k4 = t % (BK / 4), q4 = (t / (BK / 4)) % (BQ / 4), h = t / ((BK / 4) * (BQ / 4));
                 float s[4][4];
 #pragma unroll
                 for (int i = 0; i < 4; i++)
@@ -310,15 +277,14 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
                     for (int j = 0; j < 4; j++)
                         s[i][j] = 0.0f;
                 const float *qb = Qs + q4 * 4 * LD + h * hd;
-                const float *kb = Ks + k4 * LD + h * hd;
+                const float *kb = Kc + k4 * 4 * LD + h * hd;
                 if ((hd & 3) == 0) {
-#pragma unroll 1
                     for (int d = 0; d < hd; d += 4) {
                         float4 qa[4], ka[4];
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
                             qa[i] = *reinterpret_cast<const float4 *>(qb + i * LD + d);
-                            ka[i] = *reinterpret_cast<const float4 *>(kb + i * 8 * LD + d);
+                            ka[i] = *reinterpret_cast<const float4 *>(kb + i * LD + d);
                         }
 #pragma unroll
                         for (int i = 0; i < 4; i++)
@@ -327,61 +293,59 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
                                 sgkc_fma4(s[i][j], qa[i], ka[j]);
                     }
                 } else {
-#pragma unroll 1
                     for (int d = 0; d < hd; d++) {
 #pragma unroll
                         for (int i = 0; i < 4; i++)
 #pragma unroll
                             for (int j = 0; j < 4; j++)
-                                s[i][j] = fmaf(qb[i * LD + d], kb[j * 8 * LD + d], s[i][j]);
+                                s[i][j] = fmaf(qb[i * LD + d], kb[j * LD + d], s[i][j]);
                     }
                 }
 #pragma unroll
                 for (int i = 0; i < 4; i++)
 #pragma unroll
                     for (int j = 0; j < 4; j++) {
-                        float *dst = Ss + (h * BQ + q4 * 4 + i) * LDS_ + k4 + 8 * j;
+                        float *dst = Ss + (h * BQ + q4 * 4 + i) * LDS_ + k4 * 4 + j;
                         *dst = sgkc_add_score(*dst, s[i][j]);
                     }
             }
         }
         __syncthreads();
 
-        /* ---- online softmax: two threads per (head, query) row, 16 keys each ---- */
-        for (int t = tid; t < 2 * nh * BQ; t += NT) { /* 2*nh*BQ is a multiple of 32 */
-            const int row = t >> 1, half = t & 1;
+        /* ---- online softmax over this tile, one (head, query) row per thread ---- */
+        for (int row = tid; row < nh * BQ; row += NT) {
             const int h = row / BQ, q = row % BQ;
-            const float *sr = Ss + row * LDS_ + half * (BK / 2);
+            const float *sr = Ss + row * LDS_;
             float tmax = SGKC_NEG_INF;
 #pragma unroll
-            for (int k = 0; k < BK / 2; k++)
+            for (int k = 0; k < BK; k++)
                 tmax = fmaxf(tmax, sr[k]);
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
             const float m_old = Ms[row];
             const float m_new = fmaxf(m_old, tmax);
             const float m_use = m_new == SGKC_NEG_INF ? 0.0f : m_new;
-            float l = 0.0f;
+            const float alpha = expf(m_old - m_use);
+            float l = Ls[row] * alpha;
 #pragma unroll
-            for (int k = 0; k < BK / 2; k++) {
+            for (int k = 0; k < BK; k++) {
                 const float p = expf(sr[k] - m_use);
-                Pt[(h * BK + half * (BK / 2) + k) * LDP + q] = p;
+                Pt[(h * BK + k) * LDP + q] = p;
                 l += p;
             }
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            if (half == 0) {
-                const float alpha = expf(m_old - m_use);
-                Ms[row] = m_new;
-                Ls[row] = Ls[row] * alpha + l;
-                Al[row] = alpha;
-            }
+            Ms[row] = m_new;
+            Ls[row] = l;
+            Al[row] = alpha;
         }
         __syncthreads();
 
-        /* ---- O = O * alpha + P.V, 4 queries x 4 columns per thread ---- */
+        /* ---- O = O * alpha + P.V, 4 queries x 4 columns per tile ---- */
         {
             const int c4n = (DG + 3) / 4;
-            const int t = tid;
-            if (t < (BQ / 4) * c4n) {
+            const int ntile = (BQ / 4) * c4n;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int t = tid + m * NT;
+                if (t >= ntile)
+                    continue;
                 const int c0 = (t % c4n) * 4, q4 = t / c4n;
                 if ((hd & 3) == 0) {
                     const int h = c0 / hd;
@@ -390,20 +354,20 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
                         const float al = Al[h * BQ + q4 * 4 + i];
 #pragma unroll
                         for (int c = 0; c < 4; c++)
-                            O[i][c] *= al;
+                            O[m][i][c] *= al;
                     }
                     const float *pp = Pt + h * BK * LDP + q4 * 4;
-#pragma unroll 4
+#pragma unroll
                     for (int k = 0; k < BK; k++) {
                         const float4 pv = *reinterpret_cast<const float4 *>(pp + k * LDP);
-                        const float4 vv = *reinterpret_cast<const float4 *>(Vs + k * LD + c0);
+                        const float4 vv = *reinterpret_cast<const float4 *>(Vc + k * LD + c0);
                         const float pa[4] = {pv.x, pv.y, pv.z, pv.w};
                         const float va[4] = {vv.x, vv.y, vv.z, vv.w};
 #pragma unroll
                         for (int i = 0; i < 4; i++)
 #pragma unroll
                             for (int c = 0; c < 4; c++)
-                                O[i][c] = fmaf(pa[i], va[c], O[i][c]);
+                                O[m][i][c] = fmaf(pa[i], va[c], O[m][i][c]);
                     }
                 } else {
 #pragma unroll
@@ -411,11 +375,10 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
                         const int h = min(c0 + c, DG - 1) / hd;
 #pragma unroll
                         for (int i = 0; i < 4; i++) {
-                            O[i][c] *= Al[h * BQ + q4 * 4 + i];
-#pragma unroll 1
+                            O[m][i][c] *= Al[h * BQ + q4 * 4 + i];
                             for (int k = 0; k < BK; k++)
-                                O[i][c] = fmaf(Pt[(h * BK + k) * LDP + q4 * 4 + i], Vs[k * LD + c0 + c],
-                                               O[i][c]);
+                                O[m][i][c] = fmaf(Pt[(h * BK + k) * LDP + q4 * 4 + i],
+                                                  Vc[k * LD + c0 + c], O[m][i][c]);
                         }
                     }
                 }
@@ -427,8 +390,12 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
     /* ---- ctx = O / l; a row with no edge has l == 0 and gets 0 ---- */
     {
         const int c4n = (DG + 3) / 4;
-        const int t = tid;
-        if (t < (BQ / 4) * c4n) {
+        const int ntile = (BQ / 4) * c4n;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int t = tid + m * NT;
+            if (t >= ntile)
+                continue;
             const int c0 = (t % c4n) * 4, q4 = t / c4n;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -441,7 +408,7 @@ sgkc_attn_tiled_kernel(sgkc_attn_args a)
                     if (c0 + c >= DG)
                         continue;
                     const float l = Ls[((c0 + c) / hd) * BQ + q4 * 4 + i];
-                    dst[c0 + c] = l == 0.0f ? 0.0f : O[i][c] / l;
+                    dst[c0 + c] = l == 0.0f ? 0.0f : O[m][i][c] / l;
                 }
             }
         }

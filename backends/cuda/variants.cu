@@ -5,6 +5,7 @@
 
 #include "attn_general.cuh"
 #include "attn_tiled.cuh"
+#include "attn_tiled16.cuh"
 #include "fused_small.cuh"
 #include "sgemm.cuh"
 
@@ -62,10 +63,16 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
-    /* 128x64 tiles of 128 threads (8x8 each), 3 blocks per SM: the block count of the presets' Q/K/V
-     * GEMM (M = 4096, 3D = 768: 384 blocks) fills 132 SMs in one wave. */
-    dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 63) / 64));
-    sgkc_sgemm_kernel<128, 64, 16, 8, 8, true, 3><<<grid, 128, 0, f->stream>>>(g);
+    /* 128x128 tiles (8x8 a thread) once they give at least one block per SM,
+     * else 64x64 (4x4): measured on the H200, run 1 and 3 of dev/NOTES.md. */
+    const int64_t big_blocks = ((g.M + 127) / 128) * ((g.Nc + 127) / 128);
+    if (big_blocks >= L->sm_count) {
+        dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 127) / 128));
+        sgkc_sgemm_kernel<128, 128, 8, 8, 8, true, 2><<<grid, 256, 0, f->stream>>>(g);
+    } else {
+        dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
+        sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, 1><<<grid, 256, 0, f->stream>>>(g);
+    }
     return cudaGetLastError();
 }
 
@@ -84,7 +91,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.residual = f->nodes;
     g.vec = D % 4 == 0;
     dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((D + 63) / 64));
-    sgkc_sgemm_kernel<64, 64, 16, 8, 4, false, 4><<<grid, 128, 0, f->stream>>>(g);
+    sgkc_sgemm_kernel<64, 64, 16, 4, 4, false, 1><<<grid, 256, 0, f->stream>>>(g);
     return cudaGetLastError();
 }
 
@@ -146,9 +153,11 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgkc_fwd *f)
 struct tiled_cfg {
     int pcap, hmax, HG, G, ld;
     size_t smem;
+    bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
+    size_t smem16;
 };
 
-static bool tiled_plan(const sgkc_layer *L, tiled_cfg *c)
+static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
 {
     if (L->hd > SGKC_AT_DGMAX || L->P > 128)
         return false;
@@ -161,15 +170,18 @@ static bool tiled_plan(const sgkc_layer *L, tiled_cfg *c)
     const int DG = c->HG * L->hd;
     c->ld = ((DG + 3) & ~3) + 4;
     c->smem = sgkc_at_smem_floats(c->pcap, c->hmax, c->ld, L->P) * sizeof(float);
+    c->smem16 = sgkc_at16_smem_floats(c->pcap, c->hmax, c->ld, L->P) * sizeof(float);
+    const int64_t blocks32 = B * ((N + SGKC_AT_BQ - 1) / SGKC_AT_BQ) * c->G;
+    c->q16 = blocks32 < L->sm_count && c->pcap <= 64 && c->smem16 <= L->smem_optin;
     return c->smem <= L->smem_optin;
 }
 
 static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
     tiled_cfg c;
-    if (!tiled_plan(L, &c) || N > INT_MAX / 4 || !gemm_fits(B * N))
+    if (!tiled_plan(L, B, N, &c) || N > INT_MAX / 4 || !gemm_fits(B * N))
         return 0;
-    const int64_t blocks = B * ((N + SGKC_AT_BQ - 1) / SGKC_AT_BQ) * c.G;
+    const int64_t blocks = B * ((N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ) * c.G;
     return blocks <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535 && (B * N + 63) / 64 <= INT_MAX;
 }
 
@@ -180,10 +192,17 @@ static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t s
     return cudaGetLastError();
 }
 
+template <int PCAP, int HMAX>
+static cudaError_t tiled16_attn(const sgkc_attn_args &a, unsigned blocks, size_t smem, cudaStream_t s)
+{
+    sgkc_attn_tiled16_kernel<PCAP, HMAX><<<blocks, SGKC_AT16_NT, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
 static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
 {
     tiled_cfg c;
-    if (!tiled_plan(L, &c))
+    if (!tiled_plan(L, f->B, f->N, &c))
         return cudaErrorInvalidConfiguration;
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
@@ -205,20 +224,33 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
     a.hd = L->hd;
     a.HG = c.HG;
     a.G = c.G;
-    a.qtiles = (a.N + SGKC_AT_BQ - 1) / SGKC_AT_BQ;
     a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
     a.qvec = L->D % 4 == 0;
-    const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
     cudaError_t e;
-    switch (c.pcap * 100 + c.hmax) {
-    case 1608: e = tiled_attn<16, 8>(a, blocks, c.smem, f->stream); break;
-    case 1616: e = tiled_attn<16, 16>(a, blocks, c.smem, f->stream); break;
-    case 3208: e = tiled_attn<32, 8>(a, blocks, c.smem, f->stream); break;
-    case 3216: e = tiled_attn<32, 16>(a, blocks, c.smem, f->stream); break;
-    case 6408: e = tiled_attn<64, 8>(a, blocks, c.smem, f->stream); break;
-    case 6416: e = tiled_attn<64, 16>(a, blocks, c.smem, f->stream); break;
-    case 12808: e = tiled_attn<128, 8>(a, blocks, c.smem, f->stream); break;
-    default: e = tiled_attn<128, 16>(a, blocks, c.smem, f->stream); break;
+    if (c.q16) {
+        a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
+        const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
+        switch (c.pcap * 100 + c.hmax) {
+        case 1608: e = tiled16_attn<16, 8>(a, blocks, c.smem16, f->stream); break;
+        case 1616: e = tiled16_attn<16, 16>(a, blocks, c.smem16, f->stream); break;
+        case 3208: e = tiled16_attn<32, 8>(a, blocks, c.smem16, f->stream); break;
+        case 3216: e = tiled16_attn<32, 16>(a, blocks, c.smem16, f->stream); break;
+        case 6408: e = tiled16_attn<64, 8>(a, blocks, c.smem16, f->stream); break;
+        default: e = tiled16_attn<64, 16>(a, blocks, c.smem16, f->stream); break;
+        }
+    } else {
+        a.qtiles = (a.N + SGKC_AT_BQ - 1) / SGKC_AT_BQ;
+        const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
+        switch (c.pcap * 100 + c.hmax) {
+        case 1608: e = tiled_attn<16, 8>(a, blocks, c.smem, f->stream); break;
+        case 1616: e = tiled_attn<16, 16>(a, blocks, c.smem, f->stream); break;
+        case 3208: e = tiled_attn<32, 8>(a, blocks, c.smem, f->stream); break;
+        case 3216: e = tiled_attn<32, 16>(a, blocks, c.smem, f->stream); break;
+        case 6408: e = tiled_attn<64, 8>(a, blocks, c.smem, f->stream); break;
+        case 6416: e = tiled_attn<64, 16>(a, blocks, c.smem, f->stream); break;
+        case 12808: e = tiled_attn<128, 8>(a, blocks, c.smem, f->stream); break;
+        default: e = tiled_attn<128, 16>(a, blocks, c.smem, f->stream); break;
+        }
     }
     SGKC_RETURN_IF(e);
     return launch_out(L, f, ctx);
@@ -271,10 +303,13 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     return c->smem <= L->smem_optin;
 }
 
+/* One wave of clusters at most (one block per SM): past that the per-block
+ * chain of dependent phases repeats per wave and the tiled path is faster
+ * (mid preset: 175 us fused vs 133 us tiled on the H200, dev/NOTES.md). */
 static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
     fused_cfg c;
-    return fused_plan(L, B, N, &c) && B * c.Ch * c.Cr <= INT_MAX;
+    return fused_plan(L, B, N, &c) && B * c.Ch * c.Cr <= (int64_t)L->sm_count;
 }
 
 static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t)
@@ -366,6 +401,9 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled_kernel<32, 8>,  (const void *)sgkc_attn_tiled_kernel<32, 16>,
         (const void *)sgkc_attn_tiled_kernel<64, 8>,  (const void *)sgkc_attn_tiled_kernel<64, 16>,
         (const void *)sgkc_attn_tiled_kernel<128, 8>, (const void *)sgkc_attn_tiled_kernel<128, 16>,
+        (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
+        (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
+        (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
         (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
         (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
         (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,

@@ -12,6 +12,14 @@ STEPS=${*:-validate bench sanitize}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$O/gpu.txt" 2>&1
 F="-O3 -std=c++17 -arch=sm_90 -lineinfo -I.."
 t0=$(date +%s)
+ROOT=$(cd ../../.. && pwd)
+if [[ " $STEPS " == *" smoke "* ]]; then
+  # the plugin through the core, built by meson, in the background
+  ( MESON=$(command -v meson || echo "python3 -m mesonbuild.mesonmain")
+    $MESON setup /tmp/sgkb "$ROOT" -Dtests=false -Dsm_archs=90 -Dopencl=disabled -Dhip=disabled &&
+    ninja -C /tmp/sgkb api/libsgk.so.0.1.0 backends/cuda/libsgk-cuda.so ) > "$O/meson.txt" 2>&1 &
+  MESON_PID=$!
+fi
 $NVCC $F -Xptxas -v -c ../variants.cu -o /tmp/sgkc_v.o 2> "$O/ptxas.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
 wait
@@ -19,8 +27,8 @@ $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_v.o -o /tmp/harness -lgomp 2>> "$O/bui
 echo "build: $(( $(date +%s) - t0 )) s"
 for s in $STEPS; do
   case $s in
-    validate) /tmp/harness validate > "$O/validate.txt" 2>&1; echo "validate rc=$?";;
-    bench) /tmp/harness bench > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
+    validate) SGKC_FORCE=1 /tmp/harness validate > "$O/validate.txt" 2>&1; echo "validate rc=$?";;
+    bench) SGKC_FORCE=1 /tmp/harness bench > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
     sanitize)
       timeout 200 compute-sanitizer --tool memcheck /tmp/harness sanitize > "$O/memcheck.txt" 2>&1; echo "memcheck rc=$?"
       timeout 200 compute-sanitizer --tool racecheck /tmp/harness sanitize > "$O/racecheck.txt" 2>&1; echo "racecheck rc=$?";;
@@ -29,6 +37,11 @@ for s in $STEPS; do
         --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
         /tmp/harness profile > "$O/ncu.txt" 2>&1
       echo "ncu rc=$?";;
+    smoke)
+      wait $MESON_PID; echo "meson build rc=$?"
+      $NVCC -O2 -I"$ROOT/api" plugin_smoke.cu -L/tmp/sgkb/api -lsgk -o /tmp/sgkc_smoke >> "$O/meson.txt" 2>&1 &&
+        LD_LIBRARY_PATH=/tmp/sgkb/api SGK_BACKEND_PATH=/tmp/sgkb/backends/cuda /tmp/sgkc_smoke > "$O/smoke.txt" 2>&1
+      echo "smoke rc=$?"; tail -5 "$O/meson.txt"; cat "$O/smoke.txt";;
     sass)
       command -v cuobjdump >/dev/null && cuobjdump -sass /tmp/sgkc_v.o | awk '/Function :/{f=$3} /^ +\/\*[0-9a-f]+\*\//{op=$2; sub(/\..*/,"",op); n[f" "op]++} END{for(k in n) print n[k], k}' | sort -k2,2 -k1,1nr > "$O/sass_hist.txt"; echo "sass rc=$?";;
   esac
