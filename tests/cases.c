@@ -48,5 +48,9 @@ int sgkt_case_enabled(const sgkt_case *c)
 {
     if (c->flags & SGKT_CASE_XL)
         return sgkt_env_flag("SGK_TEST_XL");
+    /* Quick runs (under compute-sanitizer or ASan) keep every code path but
+     * only shapes whose work fits a slowed-down run. */
+    if (sgkt_env_flag("SGK_TEST_QUICK"))
+        return c->B * c->N * (c->N * (c->P + c->D) + c->D * c->D) <= 5000000;
     return 1;
 }

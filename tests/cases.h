@@ -27,7 +27,8 @@ typedef struct sgkt_case {
 extern const sgkt_case sgkt_cases[];
 extern const int sgkt_case_count;
 
-/* 0 for a case this run leaves out (xl without SGK_TEST_XL=1). */
+/* 0 for a case this run leaves out: xl without SGK_TEST_XL=1, and with
+ * SGK_TEST_QUICK=1 every case of more than about 5M multiply-adds. */
 int sgkt_case_enabled(const sgkt_case *c);
 
 #ifdef __cplusplus
