@@ -355,6 +355,8 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                 l += p;
             }
             l += __shfl_xor_sync(0xffffffffu, l, 1);
+            /* both halves read Ms[row]; the write below waits for the other's read */
+            __syncwarp();
             if (half == 0) {
                 const float alpha = expf(m_old - m_use);
                 Ms[row] = m_new;

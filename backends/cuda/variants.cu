@@ -172,7 +172,10 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     c->smem = sgkc_at_smem_floats(c->pcap, c->hmax, c->ld, L->P) * sizeof(float);
     c->smem16 = sgkc_at16_smem_floats(c->pcap, c->hmax, c->ld, L->P) * sizeof(float);
     const int64_t blocks32 = B * ((N + SGKC_AT_BQ - 1) / SGKC_AT_BQ) * c->G;
-    c->q16 = blocks32 < L->sm_count && c->pcap <= 64 && c->smem16 <= L->smem_optin;
+    /* 16-query blocks only where 32-query ones would leave over half the SMs
+     * idle: mid (64 blocks) ran 110 us that way against 133; large and xl
+     * (128 blocks each) are faster with 32-query blocks (dev/NOTES.md). */
+    c->q16 = 2 * blocks32 <= L->sm_count && c->pcap <= 64 && c->smem16 <= L->smem_optin;
     return c->smem <= L->smem_optin;
 }
 
