@@ -16,11 +16,12 @@ __device__ __forceinline__ float sgkc_silu(float t)
 }
 
 /* The same with the hardware exp2 (__expf): about 6 instructions instead of
- * 12. Its relative error (a few ulp for |t| < 20, growing with |t|) enters
- * the output only through the attention bias; the dev harness measures the
- * end-to-end error of the kernels that use it (all cases <= 2e-7 relative
- * L2 on the H200, budget 1e-5). For t < -88, __expf(-t) is inf and the
- * quotient -0, as above. */
+ * 12. Its relative error (a few ulp for moderate |t|, growing with |t|)
+ * reaches the output only through the attention bias. The tiled and
+ * fused-small kernels use it; across the dev harness's 20 validation cases
+ * on the H200 the largest relative L2 error of any variant stayed at
+ * 4.5e-7 with it as without it (budget 1e-5; dev/NOTES.md, runs 1 and 3).
+ * For t < -88, __expf(-t) is inf and the quotient -0, as above. */
 __device__ __forceinline__ float sgkc_silu_fast(float t)
 {
     return __fdividef(t, 1.0f + __expf(-t));
