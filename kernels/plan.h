@@ -15,6 +15,10 @@
 
 #include "sgk.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Offsets (in floats) of each weight inside one packed buffer. */
 typedef struct sgk_packed {
     size_t gamma, beta, wqkv, wo, w1, b1, w2, b2, total;
@@ -52,4 +56,7 @@ typedef struct sgk_plan {
 int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H, int64_t P,
                   const sgk_limits *limits, sgk_plan *plan);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "plan.h"
+
 struct sgkc_layer {
     int device;
     int D, H, P, hd;
@@ -20,6 +22,9 @@ struct sgkc_layer {
     const float *wo_t;         /* (D, D): [k][n] = Wo[n][k] */
     const float *w1, *b1;      /* (P, P) as given: w1[p][r]; (P) */
     const float *w2t, *b2;     /* (P, H): w2t[p][h] = w2[h][p]; (H) */
+    /* The same weights as the generated kernels take them (kernels/plan.h). */
+    const float *gen;
+    sgk_packed gen_off;
     /* Device limits read once at layer creation. */
     int sm_count;
     int cc_major, cc_minor;

@@ -2,6 +2,7 @@
  * packing of a layer's weights. To add a variant: write its supports,
  * workspace and launch functions and add a row to sgkc_variants below. */
 #include "cuda_layer.h"
+#include "generic.h"
 
 #include "attn_general.cuh"
 #include "attn_tiled.cuh"
@@ -391,6 +392,8 @@ const sgkc_variant sgkc_variants[] = {
     {"fused-small", fused_supports, fused_workspace, fused_launch},
     {"tiled", tiled_supports, ws_qkv_ctx, tiled_launch},
     {"general", general_supports, ws_qkv_ctx, general_launch},
+    {"generic-small", sgkc_generic_small_supports, sgkc_generic_small_workspace, sgkc_generic_small_launch},
+    {"generic-tiled", sgkc_generic_tiled_supports, sgkc_generic_tiled_workspace, sgkc_generic_tiled_launch},
 };
 const int sgkc_variant_count = (int)(sizeof sgkc_variants / sizeof sgkc_variants[0]);
 
@@ -413,7 +416,7 @@ static cudaError_t raise_smem_limits(int limit)
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         SGKC_RETURN_IF(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
-    return cudaSuccess;
+    return sgkc_generic_prepare(limit);
 }
 
 static size_t up64(size_t n)
@@ -447,7 +450,9 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, floa
     const size_t o_gamma = 0, o_beta = o_gamma + up64(d), o_qkv = o_beta + up64(d);
     const size_t o_wo = o_qkv + up64(3 * d * d), o_w1 = o_wo + up64(d * d);
     const size_t o_b1 = o_w1 + up64((size_t)P * P), o_w2 = o_b1 + up64(P);
-    const size_t o_b2 = o_w2 + up64((size_t)P * H), total = o_b2 + up64(H);
+    const size_t o_b2 = o_w2 + up64((size_t)P * H), o_gen = o_b2 + up64(H);
+    const sgk_packed gen = sgk_packed_layout(D, H, P);
+    const size_t total = o_gen + up64(gen.total);
 
     if (alloc_fail && alloc_fail())
         return cudaErrorMemoryAllocation;
@@ -470,6 +475,22 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, floa
         for (int hh = 0; hh < H; hh++)
             h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
     memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
+    sgk_layer_desc desc; /* only the pointers and sizes sgk_pack_weights reads */
+    memset(&desc, 0, sizeof desc);
+    desc.dim = D;
+    desc.heads = H;
+    desc.pair_dim = P;
+    desc.ln_gamma = gamma;
+    desc.ln_beta = beta;
+    desc.wq = wq;
+    desc.wk = wk;
+    desc.wv = wv;
+    desc.wo = wo;
+    desc.w1 = w1;
+    desc.b1 = b1;
+    desc.w2 = w2;
+    desc.b2 = b2;
+    sgk_pack_weights(&desc, h + o_gen);
 
     cudaError_t err = cudaSuccess;
     if (alloc_fail && alloc_fail())
@@ -497,6 +518,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, floa
     L->b1 = base + o_b1;
     L->w2t = base + o_w2;
     L->b2 = base + o_b2;
+    L->gen = base + o_gen;
+    L->gen_off = gen;
     return cudaSuccess;
 }
 

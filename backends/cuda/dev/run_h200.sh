@@ -19,10 +19,15 @@ if [[ " $STEPS " == *" smoke "* ]]; then
     $MESON setup /tmp/sgkb "$ROOT" -Dtests=false -Dsm_archs=90 -Dopencl=disabled -Dhip=disabled &&
     ninja -C /tmp/sgkb api/libsgk.so.0.1.0 backends/cuda/libsgk-cuda.so ) > "$O/meson.txt" 2>&1 &
 fi
+# The variant table includes the generated kernels' variants.
+python3 "$ROOT/kernels/sgkgen.py" --target cuda "$ROOT/kernels/relation.sgk" /tmp/relation_cuda.cu
+F="$F -I$ROOT/kernels -I$ROOT/api -I/tmp"
 $NVCC $F -Xptxas -v -c ../variants.cu -o /tmp/sgkc_v.o 2> "$O/ptxas.txt" &
+$NVCC $F -c ../generic.cu -o /tmp/sgkc_g.o 2> "$O/build_g.txt" &
+$NVCC $F -c "$ROOT/kernels/plan.c" -o /tmp/sgkc_p.o 2> "$O/build_p.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
 wait
-$NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_v.o -o /tmp/harness -lgomp 2>> "$O/build_h.txt" || { cat "$O/build_h.txt" "$O/ptxas.txt" | tail -30; exit 1; }
+$NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness -lgomp 2>> "$O/build_h.txt" || { cat "$O/build_h.txt" "$O/build_g.txt" "$O/ptxas.txt" | tail -30; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 for s in $STEPS; do
   case $s in

@@ -1,0 +1,85 @@
+/* The generated kernels (kernels/relation.sgk emitted for CUDA by sgkgen.py)
+ * as variants "generic-small" and "generic-tiled" of the CUDA backend: the
+ * same logic the cpu, hip and opencl backends run, with the host plan they
+ * share (kernels/plan.c). The tuned variants come first in the table; these
+ * serve as the portable baseline and are tested like every variant. */
+#include <limits.h>
+
+#include "cuda_layer.h"
+#include "generic.h"
+#include "relation_cuda.cu"
+
+/* Work-items per group: a multiple of the warp size, never tied to D. */
+static const int k_threads = 256;
+
+static int plan_for(const sgkc_layer *L, sgk_plan_kind kind, int64_t B, int64_t N, sgk_plan *p)
+{
+    const sgk_limits lim = {L->smem_optin, INT_MAX};
+    return sgk_plan_make(kind, B, N, L->D, L->H, L->P, &lim, p);
+}
+
+cudaError_t sgkc_generic_prepare(int smem_limit)
+{
+    const void *fns[] = {(const void *)sgk_k_fused, (const void *)sgk_k_ln_qkv, (const void *)sgk_k_attn_tile};
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
+        const cudaError_t e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+int sgkc_generic_small_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    sgk_plan p;
+    return plan_for(L, SGK_PLAN_SMALL, B, N, &p);
+}
+
+size_t sgkc_generic_small_workspace(const sgkc_layer *, int64_t, int64_t)
+{
+    return 0;
+}
+
+cudaError_t sgkc_generic_small_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    sgk_plan p;
+    if (!plan_for(L, SGK_PLAN_SMALL, f->B, f->N, &p))
+        return cudaErrorInvalidConfiguration;
+    const float *w = L->gen;
+    const sgk_packed &o = L->gen_off;
+    return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes,
+                            f->pair, (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta,
+                            w + o.wqkv, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo, f->out, p.N,
+                            p.D, p.H, p.P, p.tq, L->eps, p.scale);
+}
+
+int sgkc_generic_tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    sgk_plan p;
+    return plan_for(L, SGK_PLAN_TILED, B, N, &p);
+}
+
+size_t sgkc_generic_tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    sgk_plan p;
+    return plan_for(L, SGK_PLAN_TILED, B, N, &p) ? p.workspace_bytes : 0;
+}
+
+cudaError_t sgkc_generic_tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    sgk_plan p;
+    if (!plan_for(L, SGK_PLAN_TILED, f->B, f->N, &p))
+        return cudaErrorInvalidConfiguration;
+    const float *w = L->gen;
+    const sgk_packed &o = L->gen_off;
+    float *qkv = (float *)f->ws;
+    cudaError_t e = sgk_launch_ln_qkv((int)p.groups_ln, 1, k_threads, p.smem_ln * sizeof(float), f->stream,
+                                      f->nodes, w + o.gamma, w + o.beta, w + o.wqkv, qkv,
+                                      (int)(p.B * p.N), p.D, p.rt, L->eps);
+    if (e != cudaSuccess)
+        return e;
+    return sgk_launch_attn_tile((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream,
+                                qkv, f->nodes, f->pair, (const uchar *)f->mask, f->mask_u8, w + o.w1,
+                                w + o.b1, w + o.w2, w + o.b2, w + o.wo, f->out, p.N, p.D, p.H, p.P, p.tq,
+                                p.tk, (int)p.groups_q, p.scale);
+}
