@@ -86,6 +86,28 @@ static sgk_status check_aliasing(const sgk_fwd *a, const sgk_plan *plan, int ran
     return SGK_OK;
 }
 
+/* Data is read as float (and the mask as float or uint8): a float buffer at
+ * an address that is not a multiple of alignof(float) is undefined
+ * behaviour on the host and faults on GPUs, so it is refused rather than
+ * read. cl_mem handles are pointers to objects and pass. */
+static sgk_status check_alignment(const void *nodes, const void *pair_feats,
+                                  const void *edge_mask, size_t mask_elem, const void *out)
+{
+    const struct { const char *name; const void *ptr; size_t align; } buf[] = {
+        { "nodes", nodes, _Alignof(float) },
+        { "pair_feats", pair_feats, _Alignof(float) },
+        { "edge_mask", edge_mask, mask_elem == sizeof(float) ? _Alignof(float) : 1 },
+        { "out", out, _Alignof(float) },
+    };
+    for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++)
+        if ((uintptr_t)buf[i].ptr % buf[i].align != 0)
+            return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "%s (%p) is not aligned to %zu bytes: float buffers must be "
+                                 "aligned to alignof(float)",
+                                 buf[i].name, buf[i].ptr, buf[i].align);
+    return SGK_OK;
+}
+
 /* Checks shared by both forward calls; fills args and plan. */
 static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
                           const void *pair_feats, const void *edge_mask, sgk_mask_type mask_type,
@@ -95,6 +117,8 @@ static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *no
     size_t mask_elem = 0;
     if (st == SGK_OK)
         st = mask_elem_size(mask_type, &mask_elem);
+    if (st == SGK_OK)
+        st = check_alignment(nodes, pair_feats, edge_mask, mask_elem, out);
     if (st == SGK_OK)
         st = sgk_plan_forward(layer, B, N, mask_elem, 1, plan);
     if (st != SGK_OK)
