@@ -245,6 +245,11 @@ SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
                             &plan);
     if (st == SGK_OK)
         st = check_workspace(layer, &plan, B, N, workspace, workspace_bytes);
+    if (st == SGK_OK && (uintptr_t)workspace % _Alignof(float) != 0)
+        st = sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                           "workspace (%p) is not aligned to %zu bytes: backends keep floats in "
+                           "it",
+                           workspace, (size_t)_Alignof(float));
     if (st != SGK_OK)
         return st;
     args.workspace = workspace;
