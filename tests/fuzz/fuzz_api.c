@@ -666,13 +666,20 @@ static void step_forward(state *s, int device_call)
         /* A call that must fail gets a token buffer for a huge workspace:
          * it may not touch it. */
         if (ws_mode % 4 != 2 && work_bytes)
-            work = malloc(work_bytes <= (1u << 20) ? work_bytes : 64);
+            work = malloc((work_bytes <= (1u << 20) ? work_bytes : 64) + 4);
+        /* A workspace at an odd address must be refused. */
+        size_t ws_shift = work && (ws_mode & 4) ? 1 + (ws_mode >> 3) % 3 : 0;
+        if (ws_shift) {
+            allow(&a, SGK_ERR_INVALID_ARGUMENT);
+            a.bits &= ~(1u << SGK_OK);
+        }
         if (short_ws) {
             allow(&a, SGK_ERR_INSUFFICIENT_WORKSPACE);
             if (!definite)
                 a.bits &= ~(1u << SGK_OK);
         }
-        st = sgk_forward_device(layer, B, N, nodes, pair, mask, mt, out, work, work_bytes, NULL);
+        st = sgk_forward_device(layer, B, N, nodes, pair, mask, mt, out,
+                                work ? (char *)work + ws_shift : NULL, work_bytes, NULL);
         if (st == SGK_OK && s->armed && sgk_testing_alloc_count() != 0)
             finding("sgk_forward_device allocated", st, &a);
         free(work);
