@@ -91,7 +91,8 @@ static int allows(const allowed *a, sgk_status st) { return (unsigned)st < 32 &&
 static void finding(const char *what, sgk_status st, const allowed *a)
 {
     fprintf(stderr, "fuzz_api: %s: got %s (%d), allowed mask 0x%x; message: %s\n", what,
-            sgk_status_string(st), (int)st, a ? a->bits : 0, sgk_last_error());
+            sgk_status_string(st), (int)st, a ? a->bits : 0,
+            st == SGK_OK ? "(none: success)" : sgk_last_error());
     abort();
 }
 
