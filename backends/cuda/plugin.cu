@@ -8,6 +8,7 @@
 
 #include "sgk_backend.h"
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,26 @@ static sgk_status cuda_fail(cudaError_t e, const char *what)
     return g_host->set_error(st, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* The static runtime reports a missing driver as "driver version is
+ * insufficient"; say plainly that there is no driver at all. */
+static int driver_present(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (!h)
+        h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return 0;
+    dlclose(h);
+    return 1;
+}
+
 static int sgkc_probe(char *reason, size_t reason_len)
 {
+    if (!driver_present()) {
+        if (reason && reason_len)
+            snprintf(reason, reason_len, "libcuda.so.1 not found: no NVIDIA driver is installed");
+        return 0;
+    }
     int n = 0;
     const cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= 0) {
