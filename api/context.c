@@ -28,10 +28,10 @@ static sgk_status check_options(const sgk_context_options *options)
                              "options->struct_size (%zu) is larger than sizeof(sgk_context_options) "
                              "(%zu) in sgk %s: built against a newer sgk.h",
                              options->struct_size, sizeof *options, sgk_version());
-    if (options->cpu_threads < 0)
+    if (options->cpu_threads < 0 || options->cpu_threads > SGK_MAX_CPU_THREADS)
         return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                             "options->cpu_threads must be >= 0 (0 = OpenMP default), got %d",
-                             options->cpu_threads);
+                             "options->cpu_threads must be in [0, %d] (0 = OpenMP default), got %d",
+                             SGK_MAX_CPU_THREADS, options->cpu_threads);
     return SGK_OK;
 }
 

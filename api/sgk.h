@@ -15,6 +15,13 @@
  * may run concurrently on one layer as long as each call has its own output
  * and workspace buffers. sgk_layer_set_variant and the _destroy calls must not
  * run concurrently with any other call on the same object.
+ *
+ * Lifetimes: a layer belongs to its context; destroy every layer of a
+ * context before the context itself.
+ *
+ * Buffers: float tensors (and the workspace) must be aligned to
+ * alignof(float); a misaligned one is SGK_ERR_INVALID_ARGUMENT. A uint8
+ * mask may sit at any address.
  */
 #ifndef SGK_H
 #define SGK_H
@@ -94,8 +101,11 @@ typedef struct sgk_context sgk_context;
 
 typedef struct sgk_context_options {
     size_t struct_size; /* sizeof(sgk_context_options): lets fields be added later */
-    int cpu_threads;    /* cpu backend: OpenMP threads, 0 = the OpenMP default */
+    int cpu_threads;    /* cpu backend: OpenMP threads, 0 = the OpenMP default,
+                           at most SGK_MAX_CPU_THREADS */
 } sgk_context_options;
+
+#define SGK_MAX_CPU_THREADS 4096
 
 /* Fills defaults. options may be NULL in sgk_context_create for all defaults. */
 SGK_EXPORT void sgk_context_options_init(sgk_context_options *options);

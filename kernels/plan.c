@@ -65,8 +65,10 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
 
     if (kind == SGK_PLAN_SMALL) {
         /* Q/K/V of the whole entry, then the larger of LayerNorm's scratch
-         * and the attention tile, which reuse one region. */
-        if (B > lim->max_groups)
+         * and the attention tile, which reuse one region. A single query
+         * row already needs N*H floats: past the budget, stop before the
+         * products below can overflow. */
+        if (B > lim->max_groups || N * H > (int64_t)budget || 3 * N * D > (int64_t)budget)
             return 0;
         const size_t qkv = (size_t)(3 * N * D), ln = (size_t)(N * D + 2 * N);
         for (int64_t tq = N; tq >= 1; tq = tq > 8 ? (tq + 1) / 2 : tq - 1) {
