@@ -108,12 +108,14 @@ __global__ void __launch_bounds__(SGKC_AG_NT) sgkc_attn_general_kernel(sgkc_gen_
         }
         __syncthreads();
 
+        /* V comes straight from global memory here, so every term takes the
+         * guarded form: a key of weight 0 adds nothing, even a NaN. */
         for (int d = tid; d < D; d += SGKC_AG_NT) {
             const int h = d / hd;
             float o = acc[d] * Al[h];
             const float *v = qkv_b + (size_t)j0 * row3 + 2 * (size_t)D + d;
             for (int jj = 0; jj < kc; jj++)
-                o = fmaf(S[h * KC + jj], __ldg(v + (size_t)jj * row3), o);
+                o = sgkc_pv<true>(S[h * KC + jj], __ldg(v + (size_t)jj * row3), o);
             acc[d] = o;
         }
         __syncthreads();

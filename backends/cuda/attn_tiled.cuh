@@ -8,8 +8,10 @@
  *
  * Per key tile: bias (registers: one thread per pair, pair_feats in
  * registers, MLP weights broadcast from shared memory) -> S; barrier;
- * S += Q.K^T (4x4 register tiles); barrier; softmax rows -> P^T, rescale
- * factors; barrier; O = O*alpha + P.V (4x4 register tiles); barrier.
+ * S += Q.K^T (4x4 register tiles) and a scan of the V tile for NaN/Inf;
+ * barrier (OR of the scan); softmax rows -> P^T, rescale factors; barrier;
+ * O = O*alpha + P.V (4x4 register tiles; keys of weight 0 skipped where the
+ * V tile is not all finite); barrier.
  * The next tile's pair_feats and mask are loaded into registers while the
  * current tile's last three phases run, and its K/V rows by cp.async into
  * the other half of a double buffer. */
@@ -310,7 +312,9 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
                     }
             }
         }
-        __syncthreads();
+        /* Does this tile's V hold a NaN or Inf (padding is zero)? It picks
+         * the P.V form below; the check rides on this barrier. */
+        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vc, BK * LD, tid, NT));
 
         /* ---- online softmax over this tile, one (head, query) row per thread ---- */
         for (int row = tid; row < nh * BQ; row += NT) {
@@ -338,7 +342,8 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
         __syncthreads();
 
         /* ---- O = O * alpha + P.V, 4 queries x 4 columns per tile ---- */
-        {
+        auto pv_phase = [&](auto guard) {
+            constexpr bool G = decltype(guard)::value;
             const int c4n = (DG + 3) / 4;
             const int ntile = (BQ / 4) * c4n;
 #pragma unroll
@@ -367,7 +372,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
                         for (int i = 0; i < 4; i++)
 #pragma unroll
                             for (int c = 0; c < 4; c++)
-                                O[m][i][c] = fmaf(pa[i], va[c], O[m][i][c]);
+                                O[m][i][c] = sgkc_pv<G>(pa[i], va[c], O[m][i][c]);
                     }
                 } else {
 #pragma unroll
@@ -377,13 +382,17 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
                         for (int i = 0; i < 4; i++) {
                             O[m][i][c] *= Al[h * BQ + q4 * 4 + i];
                             for (int k = 0; k < BK; k++)
-                                O[m][i][c] = fmaf(Pt[(h * BK + k) * LDP + q4 * 4 + i],
-                                                  Vc[k * LD + c0 + c], O[m][i][c]);
+                                O[m][i][c] = sgkc_pv<G>(Pt[(h * BK + k) * LDP + q4 * 4 + i],
+                                                        Vc[k * LD + c0 + c], O[m][i][c]);
                         }
                     }
                 }
             }
-        }
+        };
+        if (v_nonfinite)
+            pv_phase(sgkc_guarded{});
+        else
+            pv_phase(sgkc_plain{});
         __syncthreads();
     }
 

@@ -20,9 +20,12 @@
  *   barrier; each thread runs the MLP for up to two listed pairs (features
  *   in registers, weights broadcast from shared memory) -> S;
  *   barrier; S += Q.K^T (4x4 register tiles; a thread's 4 keys are 8 apart,
- *   so a warp's K rows are consecutive: no bank conflicts);
- *   barrier; online softmax, two threads per (head, query) row -> P^T;
- *   barrier; O = O*alpha + P.V (4x4 register tiles); barrier.
+ *   so a warp's K rows are consecutive: no bank conflicts), and a scan of
+ *   the V tile for NaN/Inf;
+ *   barrier (OR of the scan); online softmax, two threads per (head, query)
+ *   row -> P^T;
+ *   barrier; O = O*alpha + P.V (4x4 register tiles; keys of weight 0
+ *   skipped where the V tile is not all finite); barrier.
  * Registers are held to 128 a thread so that two blocks could share an SM
  * where shared memory allows (D = 256 needs 130 KB: one block). */
 #ifndef SGK_CUDA_ATTN_TILED16_CUH
@@ -332,7 +335,9 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                     }
             }
         }
-        __syncthreads();
+        /* Does this tile's V hold a NaN or Inf (padding is zero)? It picks
+         * the P.V form below; the check rides on this barrier. */
+        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vs, BK * LD, tid, NT));
 
         /* ---- online softmax: two threads per (head, query) row, 16 keys each ---- */
         for (int t = tid; t < 2 * nh * BQ; t += NT) { /* 2*nh*BQ is a multiple of 32 */
@@ -367,7 +372,8 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
         __syncthreads();
 
         /* ---- O = O * alpha + P.V, 4 queries x 4 columns per thread ---- */
-        {
+        auto pv_phase = [&](auto guard) {
+            constexpr bool G = decltype(guard)::value;
             const int c4n = (DG + 3) / 4;
             const int t = tid;
             if (t < (BQ / 4) * c4n) {
@@ -392,7 +398,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                         for (int i = 0; i < 4; i++)
 #pragma unroll
                             for (int c = 0; c < 4; c++)
-                                O[i][c] = fmaf(pa[i], va[c], O[i][c]);
+                                O[i][c] = sgkc_pv<G>(pa[i], va[c], O[i][c]);
                     }
                 } else {
 #pragma unroll
@@ -403,13 +409,17 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                             O[i][c] *= Al[h * BQ + q4 * 4 + i];
 #pragma unroll 1
                             for (int k = 0; k < BK; k++)
-                                O[i][c] = fmaf(Pt[(h * BK + k) * LDP + q4 * 4 + i], Vs[k * LD + c0 + c],
-                                               O[i][c]);
+                                O[i][c] = sgkc_pv<G>(Pt[(h * BK + k) * LDP + q4 * 4 + i],
+                                                     Vs[k * LD + c0 + c], O[i][c]);
                         }
                     }
                 }
             }
-        }
+        };
+        if (v_nonfinite)
+            pv_phase(sgkc_guarded{});
+        else
+            pv_phase(sgkc_plain{});
         __syncthreads();
     }
 

@@ -15,8 +15,9 @@
  *      block of the same head group, so each holds all N keys.
  *   cluster barrier
  *   4. Scores = bias + q.k, softmax per row, ctx = P.V for its rows and
- *      heads; ctx is pushed to every block of the same row slice (into the
- *      space Xs used, which all of them are done with).
+ *      heads (keys of weight 0 skipped when V holds a NaN or Inf); ctx is
+ *      pushed to every block of the same row slice (into the space Xs used,
+ *      which all of them are done with).
  *   cluster barrier
  *   5. out = nodes + ctx Wo^T for its rows and its hs output columns.
  * The weight slices of steps 3 and 5 are copied into shared memory with
@@ -200,6 +201,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             Xs[(e / D) * L.ldx + e % D] = __ldg(nodes_b + (size_t)r0 * D + e);
     }
     asm volatile("cp.async.commit_group;\n" ::);
+    /* V's padding columns, so that step 4 can scan whole rows for NaN/Inf */
+    for (int j = tid; j < N; j += NT)
+        *reinterpret_cast<float4 *>(Vs + (size_t)j * L.ldh + hs) = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int i = tid; i < P * PCAP; i += NT) {
         const int p = i / PCAP, r = i % PCAP;
         W1s[i] = r < P ? __ldg(a.w1 + p * P + r) : 0.0f;
@@ -360,7 +364,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                 if (kg + j * nkg < N)
                     srow[kg + j * nkg] = sgkc_add_score(srow[kg + j * nkg], s[j]);
         }
-        __syncthreads();
+        /* Does V hold a NaN or Inf? It picks the P.V form below; the check
+         * rides on this barrier. */
+        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vs, N * L.ldh, tid, NT));
 
         for (int row = warp; row < hpc * nr; row += NT / 32) {
             const int hl = row / nr, il = row % nr;
@@ -387,26 +393,33 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         for (int t = tid; t < nr * ncg; t += NT) {
             const int il = t / ncg, c0 = (t % ncg) * 4;
             float o[4] = {0.f, 0.f, 0.f, 0.f};
-            if ((hd & 3) == 0) {
-                const float *pr = Bs + ((c0 / hd) * rows_r + il) * L.ldn;
+            auto pv_row = [&](auto guard) {
+                constexpr bool G = decltype(guard)::value;
+                if ((hd & 3) == 0) {
+                    const float *pr = Bs + ((c0 / hd) * rows_r + il) * L.ldn;
 #pragma unroll 4
-                for (int j = 0; j < N; j++) {
-                    const float p = pr[j];
-                    const float4 v = *reinterpret_cast<const float4 *>(Vs + (size_t)j * L.ldh + c0);
-                    o[0] = fmaf(p, v.x, o[0]);
-                    o[1] = fmaf(p, v.y, o[1]);
-                    o[2] = fmaf(p, v.z, o[2]);
-                    o[3] = fmaf(p, v.w, o[3]);
-                }
-            } else {
+                    for (int j = 0; j < N; j++) {
+                        const float p = pr[j];
+                        const float4 v = *reinterpret_cast<const float4 *>(Vs + (size_t)j * L.ldh + c0);
+                        o[0] = sgkc_pv<G>(p, v.x, o[0]);
+                        o[1] = sgkc_pv<G>(p, v.y, o[1]);
+                        o[2] = sgkc_pv<G>(p, v.z, o[2]);
+                        o[3] = sgkc_pv<G>(p, v.w, o[3]);
+                    }
+                } else {
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    const float *pr = Bs + (((c0 + c) / hd) * rows_r + il) * L.ldn;
+                    for (int c = 0; c < 4; c++) {
+                        const float *pr = Bs + (((c0 + c) / hd) * rows_r + il) * L.ldn;
 #pragma unroll 1
-                    for (int j = 0; j < N; j++)
-                        o[c] = fmaf(pr[j], Vs[(size_t)j * L.ldh + c0 + c], o[c]);
+                        for (int j = 0; j < N; j++)
+                            o[c] = sgkc_pv<G>(pr[j], Vs[(size_t)j * L.ldh + c0 + c], o[c]);
+                    }
                 }
-            }
+            };
+            if (v_nonfinite)
+                pv_row(sgkc_guarded{});
+            else
+                pv_row(sgkc_plain{});
             const float4 ov = make_float4(o[0], o[1], o[2], o[3]);
             for (int g = 0; g < Ch; g++) {
                 float *dst = cluster.map_shared_rank(Xs, g * Cr + rg);

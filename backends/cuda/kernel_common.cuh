@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <type_traits>
 
 #define SGKC_NEG_INF (-INFINITY)
 
@@ -67,6 +68,37 @@ __device__ __forceinline__ float sgkc_warp_max(float v)
 __device__ __forceinline__ float sgkc_add_score(float bias, float qk)
 {
     return bias == SGKC_NEG_INF ? bias : bias + qk;
+}
+
+/* One term of ctx = P.V. A key of weight 0 (masked, or whose exp
+ * underflowed) must add nothing, yet fmaf(0, v, o) is NaN when v is NaN or
+ * Inf: a non-finite node would reach every row of its batch entry, also rows
+ * that do not attend to it. GUARD skips such terms; where V is staged in
+ * shared memory a kernel checks each tile once (sgkc_nonfinite_share) and
+ * pays for the guard only on a tile that holds a non-finite value, since
+ * for finite v the plain FMA adds exactly 0. */
+template <bool GUARD>
+__device__ __forceinline__ float sgkc_pv(float p, float v, float o)
+{
+    return (GUARD && p == 0.0f) ? o : fmaf(p, v, o);
+}
+
+/* Tags that pick the guarded or plain P.V form at compile time. */
+using sgkc_guarded = std::true_type;
+using sgkc_plain = std::false_type;
+
+/* This thread's share of "is any of the n floats at p NaN or Inf": p
+ * 16-byte aligned, n % 4 == 0, thread tid of nt takes every nt-th 4-vector.
+ * OR the shares over the block (__syncthreads_or). */
+__device__ __forceinline__ bool sgkc_nonfinite_share(const float *p, int n, int tid, int nt)
+{
+    bool finite = true;
+    for (int i = 4 * tid; i < n; i += 4 * nt) {
+        const float4 v = *reinterpret_cast<const float4 *>(p + i);
+        finite &= (fabsf(v.x) < INFINITY) & (fabsf(v.y) < INFINITY) & (fabsf(v.z) < INFINITY) &
+                  (fabsf(v.w) < INFINITY); /* false for NaN too */
+    }
+    return !finite;
 }
 
 /* Row statistics of LayerNorm for one row of length D, by one warp, two

@@ -163,6 +163,8 @@ static void reference(const Weights &w, const Inputs &in, std::vector<double> &o
             }
             for (int j = 0; j < N; j++) {
                 const double a = l == 0 ? 0.0 : s[(size_t)h * N + j] / l;
+                if (a == 0.0)
+                    continue; /* a masked key adds nothing, not even a NaN of its V */
                 for (int d = 0; d < hd; d++)
                     ctx[h * hd + d] += a * v[((size_t)b * N + j) * D + h * hd + d];
             }
@@ -229,7 +231,7 @@ static sgkc_fwd fwd_of(const DevSet &s, int B, int N, bool u8, void *ws, size_t 
 
 struct Check {
     double rel;
-    long nan_mismatch;
+    long nonfinite_mismatch; /* one side NaN or Inf, the other not the same */
     long masked_rows_exact_fail;
     long unwritten;
 };
@@ -240,12 +242,12 @@ static Check compare(const Inputs &in, const std::vector<double> &ref, const std
     Check c = {0, 0, 0, 0};
     double num = 0, den = 0;
     for (size_t i = 0; i < ref.size(); i++) {
-        const bool rn = std::isnan(ref[i]), gn = std::isnan(got[i]);
         uint32_t bits;
         memcpy(&bits, &got[i], 4);
         if (bits == 0x7fbadbadu) c.unwritten++;
-        if (rn || gn) {
-            if (rn != gn) c.nan_mismatch++;
+        if (!std::isfinite(ref[i]) || !std::isfinite(got[i])) {
+            const bool same = (std::isnan(ref[i]) && std::isnan(got[i])) || (double)got[i] == ref[i];
+            if (!same) c.nonfinite_mismatch++;
             continue;
         }
         num += (got[i] - ref[i]) * (got[i] - ref[i]);
@@ -269,7 +271,10 @@ struct Case {
     int mask_kind;
     bool u8;
     int offset;  /* misalign nodes/pair by this many floats */
-    int nan_at;  /* 1: NaN in one unmasked pair_feats element */
+    int nan_at;  /* 1: NaN in one unmasked and one masked pair_feats element;
+                  * 2: NaN in nodes of node 0 of batch 0; 3: +Inf in nodes of
+                  * its last node. Rows that do not attend to that node (mask
+                  * kind 1 or 0) must stay finite, the others become NaN. */
 };
 
 static int g_fail = 0;
@@ -279,7 +284,11 @@ static void run_case(const Case &cs, bool quiet_ok)
     const Shape &s = cs.s;
     Weights w = make_weights(s.D, s.H, s.P);
     Inputs in = make_inputs(s.B, s.N, s.D, s.P, cs.mask_kind);
-    if (cs.nan_at && s.N > 3) {
+    if (cs.nan_at == 2)
+        in.nodes[0] = NAN;
+    if (cs.nan_at == 3)
+        in.nodes[(size_t)s.N * s.D - 1] = INFINITY;
+    if (cs.nan_at == 1 && s.N > 3) {
         /* an unmasked edge (0, 2, 2) (self edge) gets a NaN feature; a masked
          * edge gets one too, which must not leak */
         in.pair[(((size_t)0 * s.N + 2) * s.N + 2) * s.P] = NAN;
@@ -327,11 +336,11 @@ static void run_case(const Case &cs, bool quiet_ok)
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got.data(), ds.out, got.size() * 4, cudaMemcpyDeviceToHost));
         Check c = compare(in, ref, got, cs.mask_kind);
-        const bool ok = c.rel <= 1e-5 && c.nan_mismatch == 0 && c.masked_rows_exact_fail == 0 &&
+        const bool ok = c.rel <= 1e-5 && c.nonfinite_mismatch == 0 && c.masked_rows_exact_fail == 0 &&
                         c.unwritten == 0;
         if (!ok) g_fail++;
-        printf("  %-12s %-34s rel %.2e  nan_mismatch %ld  masked_exact_fail %ld  unwritten %ld  %s\n",
-               var.name, s.name, c.rel, c.nan_mismatch, c.masked_rows_exact_fail, c.unwritten,
+        printf("  %-12s %-34s rel %.2e  nonfinite_mismatch %ld  masked_exact_fail %ld  unwritten %ld  %s\n",
+               var.name, s.name, c.rel, c.nonfinite_mismatch, c.masked_rows_exact_fail, c.unwritten,
                ok ? "ok" : "FAIL");
         if (ws) cudaFree(ws);
     }
@@ -470,7 +479,7 @@ static void bench(const Shape &s)
         printf("  v%d %-12s stream %9.2f us  graph %9.2f us  min/max(stream) %.2f/%.2f  %7.2f TFLOP/s  %7.1f GB/s  rel %.2e %s\n",
                vnum, var.name, t_stream, t_graph, *std::min_element(ts.begin(), ts.end()),
                *std::max_element(ts.begin(), ts.end()), fl / (t_stream * 1e-6) / 1e12,
-               by / (t_stream * 1e-6) / 1e9, c.rel, c.rel <= 1e-5 && c.nan_mismatch == 0 ? "ok" : "FAIL");
+               by / (t_stream * 1e-6) / 1e9, c.rel, c.rel <= 1e-5 && c.nonfinite_mismatch == 0 ? "ok" : "FAIL");
         fflush(stdout);
         if (ws) cudaFree(ws);
     }
@@ -551,6 +560,13 @@ int main(int argc, char **argv)
             {{"D=1024 H=8", 1, 70, 1024, 8, 32}, 1, false, 0, 0},
             {{"N=130 D=128", 2, 130, 128, 8, 16}, 1, false, 0, 0},
             {{"N=4096", 1, 4096, 32, 2, 4}, 1, false, 0, 0},
+            /* a NaN/Inf node must reach only the rows that attend to it */
+            {{"seed nan node", 4, 24, 96, 4, 16}, 1, false, 0, 2},
+            {{"mid inf node", 32, 64, 256, 8, 32}, 1, true, 0, 3},
+            {{"large nan node", 8, 512, 256, 8, 32}, 1, false, 0, 2},
+            {{"P=128 inf node", 2, 33, 64, 4, 128}, 1, false, 0, 3},
+            {{"odd D=6 H=3 nan node", 2, 37, 6, 3, 5}, 1, false, 1, 2},
+            {{"N=130 D=128 inf node", 2, 130, 128, 8, 16}, 0, false, 0, 3},
         };
         for (const Case &c : cases) {
             printf("%s\n", c.s.name);
