@@ -2,6 +2,7 @@
 # The H200 runs behind bench/results/ and the CUDA/OpenCL test reports.
 # Run from the repository root on the GPU machine:
 #   bash bench/results/run-h200.sh test              conformance + defects on cuda and NVIDIA's OpenCL
+#                                                    (TESTS names other meson tests)
 #   bash bench/results/run-h200.sh sanitize [TOOLS]  compute-sanitizer over the quick case table
 #   bash bench/results/run-h200.sh bench             sgk-bench on every preset, cuda and opencl
 #   bash bench/results/run-h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options)
@@ -46,7 +47,7 @@ build/bench/sgk-bench --list | tee "$O/list.txt"
 case $mode in
 test)
   SGK_TEST_XL=1 meson test -C build --no-rebuild --print-errorlogs --num-processes 1 \
-      conformance-cuda defects-cuda conformance-opencl defects-opencl api golden > "$O/tests.txt" 2>&1
+      ${TESTS:-conformance-cuda defects-cuda conformance-opencl defects-opencl api golden} > "$O/tests.txt" 2>&1
   stamp "tests rc=$?"
   grep -hE "^ *[0-9]+/[0-9]+ |^conformance: backend=.*variant" "$O/tests.txt" build/meson-logs/testlog.txt | sort -u | cut -c1-160
   cp build/meson-logs/testlog.txt "$O/testlog.txt";;
@@ -61,7 +62,7 @@ sanitize)
     stamp "compute-sanitizer $tool rc=$rc: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/sanitize-$tool.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/sanitize-$tool.txt") tests ok; $(grep '^conformance: backend=cuda variant' "$O/sanitize-$tool.txt" | tr '\n' ' ')"
   done;;
 bench)
-  build/bench/sgk-bench --backend cuda,opencl --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
+  build/bench/sgk-bench --backend ${BENCH_BACKENDS:-cuda,opencl} --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
   stamp "sgk-bench rc=$?"; cut -c1-200 "$O/h200-sgk.txt";;
 torch)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
