@@ -80,6 +80,23 @@ def parse(text):
     return lead, phases, kernels
 
 
+def rewrite_calls(body, pattern, replace):
+    """Rewrites every construct `pattern(args)` in body. replace(match, args,
+    end) gets the split arguments and the offset just past the closing
+    parenthesis, and returns the replacement text and where scanning goes on."""
+    out, pos = [], 0
+    while True:
+        m = pattern.search(body, pos)
+        if not m:
+            out.append(body[pos:])
+            return "".join(out)
+        out.append(body[pos:m.start()])
+        a_open = m.end() - 1
+        a_close = match_close(body, a_open, "(", ")")
+        text, pos = replace(m, split_args(body[a_open + 1:a_close - 1]), a_close)
+        out.append(text)
+
+
 USE = re.compile(r"@use\s+(\w+)\s*\(")
 
 
@@ -87,26 +104,16 @@ def expand_uses(body, phases, depth=0):
     """Inline every @use NAME(args) [@tok=@val ...]; with its phase's body."""
     if depth > 8:
         raise DialectError("@use nested too deep")
-    out, pos = [], 0
-    while True:
-        m = USE.search(body, pos)
-        if not m:
-            out.append(body[pos:])
-            return "".join(out)
-        out.append(body[pos:m.start()])
-        a_open = m.end() - 1
-        a_close = match_close(body, a_open, "(", ")")
-        semi = body.index(";", a_close)
-        extra = body[a_close:semi].split()
+
+    def inline(m, args, end):
+        semi = body.index(";", end)
+        extra = body[end:semi].split()
         name = m.group(1)
         if name not in phases:
             raise DialectError("@use of unknown phase %s" % name)
         params, pbody = phases[name]
-        args = split_args(body[a_open + 1:a_close - 1])
         if len(args) != len(params):
             raise DialectError("@use %s: %d arguments for %d parameters" % (name, len(args), len(params)))
-        # Substitute all parameters at once so an argument that names another
-        # parameter is not substituted twice.
         # A phase-local name that an argument also uses would capture it.
         local_names = set(re.findall(r"\b(?:float|int|sgk_off)\s*\*?\s*(\w+)\s*=", pbody))
         for arg in args:
@@ -114,36 +121,30 @@ def expand_uses(body, phases, depth=0):
             if clash:
                 raise DialectError("@use %s: argument '%s' names %s, declared inside the phase"
                                    % (name, arg, ", ".join(sorted(clash))))
+        # All parameters at once, so that an argument naming another
+        # parameter is not substituted twice.
         table = dict(zip(params, args))
         pat = re.compile(r"\b(" + "|".join(re.escape(p) for p in params) + r")\b")
         inl = pat.sub(lambda mm: "(" + table[mm.group(1)] + ")", pbody)
         for kv in extra:
             tok, val = kv.split("=")
             inl = inl.replace(tok, val)
-        inl = expand_uses(inl, phases, depth + 1)
-        out.append("{ /* phase %s */%s}" % (name, inl))
-        pos = semi + 1
+        return "{ /* phase %s */%s}" % (name, expand_uses(inl, phases, depth + 1)), semi + 1
+
+    return rewrite_calls(body, USE, inline)
 
 
 FOR_LOCAL = re.compile(r"@for_local\s*\(")
 
 
 def lower_for_local(body, target):
-    out, pos = [], 0
-    while True:
-        m = FOR_LOCAL.search(body, pos)
-        if not m:
-            out.append(body[pos:])
-            return "".join(out)
-        out.append(body[pos:m.start()])
-        a_open = m.end() - 1
-        a_close = match_close(body, a_open, "(", ")")
-        var, count = [s.strip() for s in split_args(body[a_open + 1:a_close - 1])]
+    def loop(m, args, end):
+        var, count = args
         if target == "c":
-            out.append("for (int %s = 0; %s < (%s); ++%s)" % (var, var, count, var))
-        else:
-            out.append("for (int %s = SGK_LID; %s < (%s); %s += SGK_LSIZE)" % (var, var, count, var))
-        pos = a_close
+            return "for (int %s = 0; %s < (%s); ++%s)" % (var, var, count, var), end
+        return "for (int %s = SGK_LID; %s < (%s); %s += SGK_LSIZE)" % (var, var, count, var), end
+
+    return rewrite_calls(body, FOR_LOCAL, loop)
 
 
 def lower_tokens(body, target):
