@@ -222,10 +222,12 @@ static void big_mlp_biases(sgkt_prepared *p, sgkt_rng *rng)
 
 static void large_scores(sgkt_prepared *p, sgkt_rng *rng)
 {
-    /* Every score near +-40 over 64 keys: the sum of a row's scores is near
-     * +-2560, so exp(s - sum) is 0 (or inf) for every key, in double too. */
+    /* Every score near +-100 over 64 keys: the sum of a row's scores is near
+     * +-6400, so exp(s - sum) is 0 (or inf) for every key, in double too;
+     * and a softmax that skips the max altogether overflows float (exp(100))
+     * or underflows it (exp(-100)), though the true weights are ordinary. */
     for (int64_t h = 0; h < p->w.H; h++)
-        p->w.b2[h] = (float)((h % 2 ? -40.0 : 40.0) + sgkt_rng_range(rng, -1.0, 1.0));
+        p->w.b2[h] = (float)((h % 2 ? -100.0 : 100.0) + sgkt_rng_range(rng, -1.0, 1.0));
 }
 
 static void masked_rows(sgkt_prepared *p, sgkt_rng *rng)
