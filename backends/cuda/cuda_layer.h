@@ -55,14 +55,11 @@ struct sgkc_variant {
 extern const sgkc_variant sgkc_variants[];
 extern const int sgkc_variant_count;
 
-/* Packs host weights (PyTorch layout) into L's device block. alloc_fail, when
- * not NULL, is asked before the allocation (fault injection); a nonzero
- * answer makes this return cudaErrorMemoryAllocation without allocating.
- * L->device must be current. Fills every field of L. */
-cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, float eps,
-                            const float *gamma, const float *beta, const float *wq,
-                            const float *wk, const float *wv, const float *wo, const float *w1,
-                            const float *b1, const float *w2, const float *b2,
+/* Packs desc's host weights (PyTorch layout, F32, validated) into L's device
+ * block. alloc_fail, when not NULL, is asked before the allocation (fault
+ * injection); a nonzero answer makes this return cudaErrorMemoryAllocation
+ * without allocating. L->device must be current. Fills every field of L. */
+cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
                             int (*alloc_fail)(void));
 void sgkc_layer_release(sgkc_layer *L);
 

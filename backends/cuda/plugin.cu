@@ -139,12 +139,7 @@ static sgk_status sgkc_layer_create(void *bctx, const sgk_layer_desc *desc, void
     sgkc_layer *L = (sgkc_layer *)malloc(sizeof *L);
     if (!L)
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cuda: out of host memory for the layer");
-    const cudaError_t e = sgkc_layer_pack(
-        L, c->device, (int)desc->dim, (int)desc->heads, (int)desc->pair_dim, desc->eps,
-        (const float *)desc->ln_gamma, (const float *)desc->ln_beta, (const float *)desc->wq,
-        (const float *)desc->wk, (const float *)desc->wv, (const float *)desc->wo,
-        (const float *)desc->w1, (const float *)desc->b1, (const float *)desc->w2,
-        (const float *)desc->b2, g_host->alloc_should_fail);
+    const cudaError_t e = sgkc_layer_pack(L, c->device, desc, g_host->alloc_should_fail);
     if (e != cudaSuccess) {
         free(L);
         return cuda_fail(e, "packing the layer's weights");

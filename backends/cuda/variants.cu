@@ -424,19 +424,22 @@ static size_t up64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, float eps,
-                            const float *gamma, const float *beta, const float *wq,
-                            const float *wk, const float *wv, const float *wo, const float *w1,
-                            const float *b1, const float *w2, const float *b2,
+cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
                             int (*alloc_fail)(void))
 {
+    const int D = (int)desc->dim, H = (int)desc->heads, P = (int)desc->pair_dim;
+    const float *gamma = (const float *)desc->ln_gamma, *beta = (const float *)desc->ln_beta;
+    const float *wq = (const float *)desc->wq, *wk = (const float *)desc->wk;
+    const float *wv = (const float *)desc->wv, *wo = (const float *)desc->wo;
+    const float *w1 = (const float *)desc->w1, *b1 = (const float *)desc->b1;
+    const float *w2 = (const float *)desc->w2, *b2 = (const float *)desc->b2;
     memset(L, 0, sizeof *L);
     L->device = device;
     L->D = D;
     L->H = H;
     L->P = P;
     L->hd = D / H;
-    L->eps = eps;
+    L->eps = desc->eps;
 
     cudaDeviceProp prop;
     SGKC_RETURN_IF(cudaGetDeviceProperties(&prop, device));
@@ -475,22 +478,7 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, int D, int H, int P, floa
         for (int hh = 0; hh < H; hh++)
             h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
     memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
-    sgk_layer_desc desc; /* only the pointers and sizes sgk_pack_weights reads */
-    memset(&desc, 0, sizeof desc);
-    desc.dim = D;
-    desc.heads = H;
-    desc.pair_dim = P;
-    desc.ln_gamma = gamma;
-    desc.ln_beta = beta;
-    desc.wq = wq;
-    desc.wk = wk;
-    desc.wv = wv;
-    desc.wo = wo;
-    desc.w1 = w1;
-    desc.b1 = b1;
-    desc.w2 = w2;
-    desc.b2 = b2;
-    sgk_pack_weights(&desc, h + o_gen);
+    sgk_pack_weights(desc, h + o_gen);
 
     cudaError_t err = cudaSuccess;
     if (alloc_fail && alloc_fail())

@@ -186,9 +186,23 @@ struct DevSet {
 static sgkc_layer make_layer(const Weights &w)
 {
     sgkc_layer L;
-    CK(sgkc_layer_pack(&L, 0, w.D, w.H, w.P, 1e-5f, w.gamma.data(), w.beta.data(), w.wq.data(),
-                       w.wk.data(), w.wv.data(), w.wo.data(), w.w1.data(), w.b1.data(),
-                       w.w2.data(), w.b2.data(), nullptr));
+    sgk_layer_desc d;
+    memset(&d, 0, sizeof d);
+    d.dim = w.D;
+    d.heads = w.H;
+    d.pair_dim = w.P;
+    d.eps = 1e-5f;
+    d.ln_gamma = w.gamma.data();
+    d.ln_beta = w.beta.data();
+    d.wq = w.wq.data();
+    d.wk = w.wk.data();
+    d.wv = w.wv.data();
+    d.wo = w.wo.data();
+    d.w1 = w.w1.data();
+    d.b1 = w.b1.data();
+    d.w2 = w.w2.data();
+    d.b2 = w.b2.data();
+    CK(sgkc_layer_pack(&L, 0, &d, nullptr));
     return L;
 }
 
