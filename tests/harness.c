@@ -156,3 +156,13 @@ int sgkt_equals_nodes(const sgkt_inputs *in, const float *out)
 {
     return memcmp(out, in->nodes, (size_t)(in->B * in->N * in->D) * sizeof(float)) == 0;
 }
+
+sgk_context *sgkt_open_context(const char *backend, int device)
+{
+    sgk_context *ctx = NULL;
+    sgk_status st = sgk_context_create(backend, device, NULL, &ctx);
+    if (st != SGK_OK)
+        printf("FAIL sgk_context_create(%s, %d): %s: %s\n", backend, device, sgk_status_string(st),
+               sgk_last_error());
+    return ctx;
+}

@@ -43,6 +43,10 @@ int sgkt_prepare(sgkt_prepared *p, const sgkt_case *c, uint64_t seed);
 int sgkt_prepare_reference(sgkt_prepared *p);
 void sgkt_prepared_free(sgkt_prepared *p);
 
+/* A context on (backend, device) for a test group; prints FAIL with the
+ * library's message and returns NULL when it cannot be made. */
+sgk_context *sgkt_open_context(const char *backend, int device);
+
 sgk_status sgkt_layer_from_weights(sgk_context *ctx, const sgkt_weights *w, sgk_layer **layer);
 
 typedef struct sgkt_run {

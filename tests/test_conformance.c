@@ -360,13 +360,8 @@ static int group_setup(void **state)
 {
     (void)state;
     n_stats = 0;
-    sgk_status st = sgk_context_create(backend, device, NULL, &ctx);
-    if (st != SGK_OK) {
-        printf("FAIL sgk_context_create(%s, %d): %s: %s\n", backend, device,
-               sgk_status_string(st), sgk_last_error());
-        return -1;
-    }
-    return 0;
+    ctx = sgkt_open_context(backend, device);
+    return ctx ? 0 : -1;
 }
 
 static int group_teardown(void **state)
