@@ -13,21 +13,13 @@ SGK_EXPORT void sgk_context_options_init(sgk_context_options *options)
     options->cpu_threads = 0;
 }
 
-/* Until fields are added, only this sgk's own layout is accepted: a smaller
- * size is an uninitialised struct, a larger one asks for fields this build
- * cannot honour. */
 static sgk_status check_options(const sgk_context_options *options)
 {
-    if (options->struct_size < sizeof *options)
-        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                             "options->struct_size (%zu) is less than sizeof(sgk_context_options) "
-                             "(%zu); call sgk_context_options_init first",
-                             options->struct_size, sizeof *options);
-    if (options->struct_size > sizeof *options)
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "options->struct_size (%zu) is larger than sizeof(sgk_context_options) "
-                             "(%zu) in sgk %s: built against a newer sgk.h",
-                             options->struct_size, sizeof *options, sgk_version());
+    sgk_status st = sgk_check_struct_size("options->struct_size", "sgk_context_options",
+                                          "sgk_context_options_init", options->struct_size,
+                                          sizeof *options);
+    if (st != SGK_OK)
+        return st;
     if (options->cpu_threads < 0 || options->cpu_threads > SGK_MAX_CPU_THREADS)
         return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                              "options->cpu_threads must be in [0, %d] (0 = OpenMP default), got %d",

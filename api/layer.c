@@ -17,17 +17,8 @@ SGK_EXPORT void sgk_layer_desc_init(sgk_layer_desc *desc)
 
 static sgk_status check_struct_size(const sgk_layer_desc *desc)
 {
-    if (desc->struct_size < sizeof *desc)
-        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                             "desc->struct_size (%zu) is less than sizeof(sgk_layer_desc) (%zu); "
-                             "call sgk_layer_desc_init first",
-                             desc->struct_size, sizeof *desc);
-    if (desc->struct_size > sizeof *desc)
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "desc->struct_size (%zu) is larger than sizeof(sgk_layer_desc) (%zu) "
-                             "in sgk %s: built against a newer sgk.h",
-                             desc->struct_size, sizeof *desc, sgk_version());
-    return SGK_OK;
+    return sgk_check_struct_size("desc->struct_size", "sgk_layer_desc", "sgk_layer_desc_init",
+                                 desc->struct_size, sizeof *desc);
 }
 
 static sgk_status check_dtype(sgk_dtype dtype)

@@ -25,6 +25,13 @@ sgk_status sgk_set_errorv(sgk_status status, const char *fmt, va_list ap);
 /* Counts sgk_set_error calls on this thread, so the core can tell whether a
  * backend that returned an error also explained it. */
 uint64_t sgk_error_serial(void);
+/* The struct_size rule of the versioned option structs: until fields are
+ * added, only this sgk's own layout is accepted (a smaller size is an
+ * uninitialised struct, a larger one asks for fields this build lacks).
+ * arg names the field ("desc->struct_size"), type the struct, init its
+ * _init function. */
+sgk_status sgk_check_struct_size(const char *arg, const char *type, const char *init, size_t got,
+                                 size_t want);
 /* Passes st through; when a backend failed without setting a message, sets a
  * generic one naming the backend and the operation. */
 sgk_status sgk_backend_result(sgk_status st, uint64_t serial_before,

@@ -72,3 +72,18 @@ sgk_status sgk_backend_result(sgk_status st, uint64_t serial_before,
                              sgk_status_string(st));
     return st;
 }
+
+sgk_status sgk_check_struct_size(const char *arg, const char *type, const char *init, size_t got,
+                                 size_t want)
+{
+    if (got < want)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "%s (%zu) is less than sizeof(%s) (%zu); call %s first", arg, got, type,
+                             want, init);
+    if (got > want)
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "%s (%zu) is larger than sizeof(%s) (%zu) in sgk %s: built against a "
+                             "newer sgk.h",
+                             arg, got, type, want, sgk_version());
+    return SGK_OK;
+}
