@@ -1,28 +1,32 @@
-/* The whole layer in one launch for small and mid-size graphs (Hopper only):
- * a thread-block cluster per batch entry, nothing intermediate in global
+/* The whole layer in one launch for small graphs (Hopper only): a
+ * thread-block cluster per batch entry, nothing intermediate in global
  * memory.
  *
  * The cluster has Ch x Cr blocks; block rank = hg * Cr + rg owns head group
  * hg (H/Ch heads, hs = D/Ch feature columns) and query-row slice rg
- * (rows_r rows). Work is split so that every block reads only its share of
- * the weights:
- *   1. LayerNorm of its rows -> Xs (shared).
- *   2. Relation MLP for a slice of pair rows (all C blocks split the N query
- *      rows), every head: each bias (or -inf where masked) is stored straight
- *      into the shared memory of the block that owns (head, row), through
- *      distributed shared memory.
- *   3. Q/K/V of its rows for its head group; K and V rows are pushed to every
- *      block of the same head group, so each holds all N keys.
+ * (rows_r rows), so every block reads only its share of the weights.
+ *
+ * At these sizes the time is a chain of latencies, not arithmetic (the seed
+ * preset does 9.5 MFLOP on 32 SMs), so the kernel is laid out to make the
+ * chain short:
+ *   0. every global load is issued at once: the Q/K/V weight slice, node
+ *      rows, LayerNorm and MLP weights (cp.async), and each thread's pair
+ *      features and mask value (registers). One memory latency in all.
+ *   1. LayerNorm of its rows, from the raw rows (kept for the residual).
+ *   2. Relation MLP for a slice of pair rows, each pair's hidden units split
+ *      over adjacent lanes; each bias (or -inf where masked) goes straight
+ *      into the shared memory of the block that owns (head, row).
+ *   3. Q/K/V of its rows for its head group, split-K over lanes; K and V
+ *      rows are pushed to every block of the same head group.
  *   cluster barrier
- *   4. Scores = bias + q.k, softmax per row, ctx = P.V for its rows and
- *      heads (keys of weight 0 skipped when V holds a NaN or Inf); ctx is
- *      pushed to every block of the same row slice (into the space Xs used,
- *      which all of them are done with).
+ *   4. One warp per (row, head): scores in registers (a lane per key),
+ *      softmax by shuffles, ctx = P.V with the weights broadcast by
+ *      shuffles (a key of weight 0 adds nothing, even when V holds a NaN or
+ *      Inf); ctx is pushed to every block of the same row slice.
  *   cluster barrier
- *   5. out = nodes + ctx Wo^T for its rows and its hs output columns.
- * The weight slices of steps 3 and 5 are copied into shared memory with
- * cp.async, the first at kernel start (behind LayerNorm and the MLP), the
- * second while attention runs. */
+ *   5. out = nodes + ctx Wo^T for its rows and its hs output columns; Wo's
+ *      slice was copied in (cp.async) while steps 4 ran.
+ * No block-wide barrier sits inside step 4; steps 1-3 have one each. */
 #ifndef SGK_CUDA_FUSED_SMALL_CUH
 #define SGK_CUDA_FUSED_SMALL_CUH
 
@@ -42,118 +46,201 @@ struct sgkc_fused_args {
     int Ch, Cr;  /* head groups x row slices = cluster size */
     int rows_r;  /* ceil(N / Cr) */
     int prow;    /* ceil(N / (Ch*Cr)): pair rows per block in step 2 */
+    int lmsplit; /* log2 of the lanes per pair in step 2 (0 to 3) */
     int pvec;    /* P % 4 == 0 and pair 16-byte aligned */
     int nvec;    /* nodes 16-byte aligned */
 };
 
-/* Layout of a block's shared memory, in floats. */
+/* log2 of the lanes per pair in step 2: as many as keep one pass over the
+ * block, at most 8 and at most P. */
+__host__ __device__ constexpr int sgkc_fs_lmsplit(int prow, int N, int P)
+{
+    int l = 0;
+    while (l < 3 && (2 << l) <= P && prow * N * (2 << l) <= SGKC_FS_NT)
+        l++;
+    return l;
+}
+
+/* Layout of a block's shared memory, in floats; every array starts on a
+ * 16-byte boundary. */
 struct sgkc_fs_layout {
     int ldx, ldh, ldn, ldw;
-    size_t xs, qs, ks, vs, bs, wc, w1, b1, w2, b2, total;
+    size_t ns, xs, qs, ks, vs, bs, ps, gb, wc, w1, b1, w2, b2, total;
 };
 
 __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int P, int Ch,
                                                       int rows_r, int pcap, int hmax)
 {
+    auto up4 = [](size_t n) { return (n + 3) & ~(size_t)3; };
     sgkc_fs_layout l;
     const int hs = D / Ch, hpc = H / Ch;
     l.ldx = D + 4;
     l.ldh = hs + 4;
     l.ldn = N + 1;
     l.ldw = 3 * hs + 4;
-    l.xs = 0;
+    l.ns = 0;
+    l.xs = l.ns + (size_t)rows_r * l.ldx;
     l.qs = l.xs + (size_t)rows_r * l.ldx;
     l.ks = l.qs + (size_t)rows_r * l.ldh;
     l.vs = l.ks + (size_t)N * l.ldh;
     l.bs = l.vs + (size_t)N * l.ldh;
-    l.wc = (l.bs + (size_t)hpc * rows_r * l.ldn + 3) & ~(size_t)3;
+    l.ps = up4(l.bs + (size_t)hpc * rows_r * l.ldn);
+    l.gb = l.ps + (size_t)(SGKC_FS_NT / 32) * up4(N);
+    l.wc = l.gb + 2 * (size_t)D;
     l.w1 = l.wc + (size_t)D * l.ldw; /* the Q/K/V weight slice, later Wo's */
-    l.b1 = l.w1 + (size_t)P * pcap;
-    l.w2 = l.b1 + (size_t)((P + 3) & ~3);
+    l.b1 = l.w1 + (size_t)P * (pcap + 4);
+    l.w2 = up4(l.b1 + P);
     l.b2 = l.w2 + (size_t)P * hmax;
     l.total = l.b2 + hmax;
     return l;
 }
 
+__device__ __forceinline__ void sgkc_cp16(float *dst, const float *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+
+__device__ __forceinline__ void sgkc_cp4(float *dst, const float *src)
+{
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+
 /* Copies weight columns into shared memory Ws (K rows, row stride ldw) with
  * cp.async: column c comes from (c / segw) * segstride + base + c % segw of
- * Bg (row stride ldb). All offsets are multiples of 4 floats. */
+ * Bg (row stride ldb), with at most 3 segments. All offsets are multiples
+ * of 4 floats. */
 __device__ __forceinline__ void sgkc_fs_stage(float *Ws, int ldw, const float *Bg, int ldb, int K,
                                               int ncols, int segw, int segstride, int base)
 {
     const int ncg = ncols / 4;
+#pragma unroll 1
     for (int e = threadIdx.x; e < K * ncg; e += SGKC_FS_NT) {
-        const int k = e / ncg, c = (e % ncg) * 4;
-        const float *src = Bg + (size_t)k * ldb + (c / segw) * segstride + base + c % segw;
-        const unsigned dst = (unsigned)__cvta_generic_to_shared(Ws + (size_t)k * ldw + c);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+        const int k = e / ncg, c = (e - k * ncg) * 4;
+        const int seg = c < segw ? 0 : c < 2 * segw ? 1 : 2; /* at most 3 segments */
+        sgkc_cp16(Ws + (size_t)k * ldw + c, Bg + (size_t)k * ldb + seg * segstride + base + c - seg * segw);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
 }
 
-/* C(M x ncols) = As(M x K) Ws(K x ncols), both in shared memory. epi(row,
- * col, float4) receives 4 consecutive columns. Each thread owns NTL tiles of
- * TM rows x 4 columns. */
-template <int TM, int NTL, typename Epi>
-__device__ __forceinline__ void sgkc_fs_gemm(const float *As, int lda, int M, int K, const float *Ws,
-                                             int ldw, int ncols, Epi epi)
+/* One GEMM of the kernel, C(M x ncols) = A(M x K) W(K x ncols), both in
+ * shared memory (K % 4 == 0), and what to do with C:
+ *   qkv: columns [0, hs) are Q (scaled, kept here), [hs, 2hs) K and
+ *        [2hs, 3hs) V (pushed to the Cr blocks of head group hg);
+ *   out: C + res goes to out (row strides ldres, ldo). */
+struct sgkc_fs_gemm_job {
+    const float *A, *W;
+    int lda, ldw, M, K, ncols;
+    int qkv;
+    float *Qs, *Ks, *Vs;
+    int ldh, hs, Cr, hg, r0;
+    float scale;
+    float *out;
+    const float *res;
+    int ldres, ldo;
+};
+
+/* A thread owns 4 rows x 4 columns (4 of A's float4 and 4 of W's per 16
+ * FMAs: shared-memory bandwidth, not FMA, is what such small GEMMs run
+ * into). When those tiles are fewer than threads, each tile's K is split
+ * over ks lanes (interleaved by 4) and summed by shuffles, which also cuts
+ * the dependent FMA chain by ks. */
+__device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 {
-    const int tid = threadIdx.x;
-    const int ncg = ncols / 4;
-    const int ntiles = ((M + TM - 1) / TM) * ncg;
-#pragma unroll
-    for (int u = 0; u < NTL; u++) {
-        const int t = tid + u * SGKC_FS_NT;
-        if (t >= ntiles)
-            continue;
-        const int rt = t / ncg, cg = t % ncg;
+    constexpr int TM = 4;
+    const int ncg = j.ncols / 4, ntiles = ((j.M + TM - 1) / TM) * ncg, K4 = j.K / 4;
+    int lks = 0; /* log2 ks; each lane keeps at least 2 steps of 4 */
+    while (lks < 3 && (ntiles << (lks + 1)) <= SGKC_FS_NT && K4 >= (4 << lks))
+        lks++;
+    /* A warp holds tpw tiles x ks slices, slice-major: lanes next to each
+     * other read W columns next to each other (no bank conflicts, whatever
+     * ldw), and a slice's partial sums meet by shuffles tpw lanes apart. */
+    const int ltpw = 5 - lks, tpw = 1 << ltpw;
+    const int total = ((ntiles + tpw - 1) >> ltpw) << 5;
+    /* the loop is uniform over the block, so whole lane groups shuffle */
+#pragma unroll 1
+    for (int base = 0; base < total; base += SGKC_FS_NT) {
+        const int w = base + (int)threadIdx.x, lane = w & 31;
+        const int tt = ((w >> 5) << ltpw) + (lane & (tpw - 1)), s = lane >> ltpw;
+        const bool active = tt < ntiles;
+        const int t = min(tt, ntiles - 1);
+        const int rt = t / ncg, c = (t - rt * ncg) * 4;
         const float *arow[TM];
 #pragma unroll
         for (int i = 0; i < TM; i++)
-            arow[i] = As + (size_t)min(rt * TM + i, M - 1) * lda;
+            arow[i] = j.A + (size_t)min(rt * TM + i, j.M - 1) * j.lda;
+        const float *wcol = j.W + c;
         float acc[TM][4];
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-                acc[i][c] = 0.0f;
-#pragma unroll 2
-        for (int k = 0; k < K; k += 4) {
-            float4 av[TM], bv[4];
+            for (int u = 0; u < 4; u++)
+                acc[i][u] = 0.0f;
+#pragma unroll 1
+        for (int k4 = active ? s : K4; k4 < K4; k4 += 1 << lks) {
+            float4 bv[4];
 #pragma unroll
-            for (int i = 0; i < TM; i++)
-                av[i] = *reinterpret_cast<const float4 *>(arow[i] + k);
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                bv[j] = *reinterpret_cast<const float4 *>(Ws + (size_t)(k + j) * ldw + cg * 4);
+            for (int u = 0; u < 4; u++)
+                bv[u] = *reinterpret_cast<const float4 *>(wcol + (size_t)(4 * k4 + u) * j.ldw);
 #pragma unroll
             for (int i = 0; i < TM; i++) {
-                const float ak[4] = {av[i].x, av[i].y, av[i].z, av[i].w};
+                const float4 av = *reinterpret_cast<const float4 *>(arow[i] + 4 * k4);
+                const float ak[4] = {av.x, av.y, av.z, av.w};
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    acc[i][0] = fmaf(ak[j], bv[j].x, acc[i][0]);
-                    acc[i][1] = fmaf(ak[j], bv[j].y, acc[i][1]);
-                    acc[i][2] = fmaf(ak[j], bv[j].z, acc[i][2]);
-                    acc[i][3] = fmaf(ak[j], bv[j].w, acc[i][3]);
+                for (int u = 0; u < 4; u++) {
+                    acc[i][0] = fmaf(ak[u], bv[u].x, acc[i][0]);
+                    acc[i][1] = fmaf(ak[u], bv[u].y, acc[i][1]);
+                    acc[i][2] = fmaf(ak[u], bv[u].z, acc[i][2]);
+                    acc[i][3] = fmaf(ak[u], bv[u].w, acc[i][3]);
                 }
             }
         }
+#pragma unroll 1
+        for (int o = tpw; o < 32; o <<= 1)
 #pragma unroll
-        for (int i = 0; i < TM; i++)
-            if (rt * TM + i < M)
-                epi(rt * TM + i, cg * 4, make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]));
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    acc[i][u] += __shfl_xor_sync(0xffffffffu, acc[i][u], o);
+        if (!active || s != 0)
+            continue;
+#pragma unroll
+        for (int i = 0; i < TM; i++) {
+            const int r = rt * TM + i;
+            if (r >= j.M)
+                break;
+            float4 v = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+            if (j.qkv) {
+                const int seg = c < j.hs ? 0 : c < 2 * j.hs ? 1 : 2, cc = c - seg * j.hs;
+                if (seg == 0) {
+                    v.x *= j.scale; v.y *= j.scale; v.z *= j.scale; v.w *= j.scale;
+                    *reinterpret_cast<float4 *>(j.Qs + r * j.ldh + cc) = v;
+                } else {
+                    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+                    float *dst0 = seg == 1 ? j.Ks : j.Vs;
+#pragma unroll 1
+                    for (int q = 0; q < j.Cr; q++) {
+                        float *dst = cluster.map_shared_rank(dst0, j.hg * j.Cr + q);
+                        *reinterpret_cast<float4 *>(dst + (size_t)(j.r0 + r) * j.ldh + cc) = v;
+                    }
+                }
+            } else {
+                const float *res = j.res + (size_t)r * j.ldres + c;
+                float *o = j.out + (size_t)r * j.ldo + c;
+                o[0] = res[0] + v.x;
+                o[1] = res[1] + v.y;
+                o[2] = res[2] + v.z;
+                o[3] = res[3] + v.w;
+            }
+        }
     }
 }
 
-/* Which tile shape a GEMM of M rows and ncols columns runs with: 4-row tiles
- * when they keep at least half the threads busy, else 1-row tiles. */
-__host__ __device__ inline bool sgkc_fs_tm4(int M, int ncols)
-{
-    const int ncg = ncols / 4;
-    return ((M + 3) / 4) * ncg >= SGKC_FS_NT / 2 || M * ncg > 4 * SGKC_FS_NT;
-}
-
-template <int PCAP, int HMAX>
+/* SN..SCR > 0 compile one shape (N, D, H, P) and cluster (Ch x Cr) in: the
+ * chain above is mostly integer work (addresses, bounds, divisions) issued
+ * by 16 warps at a few cycles each, and constants remove most of it. With
+ * SN = 0 every size comes from the arguments. */
+template <int PCAP, int HMAX, int SN = 0, int SD = 0, int SH = 0, int SP = 0, int SCH = 0, int SCR = 0>
 __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fused_args a)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -161,73 +248,100 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     constexpr int NT = SGKC_FS_NT;
     constexpr int R4 = PCAP / 4;
     cg::cluster_group cluster = cg::this_cluster();
+    SGKC_TL(0);
     /* Arrive now, wait just before the first write into another block's
      * shared memory: every block of the cluster has started by then, and the
      * barrier's latency hides behind the loads below. */
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
 
     extern __shared__ __align__(16) float smem[];
-    const int N = a.N, D = a.D, H = a.H, P = a.P, hd = a.hd;
-    const int Ch = a.Ch, Cr = a.Cr, C = Ch * Cr;
+    constexpr bool FIX = SN > 0;
+    const int N = FIX ? SN : a.N, D = FIX ? SD : a.D, H = FIX ? SH : a.H, P = FIX ? SP : a.P;
+    const int hd = FIX ? SD / SH : a.hd;
+    const int Ch = FIX ? SCH : a.Ch, Cr = FIX ? SCR : a.Cr, C = Ch * Cr;
     const int hs = D / Ch, hpc = H / Ch;
     const int rank = (int)cluster.block_rank();
     const int hg = rank / Cr, rg = rank % Cr;
     const int64_t b = blockIdx.x / C;
-    const int rows_r = a.rows_r;
+    const int rows_r = FIX ? (SN + SCR - 1) / SCR : a.rows_r;
+    const int prow = FIX ? (SN + SCH * SCR - 1) / (SCH * SCR) : a.prow;
     const int r0 = rg * rows_r;
     const int nr = max(0, min(rows_r, N - r0));
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     const sgkc_fs_layout L = sgkc_fs_plan(N, D, H, P, Ch, rows_r, PCAP, HMAX);
-    float *Xs = smem + L.xs, *Qs = smem + L.qs, *Ks = smem + L.ks, *Vs = smem + L.vs;
-    float *Bs = smem + L.bs, *Wc = smem + L.wc;
+    float *Ns = smem + L.ns, *Xs = smem + L.xs, *Qs = smem + L.qs, *Ks = smem + L.ks, *Vs = smem + L.vs;
+    float *Bs = smem + L.bs, *Gs = smem + L.gb, *Wc = smem + L.wc;
     float *W1s = smem + L.w1, *b1s = smem + L.b1, *W2s = smem + L.w2, *b2s = smem + L.b2;
 
     const float *nodes_b = a.nodes + (size_t)b * N * D;
 
-    /* ---- 0. start every load: Q/K/V weight slice and this block's node
-     * rows (cp.async), MLP weights, this thread's pair features ---- */
+    /* ---- 0. every load at once ---- */
     sgkc_fs_stage(Wc, L.ldw, a.wqkv_t, 3 * D, D, 3 * hs, hs, D, hg * hs);
     if (a.nvec) {
         const int c4 = D / 4;
+#pragma unroll 1
         for (int e = tid; e < nr * c4; e += NT) {
-            const int r = e / c4, c = (e % c4) * 4;
-            const unsigned dst = (unsigned)__cvta_generic_to_shared(Xs + r * L.ldx + c);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
-                         "l"(nodes_b + (size_t)(r0 + r) * D + c));
+            const int r = e / c4, c = (e - r * c4) * 4;
+            sgkc_cp16(Ns + r * L.ldx + c, nodes_b + (size_t)(r0 + r) * D + c);
         }
     } else {
-        for (int e = tid; e < nr * D; e += NT)
-            Xs[(e / D) * L.ldx + e % D] = __ldg(nodes_b + (size_t)r0 * D + e);
+#pragma unroll 1
+        for (int e = tid; e < nr * D; e += NT) {
+            const int r = e / D;
+            sgkc_cp4(Ns + r * L.ldx + e - r * D, nodes_b + (size_t)r0 * D + e);
+        }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
-    /* V's padding columns, so that step 4 can scan whole rows for NaN/Inf */
-    for (int j = tid; j < N; j += NT)
-        *reinterpret_cast<float4 *>(Vs + (size_t)j * L.ldh + hs) = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+    for (int e = tid; e < D / 2; e += NT) /* gamma then beta, 4 floats a copy */
+        sgkc_cp16(Gs + 4 * e, 4 * e < D ? a.gamma + 4 * e : a.beta + (4 * e - D));
+#pragma unroll 1
     for (int i = tid; i < P * PCAP; i += NT) {
         const int p = i / PCAP, r = i % PCAP;
-        W1s[i] = r < P ? __ldg(a.w1 + p * P + r) : 0.0f;
+        if (r < P)
+            sgkc_cp4(W1s + p * (PCAP + 4) + r, a.w1 + p * P + r);
+        else
+            W1s[p * (PCAP + 4) + r] = 0.0f; /* padding meets zero features: must be finite */
     }
+#pragma unroll 1
     for (int i = tid; i < P; i += NT)
-        b1s[i] = __ldg(a.b1 + i);
+        sgkc_cp4(b1s + i, a.b1 + i);
+#pragma unroll 1
     for (int i = tid; i < P * HMAX; i += NT) {
         const int p = i / HMAX, h = i % HMAX;
-        W2s[i] = h < H ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f;
+        if (h < H)
+            sgkc_cp4(W2s + i, a.w2t + (size_t)p * H + h);
+        else
+            W2s[i] = 0.0f;
     }
-    for (int i = tid; i < HMAX; i += NT)
-        b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
+#pragma unroll 1
+    for (int i = tid; i < HMAX; i += NT) {
+        if (i < H)
+            sgkc_cp4(b2s + i, a.b2 + i);
+        else
+            b2s[i] = 0.0f;
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
 
-    const int pr0 = rank * a.prow;
-    const int npairs = max(0, min(a.prow, N - pr0)) * N;
-    auto load_pair = [&](int t, float4 *x) -> bool {
-        const int i = pr0 + t / N, j = t % N;
+    /* Pair w of step 2 is (pair w / S, hidden slice w % S); its mask and
+     * features are loaded together, with no dependence between them. */
+    const int lS = FIX ? sgkc_fs_lmsplit((SN + SCH * SCR - 1) / (SCH * SCR), SN, SP) : a.lmsplit;
+    const int S = 1 << lS;
+    const int pr0 = rank * prow;
+    const int npairs = max(0, min(prow, N - pr0)) * N;
+    const int mtotal = prow * N * S; /* the same for every block: whole lane groups */
+    auto load_pair = [&](int w, float4 *x) -> bool {
+        const int t = w >> lS;
+        const bool valid = t < npairs;
+        const int ti = t / N;
+        const int i = pr0 + ti, j = t - ti * N;
         const size_t pi = ((size_t)b * N + i) * N + j;
-        const bool edge = t < npairs && sgkc_edge(a.mask, a.mask_u8, pi);
+        const bool edge = valid && sgkc_edge(a.mask, a.mask_u8, pi);
         const float *src = a.pair + pi * P;
 #pragma unroll
         for (int r4 = 0; r4 < R4; r4++) {
             float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (edge && r4 * 4 < P) {
+            if (valid && r4 * 4 < P) {
                 if (a.pvec) {
                     v = sgkc_ld4(src + r4 * 4);
                 } else {
@@ -243,39 +357,48 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     };
     float4 x[R4];
     bool edge = load_pair(tid, x);
-
-    /* ---- 1. LayerNorm of this block's rows, in place ---- */
+    SGKC_TL(1);
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
+    SGKC_TL(2);
+
+    /* ---- 1. LayerNorm of this block's rows: Ns -> Xs ---- */
+#pragma unroll 1
     for (int r = warp; r < nr; r += NT / 32) {
-        float *row = Xs + r * L.ldx;
+        const float *row = Ns + r * L.ldx;
         float s = 0.0f;
+#pragma unroll 1
         for (int k = lane; k < D; k += 32)
             s += row[k];
         const float mean = sgkc_warp_sum(s) / (float)D;
         float v = 0.0f;
+#pragma unroll 1
         for (int k = lane; k < D; k += 32) {
             const float t = row[k] - mean;
             v = fmaf(t, t, v);
         }
         const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
+#pragma unroll 1
         for (int k = lane; k < D; k += 32)
-            row[k] = fmaf((row[k] - mean) * rstd, __ldg(a.gamma + k), __ldg(a.beta + k));
+            Xs[r * L.ldx + k] = fmaf((row[k] - mean) * rstd, Gs[k], Gs[D + k]);
     }
+    SGKC_TL(3);
 
     /* ---- 2. relation MLP for pair rows [rank*prow, ...), pushed to owners ---- */
     asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-    for (int t = tid; t < npairs; t += NT) {
-        if (t != tid)
-            edge = load_pair(t, x);
+    SGKC_TL(4);
+    for (int base = 0; base < mtotal; base += NT) {
+        const int w = base + tid, s = w & (S - 1);
+        if (base > 0)
+            edge = load_pair(w, x);
         float acc[HMAX];
 #pragma unroll
         for (int h = 0; h < HMAX; h++)
             acc[h] = 0.0f;
         if (edge) {
 #pragma unroll 1
-            for (int p = 0; p < P; p++) {
-                const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * PCAP);
+            for (int p = s; p < P; p += S) {
+                const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * (PCAP + 4));
                 float pa[4] = {b1s[p], 0.0f, 0.0f, 0.0f};
 #pragma unroll
                 for (int r4 = 0; r4 < R4; r4++)
@@ -284,167 +407,150 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                 const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
 #pragma unroll
                 for (int h4 = 0; h4 < HMAX / 4; h4++) {
-                    const float4 w = w2r[h4];
-                    acc[4 * h4 + 0] = fmaf(w.x, hv, acc[4 * h4 + 0]);
-                    acc[4 * h4 + 1] = fmaf(w.y, hv, acc[4 * h4 + 1]);
-                    acc[4 * h4 + 2] = fmaf(w.z, hv, acc[4 * h4 + 2]);
-                    acc[4 * h4 + 3] = fmaf(w.w, hv, acc[4 * h4 + 3]);
+                    const float4 wv = w2r[h4];
+                    acc[4 * h4 + 0] = fmaf(wv.x, hv, acc[4 * h4 + 0]);
+                    acc[4 * h4 + 1] = fmaf(wv.y, hv, acc[4 * h4 + 1]);
+                    acc[4 * h4 + 2] = fmaf(wv.z, hv, acc[4 * h4 + 2]);
+                    acc[4 * h4 + 3] = fmaf(wv.w, hv, acc[4 * h4 + 3]);
                 }
             }
         }
-        const int i = pr0 + t / N, j = t % N;
-        const int rgd = i / rows_r, il = i - rgd * rows_r;
+        for (int o = 1; o < S; o <<= 1)
 #pragma unroll
-        for (int h = 0; h < HMAX; h++) {
-            if (h >= H)
-                break;
-            float *bd = cluster.map_shared_rank(Bs, (h / hpc) * Cr + rgd);
-            bd[((h % hpc) * rows_r + il) * L.ldn + j] = edge ? acc[h] + b2s[h] : SGKC_NEG_INF;
+            for (int h = 0; h < HMAX; h++)
+                if (h < H)
+                    acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], o);
+        const int t = w >> lS;
+        if (t < npairs) {
+            const int ti = t / N;
+            const int i = pr0 + ti, j = t - ti * N;
+            const int rgd = i / rows_r, il = i - rgd * rows_r;
+            int hgd = 0, hl = 0; /* head h = hgd * hpc + hl */
+#pragma unroll
+            for (int h = 0; h < HMAX; h++) {
+                if (h >= H)
+                    break;
+                if ((h & (S - 1)) == s) {
+                    float *bd = cluster.map_shared_rank(Bs, hgd * Cr + rgd);
+                    bd[(hl * rows_r + il) * L.ldn + j] = edge ? acc[h] + b2s[h] : SGKC_NEG_INF;
+                }
+                if (++hl == hpc) {
+                    hl = 0;
+                    hgd++;
+                }
+            }
         }
     }
     __syncthreads(); /* normalized Xs visible to every thread */
+    SGKC_TL(5);
 
     /* ---- 3. Q/K/V of this block's rows and head group ---- */
-    {
-        const float scale = a.scale;
-        auto epi = [&](int r, int c, float4 v) {
-            const int seg = c / hs, cc = c % hs;
-            if (seg == 0) {
-                v.x *= scale; v.y *= scale; v.z *= scale; v.w *= scale;
-                *reinterpret_cast<float4 *>(Qs + r * L.ldh + cc) = v;
-            } else {
-                float *dst0 = seg == 1 ? Ks : Vs;
-                for (int q = 0; q < Cr; q++) {
-                    float *dst = cluster.map_shared_rank(dst0, hg * Cr + q);
-                    *reinterpret_cast<float4 *>(dst + (size_t)(r0 + r) * L.ldh + cc) = v;
-                }
-            }
-        };
-        if (nr > 0) {
-            if (sgkc_fs_tm4(nr, 3 * hs))
-                sgkc_fs_gemm<4, 1>(Xs, L.ldx, nr, D, Wc, L.ldw, 3 * hs, epi);
-            else
-                sgkc_fs_gemm<1, 4>(Xs, L.ldx, nr, D, Wc, L.ldw, 3 * hs, epi);
-        }
-    }
+    sgkc_fs_gemm_job job;
+    job.A = Xs;
+    job.lda = L.ldx;
+    job.W = Wc;
+    job.ldw = L.ldw;
+    job.M = nr;
+    job.K = D;
+    job.ncols = 3 * hs;
+    job.qkv = 1;
+    job.Qs = Qs;
+    job.Ks = Ks;
+    job.Vs = Vs;
+    job.ldh = L.ldh;
+    job.hs = hs;
+    job.Cr = Cr;
+    job.hg = hg;
+    job.r0 = r0;
+    job.scale = a.scale;
+    job.out = a.out + ((size_t)b * N + r0) * D + hg * hs;
+    job.res = Ns + hg * hs;
+    job.ldres = L.ldx;
+    job.ldo = D;
+    if (nr > 0)
+        sgkc_fs_gemm(job);
     __syncthreads(); /* Wc free: bring in Wo's slice while attention runs */
+    SGKC_TL(6);
     sgkc_fs_stage(Wc, L.ldw, a.wo_t, D, D, hs, hs, 0, hg * hs);
+    asm volatile("cp.async.commit_group;\n" ::);
     cluster.sync(); /* biases, K and V complete everywhere */
+    SGKC_TL(7);
 
-    /* ---- 4. scores, softmax, ctx for (this block's rows, its heads) ---- */
-    {
-        /* a thread's 4 keys are nkg apart, so a warp reads consecutive K rows */
-        const int nkg = (N + 3) / 4;
-        const int ntile = hpc * nr * nkg;
-        for (int t = tid; t < ntile; t += NT) {
-            const int kg = t % nkg, il = (t / nkg) % nr, hl = t / (nkg * nr);
-            const float *q = Qs + il * L.ldh + hl * hd;
-            float s[4] = {0.f, 0.f, 0.f, 0.f};
-            const float *kr[4];
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                kr[j] = Ks + (size_t)min(kg + j * nkg, N - 1) * L.ldh + hl * hd;
+    /* ---- 4. one warp per (head, row): scores, softmax, ctx ---- */
+    float *ps = smem + L.ps + (size_t)warp * ((N + 3) & ~3);
+#pragma unroll 1
+    for (int task = warp; task < hpc * nr; task += NT / 32) {
+        const int hl = task / nr, il = task - hl * nr;
+        const float *q = Qs + il * L.ldh + hl * hd;
+        const float *brow = Bs + (hl * rows_r + il) * L.ldn;
+        float mx = SGKC_NEG_INF;
+#pragma unroll 1
+        for (int j = lane; j < N; j += 32) {
+            const float *kr = Ks + (size_t)j * L.ldh + hl * hd;
+            float s0 = 0.0f, s1 = 0.0f;
             if ((hd & 3) == 0) {
-                for (int d = 0; d < hd; d += 4) {
-                    const float4 qv = *reinterpret_cast<const float4 *>(q + d);
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        sgkc_fma4(s[j], qv, *reinterpret_cast<const float4 *>(kr[j] + d));
+                int d = 0;
+#pragma unroll 1
+                for (; d + 8 <= hd; d += 8) {
+                    sgkc_fma4(s0, *reinterpret_cast<const float4 *>(q + d), *reinterpret_cast<const float4 *>(kr + d));
+                    sgkc_fma4(s1, *reinterpret_cast<const float4 *>(q + d + 4),
+                              *reinterpret_cast<const float4 *>(kr + d + 4));
                 }
+                if (d < hd)
+                    sgkc_fma4(s0, *reinterpret_cast<const float4 *>(q + d), *reinterpret_cast<const float4 *>(kr + d));
             } else {
 #pragma unroll 1
                 for (int d = 0; d < hd; d++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        s[j] = fmaf(q[d], kr[j][d], s[j]);
+                    s0 = fmaf(q[d], kr[d], s0);
             }
-            float *srow = Bs + (hl * rows_r + il) * L.ldn;
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (kg + j * nkg < N)
-                    srow[kg + j * nkg] = sgkc_add_score(srow[kg + j * nkg], s[j]);
+            const float sc = sgkc_add_score(brow[j], s0 + s1);
+            ps[j] = sc;
+            mx = fmaxf(mx, sc);
         }
-        /* Does V hold a NaN or Inf? It picks the P.V form below; the check
-         * rides on this barrier. */
-        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vs, N * L.ldh, tid, NT));
-
-        for (int row = warp; row < hpc * nr; row += NT / 32) {
-            const int hl = row / nr, il = row % nr;
-            float *srow = Bs + (hl * rows_r + il) * L.ldn;
-            float m = SGKC_NEG_INF;
-            for (int j = lane; j < N; j += 32)
-                m = fmaxf(m, srow[j]);
-            m = sgkc_warp_max(m);
-            const float m_use = m == SGKC_NEG_INF ? 0.0f : m;
-            float l = 0.0f;
-            for (int j = lane; j < N; j += 32) {
-                const float e = expf(srow[j] - m_use);
-                srow[j] = e;
-                l += e;
-            }
-            l = sgkc_warp_sum(l);
-            const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-            for (int j = lane; j < N; j += 32)
-                srow[j] *= inv;
-        }
-        __syncthreads();
-
-        const int ncg = hs / 4;
-        for (int t = tid; t < nr * ncg; t += NT) {
-            const int il = t / ncg, c0 = (t % ncg) * 4;
-            float o[4] = {0.f, 0.f, 0.f, 0.f};
-            auto pv_row = [&](auto guard) {
-                constexpr bool G = decltype(guard)::value;
-                if ((hd & 3) == 0) {
-                    const float *pr = Bs + ((c0 / hd) * rows_r + il) * L.ldn;
-#pragma unroll 4
-                    for (int j = 0; j < N; j++) {
-                        const float p = pr[j];
-                        const float4 v = *reinterpret_cast<const float4 *>(Vs + (size_t)j * L.ldh + c0);
-                        o[0] = sgkc_pv<G>(p, v.x, o[0]);
-                        o[1] = sgkc_pv<G>(p, v.y, o[1]);
-                        o[2] = sgkc_pv<G>(p, v.z, o[2]);
-                        o[3] = sgkc_pv<G>(p, v.w, o[3]);
-                    }
-                } else {
-#pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const float *pr = Bs + (((c0 + c) / hd) * rows_r + il) * L.ldn;
+        mx = sgkc_warp_max(mx);
+        const float m_use = mx == SGKC_NEG_INF ? 0.0f : mx;
+        float l = 0.0f;
 #pragma unroll 1
-                        for (int j = 0; j < N; j++)
-                            o[c] = sgkc_pv<G>(pr[j], Vs[(size_t)j * L.ldh + c0 + c], o[c]);
-                    }
-                }
-            };
-            if (v_nonfinite)
-                pv_row(sgkc_guarded{});
-            else
-                pv_row(sgkc_plain{});
-            const float4 ov = make_float4(o[0], o[1], o[2], o[3]);
+        for (int j = lane; j < N; j += 32) {
+            const float e = expf(ps[j] - m_use); /* masked keys: exp(-inf) = 0 */
+            ps[j] = e;
+            l += e;
+        }
+        l = sgkc_warp_sum(l);
+        const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+        __syncwarp();
+#pragma unroll 1
+        for (int d = lane; d < hd; d += 32) {
+            const float *vcol = Vs + hl * hd + d;
+            float o0 = 0.0f, o1 = 0.0f;
+            int j = 0;
+#pragma unroll 1
+            for (; j + 2 <= N; j += 2) {
+                o0 = sgkc_pv<true>(ps[j], vcol[(size_t)j * L.ldh], o0);
+                o1 = sgkc_pv<true>(ps[j + 1], vcol[(size_t)(j + 1) * L.ldh], o1);
+            }
+            if (j < N)
+                o0 = sgkc_pv<true>(ps[j], vcol[(size_t)j * L.ldh], o0);
+            const float o = (o0 + o1) * inv;
+#pragma unroll 1
             for (int g = 0; g < Ch; g++) {
                 float *dst = cluster.map_shared_rank(Xs, g * Cr + rg);
-                *reinterpret_cast<float4 *>(dst + il * L.ldx + hg * hs + c0) = ov;
+                dst[il * L.ldx + hg * hs + hl * hd + d] = o;
             }
         }
+        __syncwarp(); /* ps is rewritten by the next task */
     }
+    SGKC_TL(8);
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     cluster.sync(); /* ctx rows complete in every block of the row slice; Wo staged */
+    SGKC_TL(9);
 
     /* ---- 5. out = nodes + ctx Wo^T, this block's rows and hs columns ---- */
-    if (nr > 0) {
-        float *out_b = a.out + (size_t)b * N * D;
-        auto epi = [&](int r, int c, float4 v) {
-            const size_t o = (size_t)(r0 + r) * D + hg * hs + c;
-            out_b[o + 0] = __ldg(nodes_b + o + 0) + v.x;
-            out_b[o + 1] = __ldg(nodes_b + o + 1) + v.y;
-            out_b[o + 2] = __ldg(nodes_b + o + 2) + v.z;
-            out_b[o + 3] = __ldg(nodes_b + o + 3) + v.w;
-        };
-        if (sgkc_fs_tm4(nr, hs))
-            sgkc_fs_gemm<4, 1>(Xs, L.ldx, nr, D, Wc, L.ldw, hs, epi);
-        else
-            sgkc_fs_gemm<1, 4>(Xs, L.ldx, nr, D, Wc, L.ldw, hs, epi);
-    }
+    job.ncols = hs;
+    job.qkv = 0;
+    if (nr > 0)
+        sgkc_fs_gemm(job);
+    SGKC_TL(10);
 #endif
 }
 
