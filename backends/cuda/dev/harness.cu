@@ -157,7 +157,10 @@ static void reference(const Weights &w, const Inputs &in, std::vector<double> &o
             for (int j = 0; j < N; j++) m = fmax(m, s[(size_t)h * N + j]);
             double l = 0;
             for (int j = 0; j < N; j++) {
-                double e = m == -INFINITY ? 0.0 : exp(s[(size_t)h * N + j] - m);
+                /* a masked key weighs 0; a NaN score (NaN in q or k) stays NaN
+                 * even when every other key is masked (m = -inf) */
+                const double sj = s[(size_t)h * N + j];
+                double e = sj == -INFINITY ? 0.0 : exp(sj - (m == -INFINITY ? 0.0 : m));
                 s[(size_t)h * N + j] = e;
                 l += e;
             }
@@ -503,26 +506,37 @@ static void bench(const Shape &s)
     cudaStreamDestroy(st);
 }
 
-static void floor_numbers()
+__global__ void empty_cluster_kernel(int sync)
 {
-    cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (sync)
+        asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+
+/* Launch cost of a kernel that does nothing: back to back on one stream and
+ * inside a graph, per launch. The shapes are those of the fused kernel at
+ * the seed preset (32 blocks of 512 threads, 48 KB, clusters of 8), so the
+ * gap between them and the fused kernel's time is its body. */
+template <typename F>
+static void time_launches(const char *what, cudaStream_t st, F launch)
+{
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (int i = 0; i < 1000; i++) empty_kernel<<<1, 32, 0, st>>>();
+    for (int i = 0; i < 1000; i++) launch();
     CK(cudaStreamSynchronize(st));
     CK(cudaEventRecord(e0, st));
-    for (int i = 0; i < 10000; i++) empty_kernel<<<1, 32, 0, st>>>();
+    for (int i = 0; i < 10000; i++) launch();
     CK(cudaEventRecord(e1, st));
     CK(cudaEventSynchronize(e1));
     float ms;
     CK(cudaEventElapsedTime(&ms, e0, e1));
-    printf("floor: empty kernel back to back %.2f us", ms * 1000 / 10000);
+    printf("floor: %-40s back to back %.2f us", what, ms * 1000 / 10000);
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < 200; i++) empty_kernel<<<1, 32, 0, st>>>();
+    for (int i = 0; i < 200; i++) launch();
     CK(cudaStreamEndCapture(st, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     CK(cudaGraphLaunch(ge, st));
@@ -535,8 +549,47 @@ static void floor_numbers()
     printf(", in a graph %.2f us\n", ms * 1000 / 4000);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+static void floor_numbers()
+{
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    time_launches("empty 1x32", st, [&] { empty_kernel<<<1, 32, 0, st>>>(); });
+    CK(cudaFuncSetAttribute(empty_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 48 * 1024));
+    time_launches("empty 32x512 48KB", st, [&] { empty_cluster_kernel<<<32, 512, 48 * 1024, st>>>(0); });
+    for (int sync = 0; sync < 2; sync++) {
+        for (unsigned cl : {4u, 8u, 16u}) {
+            if (cl == 16)
+                CK(cudaFuncSetAttribute(empty_cluster_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+            char what[64];
+            snprintf(what, sizeof what, "cluster %u, %u x 512 48KB%s", cl, 4 * cl, sync ? " + barrier" : "");
+            time_launches(what, st, [&] {
+                cudaLaunchConfig_t cfg = {};
+                cudaLaunchAttribute attr[1];
+                cfg.gridDim = dim3(4 * cl);
+                cfg.blockDim = dim3(512);
+                cfg.dynamicSmemBytes = 48 * 1024;
+                cfg.stream = st;
+                attr[0].id = cudaLaunchAttributeClusterDimension;
+                attr[0].val.clusterDim.x = cl;
+                attr[0].val.clusterDim.y = 1;
+                attr[0].val.clusterDim.z = 1;
+                cfg.attrs = attr;
+                cfg.numAttrs = 1;
+                CK(cudaLaunchKernelEx(&cfg, empty_cluster_kernel, sync));
+            });
+        }
+    }
+    time_launches("empty 128x256", st, [&] { empty_cluster_kernel<<<128, 256, 0, st>>>(0); });
     cudaStreamDestroy(st);
 }
+
+#ifdef SGKC_TIMELINE
+cudaError_t sgkc_timeline_read(unsigned long long *dst, size_t n);
+#endif
 
 static const Shape presets[] = {
     {"seed", 4, 24, 96, 4, 16},
@@ -633,6 +686,46 @@ int main(int argc, char **argv)
         }
         return 0;
     }
+#ifdef SGKC_TIMELINE
+    if (mode == "timeline") {
+        /* Phase stamps of the fused kernel at the seed preset, in a steady
+         * back-to-back stream (the last of 500 calls over 64 input sets). */
+        const Shape s = presets[0];
+        Weights w = make_weights(s.D, s.H, s.P);
+        Inputs in = make_inputs(s.B, s.N, s.D, s.P, 0);
+        sgkc_layer L = make_layer(w);
+        std::vector<DevSet> sets;
+        for (int i = 0; i < 64; i++) sets.push_back(upload(in, false, 0));
+        const sgkc_variant &var = sgkc_variants[0];
+        int clk_khz = 0;
+        CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0));
+        for (int pass = 0; pass < 2; pass++) {
+            const int calls = pass == 0 ? 1 : 500;
+            for (int r = 0; r < calls; r++) {
+                sgkc_fwd f = fwd_of(sets[r % 64], s.B, s.N, false, nullptr, 0, 0);
+                CK(var.launch(&L, &f));
+            }
+            CK(cudaDeviceSynchronize());
+            std::vector<unsigned long long> tl(256 * 16);
+            CK(sgkc_timeline_read(tl.data(), tl.size()));
+            unsigned long long g0 = ~0ull, g1 = 0;
+            for (int b = 0; b < 32; b++) {
+                g0 = std::min(g0, tl[b * 16 + 15]);
+                g1 = std::max(g1, tl[b * 16 + 15]);
+            }
+            printf("timeline %s (%s, clock %d MHz): block start spread %llu ns (globaltimer)\n",
+                   pass ? "steady" : "first call", var.name, clk_khz / 1000, g1 - g0);
+            printf("  block  start(ns)  phase cycles: 1..10 (0 = entry)\n");
+            for (int b : {0, 1, 7, 8, 31}) {
+                printf("  %5d %9llu ", b, tl[b * 16 + 15] - g0);
+                for (int k = 1; k <= 10; k++)
+                    printf(" %6lld", (long long)(tl[b * 16 + k] - tl[b * 16 + k - 1]));
+                printf("  total %lld\n", (long long)(tl[b * 16 + 10] - tl[b * 16]));
+            }
+        }
+        return 0;
+    }
+#endif
     if (mode == "bench") {
         floor_numbers();
         for (const Shape &s : presets) {

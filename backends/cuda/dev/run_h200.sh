@@ -26,21 +26,35 @@ $NVCC $F -Xptxas -v -c ../variants.cu -o /tmp/sgkc_v.o 2> "$O/ptxas.txt" &
 $NVCC $F -c ../generic.cu -o /tmp/sgkc_g.o 2> "$O/build_g.txt" &
 $NVCC $F -c "$ROOT/kernels/plan.c" -o /tmp/sgkc_p.o 2> "$O/build_p.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
+if [[ " $STEPS " == *" timeline "* ]]; then
+  $NVCC $F -DSGKC_TIMELINE -c ../variants.cu -o /tmp/sgkc_vt.o 2> "$O/build_vt.txt" &
+  $NVCC $F -DSGKC_TIMELINE -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_ht.o 2> "$O/build_ht.txt" &
+fi
 wait
+[[ " $STEPS " == *" timeline "* ]] && for v in vt; do
+  $NVCC -arch=sm_90 /tmp/sgkc_ht.o /tmp/sgkc_$v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_$v -lgomp 2>> "$O/build_ht.txt" || cat "$O/build_ht.txt" "$O/build_$v.txt" | tail -20
+done
 $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness -lgomp 2>> "$O/build_h.txt" || { cat "$O/build_h.txt" "$O/build_g.txt" "$O/ptxas.txt" | tail -30; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 for s in $STEPS; do
   case $s in
     validate) SGKC_FORCE=1 /tmp/harness validate > "$O/validate.txt" 2>&1; echo "validate rc=$?";;
-    bench) SGKC_FORCE=1 /tmp/harness bench > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
+    timeline)
+      for v in vt; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
+    floors) /tmp/harness bench none > "$O/floors.txt" 2>&1; echo "floors rc=$?"; cat "$O/floors.txt";;
+    bench) SGKC_FORCE=1 /tmp/harness bench ${BENCH_PRESETS:-} > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
     sanitize)
       timeout 200 compute-sanitizer --tool memcheck /tmp/harness sanitize > "$O/memcheck.txt" 2>&1; echo "memcheck rc=$?"
       timeout 200 compute-sanitizer --tool racecheck /tmp/harness sanitize > "$O/racecheck.txt" 2>&1; echo "racecheck rc=$?";;
     profile)
       timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy \
         --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
-        /tmp/harness profile > "$O/ncu.txt" 2>&1
+        /tmp/harness profile ${PROFILE_PRESETS:-} > "$O/ncu.txt" 2>&1
       echo "ncu rc=$?";;
+    hot) # stall samples per SASS instruction of the fused kernel at the seed preset
+      timeout 240 ncu --kernel-name regex:fused_small --launch-skip 1 --launch-count 1 --section SourceCounters \
+        --section WarpStateStats --page source --csv --print-source sass /tmp/harness profile seed > "$O/hot.csv" 2>&1
+      echo "hot rc=$?"; python3 hot_sass.py "$O/hot.csv" > "$O/hot.txt" 2>&1; head -60 "$O/hot.txt";;
     smoke)
       wait; echo "meson build done"
       $NVCC -O2 -I"$ROOT/api" plugin_smoke.cu -L/tmp/sgkb/api -lsgk -o /tmp/sgkc_smoke >> "$O/meson.txt" 2>&1 &&
