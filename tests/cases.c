@@ -9,6 +9,9 @@ const sgkt_case sgkt_cases[] = {
     {"preset_mid", 32, 64, 256, 8, 32, SGKT_MASK_RANDOM, 0.7, SGK_MASK_U8, 0},
     {"preset_large", 8, 512, 256, 8, 32, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     {"preset_xl", 2, 2048, 256, 8, 16, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, SGKT_CASE_XL},
+    /* the seed shape with another batch, mask kind and empty rows: CUDA
+     * compiles that shape into its own kernel instance */
+    {"seed_shape_b7", 7, 24, 96, 4, 16, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0},
     /* sizes off every power of two and tile edge */
     {"odd_sizes", 3, 13, 30, 5, 7, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
     {"n1", 2, 1, 16, 2, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},

@@ -147,6 +147,7 @@ struct sgkc_fs_gemm_job {
  * the dependent FMA chain by ks. */
 __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters */
     constexpr int TM = 4;
     const int ncg = j.ncols / 4, ntiles = ((j.M + TM - 1) / TM) * ncg, K4 = j.K / 4;
     int lks = 0; /* log2 ks; each lane keeps at least 2 steps of 4 */
@@ -234,6 +235,7 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
             }
         }
     }
+#endif
 }
 
 /* SN..SCR > 0 compile one shape (N, D, H, P) and cluster (Ch x Cr) in: the
