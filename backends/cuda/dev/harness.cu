@@ -709,14 +709,18 @@ int main(int argc, char **argv)
             std::vector<unsigned long long> tl(256 * 16);
             CK(sgkc_timeline_read(tl.data(), tl.size()));
             unsigned long long g0 = ~0ull, g1 = 0;
-            for (int b = 0; b < 32; b++) {
+            int nb = 0;
+            for (int b = 0; b < 256; b++) {
+                if (!tl[b * 16 + 15])
+                    continue; /* past the grid */
+                nb++;
                 g0 = std::min(g0, tl[b * 16 + 15]);
                 g1 = std::max(g1, tl[b * 16 + 15]);
             }
-            printf("timeline %s (%s, clock %d MHz): block start spread %llu ns (globaltimer)\n",
-                   pass ? "steady" : "first call", var.name, clk_khz / 1000, g1 - g0);
+            printf("timeline %s (%s, %d blocks, clock %d MHz): block start spread %llu ns (globaltimer)\n",
+                   pass ? "steady" : "first call", var.name, nb, clk_khz / 1000, g1 - g0);
             printf("  block  start(ns)  phase cycles: 1..10 (0 = entry)\n");
-            for (int b : {0, 1, 7, 8, 31}) {
+            for (int b : {0, 1, 7, 8, 15, nb - 1}) {
                 printf("  %5d %9llu ", b, tl[b * 16 + 15] - g0);
                 for (int k = 1; k <= 10; k++)
                     printf(" %6lld", (long long)(tl[b * 16 + k] - tl[b * 16 + k - 1]));

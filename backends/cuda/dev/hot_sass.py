@@ -20,6 +20,5 @@ def num(x):
     except ValueError: return 0.0
 tot = sum(num(r[samp]) for r in body) or 1
 print(f"{len(body)} instructions, {tot:.0f} samples")
-# samples per run of 16 instructions, to see which region is hot
 for r in sorted(body, key=lambda r: -num(r[samp]))[:45]:
     print(f"{num(r[samp]):6.0f} {100*num(r[samp])/tot:5.1f}%  {r[addr] if addr is not None else ''}  {r[src][:110]}")
