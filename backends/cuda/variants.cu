@@ -100,6 +100,27 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
 /* general: any shape whose per-row block fits in shared memory.       */
 /* ------------------------------------------------------------------ */
 
+/* The fields the general and tiled attention kernels' arguments share:
+ * inputs, the Q/K/V and ctx workspace, MLP weights and sizes. */
+template <typename Args>
+static void fill_attn_args(Args &a, const sgkc_layer *L, const sgkc_fwd *f, const float *qkv, float *ctx)
+{
+    a.qkv = qkv;
+    a.pair = f->pair;
+    a.mask = f->mask;
+    a.mask_u8 = f->mask_u8;
+    a.w1 = L->w1;
+    a.b1 = L->b1;
+    a.w2t = L->w2t;
+    a.b2 = L->b2;
+    a.ctx = ctx;
+    a.N = (int)f->N;
+    a.D = L->D;
+    a.H = L->H;
+    a.P = L->P;
+    a.hd = L->hd;
+}
+
 static int general_kc(const sgkc_layer *L, int64_t N)
 {
     const size_t budget = L->smem_optin / sizeof(float);
@@ -126,20 +147,7 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgkc_fwd *f)
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
     SGKC_RETURN_IF(launch_qkv(L, f, qkv));
     sgkc_gen_args a;
-    a.qkv = qkv;
-    a.pair = f->pair;
-    a.mask = f->mask;
-    a.mask_u8 = f->mask_u8;
-    a.w1 = L->w1;
-    a.b1 = L->b1;
-    a.w2t = L->w2t;
-    a.b2 = L->b2;
-    a.ctx = ctx;
-    a.N = (int)f->N;
-    a.D = L->D;
-    a.H = L->H;
-    a.P = L->P;
-    a.hd = L->hd;
+    fill_attn_args(a, L, f, qkv, ctx);
     a.KC = general_kc(L, f->N);
     const size_t smem = sgkc_ag_smem_floats(a.D, a.H, a.P, a.KC) * sizeof(float);
     sgkc_attn_general_kernel<<<(unsigned)(f->B * f->N), SGKC_AG_NT, smem, f->stream>>>(a);
@@ -212,20 +220,7 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
     SGKC_RETURN_IF(launch_qkv(L, f, qkv));
     sgkc_attn_args a;
-    a.qkv = qkv;
-    a.pair = f->pair;
-    a.mask = f->mask;
-    a.mask_u8 = f->mask_u8;
-    a.w1 = L->w1;
-    a.b1 = L->b1;
-    a.w2t = L->w2t;
-    a.b2 = L->b2;
-    a.ctx = ctx;
-    a.N = (int)f->N;
-    a.D = L->D;
-    a.H = L->H;
-    a.P = L->P;
-    a.hd = L->hd;
+    fill_attn_args(a, L, f, qkv, ctx);
     a.HG = c.HG;
     a.G = c.G;
     a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
