@@ -163,79 +163,79 @@ static void json_num(FILE *f, double x)
     else fprintf(f, "%.9g", x);
 }
 
-#define KEY(f, first, k) fprintf(f, "%s\n    \"%s\": ", (first) ? "" : ",", k)
+/* sep, then "key": and the value */
+static void json_key(FILE *f, const char *sep, const char *key)
+{
+    fprintf(f, "%s\"%s\": ", sep, key);
+}
+
+static void json_kstr(FILE *f, const char *sep, const char *key, const char *v)
+{
+    json_key(f, sep, key);
+    json_str(f, v);
+}
+
+static void json_knum(FILE *f, const char *sep, const char *key, double x)
+{
+    json_key(f, sep, key);
+    json_num(f, x);
+}
+
+static void json_kbool(FILE *f, const char *sep, const char *key, int v)
+{
+    json_key(f, sep, key);
+    fputs(v ? "true" : "false", f);
+}
 
 static void json_device(FILE *f, const bench_device_rec *d)
 {
-    fprintf(f, "    {\"backend\": ");
-    json_str(f, d->backend);
-    fprintf(f, ", \"device\": %d, \"name\": ", d->device);
-    json_str(f, d->name);
-    fprintf(f, ", \"driver\": ");
-    json_str(f, d->driver);
-    fprintf(f, ",\n     \"clock\": ");
-    json_str(f, d->clock);
-    fprintf(f, ", \"timer_note\": ");
-    json_str(f, d->timer_note);
-    fprintf(f, ",\n     \"launch_us\": ");
-    json_num(f, d->launch_us);
-    fprintf(f, ", \"graph_launch_us\": ");
-    json_num(f, d->graph_launch_us);
-    fprintf(f, ", \"copy_gbps\": ");
-    json_num(f, d->copy_gbps);
-    fprintf(f, ", \"copy_how\": ");
-    json_str(f, d->copy_how);
-    fprintf(f, ",\n     \"peak_gflops\": ");
-    json_num(f, d->peak_gflops > 0 ? d->peak_gflops : NAN);
-    fprintf(f, ", \"peak_source\": ");
-    json_str(f, d->peak_source);
-    fprintf(f, ", \"cache_bytes\": ");
-    json_num(f, d->cache_bytes > 0 ? d->cache_bytes : NAN);
+    json_kstr(f, "    {", "backend", d->backend);
+    fprintf(f, ", \"device\": %d", d->device);
+    json_kstr(f, ", ", "name", d->name);
+    json_kstr(f, ", ", "driver", d->driver);
+    json_kstr(f, ",\n     ", "clock", d->clock);
+    json_kstr(f, ", ", "timer_note", d->timer_note);
+    json_knum(f, ",\n     ", "launch_us", d->launch_us);
+    json_knum(f, ", ", "graph_launch_us", d->graph_launch_us);
+    json_knum(f, ", ", "copy_gbps", d->copy_gbps);
+    json_kstr(f, ", ", "copy_how", d->copy_how);
+    json_knum(f, ",\n     ", "peak_gflops", d->peak_gflops > 0 ? d->peak_gflops : NAN);
+    json_kstr(f, ", ", "peak_source", d->peak_source);
+    json_knum(f, ", ", "cache_bytes", d->cache_bytes > 0 ? d->cache_bytes : NAN);
     fprintf(f, ", \"threads\": %d}", d->threads);
 }
 
 static void json_row(FILE *f, const bench_results *res, const bench_row *r)
 {
-    fprintf(f, "    {\"backend\": ");
-    json_str(f, r->backend);
-    fprintf(f, ", \"device\": %d, \"device_name\": ", res->devices[r->device_rec].device);
-    json_str(f, r->device_name);
-    fprintf(f, ", \"variant\": ");
-    json_str(f, r->variant);
-    fprintf(f, ", \"auto\": %s,\n     \"preset\": ", r->is_auto ? "true" : "false");
-    json_str(f, r->preset);
-    fprintf(f, ", \"B\": %lld, \"N\": %lld, \"D\": %lld, \"H\": %lld, \"P\": %lld, \"mode\": ",
+    json_kstr(f, "    {", "backend", r->backend);
+    fprintf(f, ", \"device\": %d", res->devices[r->device_rec].device);
+    json_kstr(f, ", ", "device_name", r->device_name);
+    json_kstr(f, ", ", "variant", r->variant);
+    json_kbool(f, ", ", "auto", r->is_auto);
+    json_kstr(f, ",\n     ", "preset", r->preset);
+    fprintf(f, ", \"B\": %lld, \"N\": %lld, \"D\": %lld, \"H\": %lld, \"P\": %lld",
             (long long)r->shape.B, (long long)r->shape.N, (long long)r->shape.D, (long long)r->shape.H,
             (long long)r->shape.P);
-    json_str(f, r->mode);
+    json_kstr(f, ", ", "mode", r->mode);
     fprintf(f, ",\n     \"input_sets\": %d, \"iters_per_repeat\": %ld, \"repeats\": %d", r->input_sets, r->iters,
             r->repeats);
-    fprintf(f, ",\n     \"us_median\": ");
-    json_num(f, r->us_median);
-    fprintf(f, ", \"us_min\": ");
-    json_num(f, r->us_min);
-    fprintf(f, ", \"us_max\": ");
-    json_num(f, r->us_max);
+    json_knum(f, ",\n     ", "us_median", r->us_median);
+    json_knum(f, ", ", "us_min", r->us_min);
+    json_knum(f, ", ", "us_max", r->us_max);
     fprintf(f, ",\n     \"flop\": %.0f, \"bytes\": %.0f", r->flops, r->bytes);
-    fprintf(f, ", \"gflops\": ");
-    json_num(f, r->gflops);
-    fprintf(f, ", \"gbps\": ");
-    json_num(f, r->gbps);
-    fprintf(f, ",\n     \"floor_us\": ");
-    json_num(f, r->floor_us);
-    fprintf(f, ", \"floor_bound\": ");
-    if (r->floor_bound[0]) json_str(f, r->floor_bound);
-    else fputs("null", f);
-    fprintf(f, ", \"floor_share\": ");
-    json_num(f, r->floor_share);
-    fprintf(f, ",\n     \"checked\": %s, \"rel_l2\": ", r->checked ? "true" : "false");
-    json_num(f, r->rel_l2);
-    fprintf(f, ", \"max_abs\": ");
-    json_num(f, r->max_abs);
-    fprintf(f, ", \"status\": ");
-    json_str(f, r->status);
-    fprintf(f, ", \"note\": ");
-    json_str(f, r->note);
+    json_knum(f, ", ", "gflops", r->gflops);
+    json_knum(f, ", ", "gbps", r->gbps);
+    json_knum(f, ",\n     ", "floor_us", r->floor_us);
+    if (r->floor_bound[0])
+        json_kstr(f, ", ", "floor_bound", r->floor_bound);
+    else
+        fputs(", \"floor_bound\": null", f);
+    json_knum(f, ", ", "floor_share", r->floor_share);
+    json_kbool(f, ",\n     ", "checked", r->checked);
+    json_knum(f, ", ", "rel_l2", r->rel_l2);
+    json_knum(f, ", ", "max_abs", r->max_abs);
+    json_kstr(f, ", ", "status", r->status);
+    json_kstr(f, ", ", "note", r->note);
     fputc('}', f);
 }
 
@@ -244,59 +244,42 @@ int bench_write_json(const bench_options *opt, const bench_results *res, const c
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     const bench_machine *m = &res->machine;
+    const char *k1 = "\n    ", *k = ",\n    "; /* first key of an object, the others */
     fprintf(f, "{\n  \"format\": \"sgk-bench/1\",\n  \"machine\": {");
-    KEY(f, 1, "host");
-    json_str(f, m->host);
-    KEY(f, 0, "os");
-    json_str(f, m->os);
-    KEY(f, 0, "cpu_model");
-    json_str(f, m->cpu_model);
-    KEY(f, 0, "cpu_threads");
+    json_kstr(f, k1, "host", m->host);
+    json_kstr(f, k, "os", m->os);
+    json_kstr(f, k, "cpu_model", m->cpu_model);
+    json_key(f, k, "cpu_threads");
     fprintf(f, "%d", m->cpu_threads);
-    KEY(f, 0, "sgk_version");
-    json_str(f, m->sgk_version);
-    KEY(f, 0, "git_commit");
-    json_str(f, m->git_commit);
-    KEY(f, 0, "gpus");
+    json_kstr(f, k, "sgk_version", m->sgk_version);
+    json_kstr(f, k, "git_commit", m->git_commit);
+    json_key(f, k, "gpus");
     fputc('[', f);
     int first = 1;
     for (int i = 0; i < res->ndevices; i++) {
         const bench_device_rec *d = &res->devices[i];
         if (!strcmp(d->backend, "cpu")) continue;
-        fprintf(f, "%s{\"backend\": ", first ? "" : ", ");
-        json_str(f, d->backend);
-        fprintf(f, ", \"name\": ");
-        json_str(f, d->name);
-        fprintf(f, ", \"driver\": ");
-        json_str(f, d->driver);
+        json_kstr(f, first ? "{" : ", {", "backend", d->backend);
+        json_kstr(f, ", ", "name", d->name);
+        json_kstr(f, ", ", "driver", d->driver);
         fputc('}', f);
         first = 0;
     }
     fprintf(f, "]\n  },\n  \"settings\": {");
-    KEY(f, 1, "quick");
-    fputs(opt->quick ? "true" : "false", f);
-    KEY(f, 0, "repeats");
+    json_kbool(f, k1, "quick", opt->quick);
+    json_key(f, k, "repeats");
     fprintf(f, "%d", opt->repeats);
-    KEY(f, 0, "warmup_ms");
-    json_num(f, opt->warmup_s * 1e3);
-    KEY(f, 0, "min_repeat_ms");
-    json_num(f, opt->min_repeat_s * 1e3);
-    KEY(f, 0, "dtype");
-    json_str(f, "f32");
-    KEY(f, 0, "mask");
-    json_str(f, opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
-    KEY(f, 0, "seed");
+    json_knum(f, k, "warmup_ms", opt->warmup_s * 1e3);
+    json_knum(f, k, "min_repeat_ms", opt->min_repeat_s * 1e3);
+    json_kstr(f, k, "dtype", "f32");
+    json_kstr(f, k, "mask", opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
+    json_key(f, k, "seed");
     fprintf(f, "%llu", (unsigned long long)opt->seed);
-    KEY(f, 0, "density");
-    json_num(f, opt->density);
-    KEY(f, 0, "rotate");
-    fputs(opt->rotate ? "true" : "false", f);
-    KEY(f, 0, "check");
-    fputs(opt->check ? "true" : "false", f);
-    KEY(f, 0, "rel_l2_tol");
-    json_num(f, 1e-5);
-    KEY(f, 0, "max_abs_tol");
-    json_num(f, 1e-4);
+    json_knum(f, k, "density", opt->density);
+    json_kbool(f, k, "rotate", opt->rotate);
+    json_kbool(f, k, "check", opt->check);
+    json_knum(f, k, "rel_l2_tol", 1e-5);
+    json_knum(f, k, "max_abs_tol", 1e-4);
     fprintf(f, "\n  },\n  \"devices\": [\n");
     for (int i = 0; i < res->ndevices; i++) {
         json_device(f, &res->devices[i]);
