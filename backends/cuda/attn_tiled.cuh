@@ -42,24 +42,110 @@ __host__ __device__ constexpr int sgkc_at_bk(int pcap)
     return (pcap <= 32 ? 2 : 1) * SGKC_AT_NT / SGKC_AT_BQ;
 }
 
-/* Shared memory of one block, in floats; ld is the padded row of Q/K/V. */
-__host__ __device__ inline size_t sgkc_at_smem_floats(int pcap, int hmax, int ld, int P)
+/* The relation MLP's weights in shared memory, zero padded to PCAP so that
+ * every loop over features and hidden units has a compile-time length:
+ * W1t [PCAP r][PCAP j] = w1[j][r] (input-major), b1 [PCAP], W2 [PCAP j][HMAX]
+ * (the block's heads h0.. only), b2 [HMAX]. Padded hidden units have zero
+ * weights and bias, so silu(0) = 0 times a zero row of W2 adds nothing. */
+__host__ __device__ constexpr size_t sgkc_mlp_floats(int pcap, int hmax)
 {
-    const int BK = sgkc_at_bk(pcap), BQ = SGKC_AT_BQ;
-    const int P4 = (P + 3) & ~3;
-    return (size_t)BQ * ld + 4u * BK * ld + (size_t)hmax * BQ * (BK + 1) +
-           (size_t)hmax * BK * (BQ + 4) + (size_t)P * pcap + P4 + (size_t)P * hmax + hmax +
-           3u * hmax * BQ;
+    return (size_t)pcap * pcap + pcap + (size_t)pcap * hmax + hmax;
 }
 
-__device__ __forceinline__ void sgkc_cp_async16(void *smem, const void *gmem)
+template <int PCAP, int HMAX>
+__device__ __forceinline__ void sgkc_mlp_stage(float *W1t, const sgkc_attn_args &a, int h0, int nh, int tid,
+                                               int nt)
 {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+    float *b1s = W1t + PCAP * PCAP, *W2s = b1s + PCAP, *b2s = W2s + PCAP * HMAX;
+    const int P = a.P;
+    for (int i = tid; i < PCAP * PCAP; i += nt) {
+        const int r = i / PCAP, j = i % PCAP;
+        W1t[i] = r < P && j < P ? __ldg(a.w1 + j * P + r) : 0.0f;
+    }
+    for (int i = tid; i < PCAP; i += nt)
+        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
+    for (int i = tid; i < PCAP * HMAX; i += nt) {
+        const int j = i / HMAX, h = i % HMAX;
+        W2s[i] = j < P && h < nh ? __ldg(a.w2t + (size_t)j * a.H + h0 + h) : 0.0f;
+    }
+    for (int i = tid; i < HMAX; i += nt)
+        b2s[i] = i < nh ? __ldg(a.b2 + h0 + i) : 0.0f;
 }
-__device__ __forceinline__ void sgkc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void sgkc_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* acc[s][h] = sum_j silu(b1[j] + x_s . w1[j]) * w2[h][j] for NP pairs whose
+ * features x (zero padded) sit in registers; b2 is left to the caller.
+ * Hidden units go 8 at a time with the inputs as the inner loop, so each
+ * weight load (a broadcast float4) feeds 4*NP independent FMAs and 8*NP
+ * accumulators are in flight: the per-unit dot product it replaces was a
+ * chain of P dependent FMAs per pair, latency bound at 8 warps an SM. */
+template <int PCAP, int HMAX, int NP>
+__device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], const float *W1t,
+                                              float (&acc)[NP][HMAX])
+{
+    constexpr int JC = 4;
+    static_assert(PCAP % JC == 0 && HMAX % 4 == 0, "whole chunks");
+    const float *b1s = W1t + PCAP * PCAP, *W2s = b1s + PCAP;
+#pragma unroll
+    for (int s = 0; s < NP; s++)
+#pragma unroll
+        for (int h = 0; h < HMAX; h++)
+            acc[s][h] = 0.0f;
+#pragma unroll 1
+    for (int j0 = 0; j0 < PCAP; j0 += JC) {
+        float hs[NP][JC];
+        const float4 bj = *reinterpret_cast<const float4 *>(b1s + j0);
+#pragma unroll
+        for (int s = 0; s < NP; s++) {
+            hs[s][0] = bj.x; hs[s][1] = bj.y; hs[s][2] = bj.z; hs[s][3] = bj.w;
+        }
+#pragma unroll
+        for (int r4 = 0; r4 < PCAP / 4; r4++) {
+            /* keeps the compiler from hoisting every weight load of the
+             * unrolled loop (a register spill at PCAP = 32) */
+            asm volatile("" ::: "memory");
+            float4 w[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                w[u] = *reinterpret_cast<const float4 *>(W1t + (4 * r4 + u) * PCAP + j0);
+#pragma unroll
+            for (int s = 0; s < NP; s++) {
+                const float xv[4] = {x[s][r4].x, x[s][r4].y, x[s][r4].z, x[s][r4].w};
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    hs[s][0] = fmaf(xv[u], w[u].x, hs[s][0]);
+                    hs[s][1] = fmaf(xv[u], w[u].y, hs[s][1]);
+                    hs[s][2] = fmaf(xv[u], w[u].z, hs[s][2]);
+                    hs[s][3] = fmaf(xv[u], w[u].w, hs[s][3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < JC; u++) {
+            const float4 *w2r = reinterpret_cast<const float4 *>(W2s + (j0 + u) * HMAX);
+#pragma unroll
+            for (int s = 0; s < NP; s++) {
+                const float hv = sgkc_silu_fast(hs[s][u]);
+#pragma unroll
+                for (int h4 = 0; h4 < HMAX / 4; h4++) {
+                    const float4 w = w2r[h4];
+                    acc[s][4 * h4 + 0] = fmaf(w.x, hv, acc[s][4 * h4 + 0]);
+                    acc[s][4 * h4 + 1] = fmaf(w.y, hv, acc[s][4 * h4 + 1]);
+                    acc[s][4 * h4 + 2] = fmaf(w.z, hv, acc[s][4 * h4 + 2]);
+                    acc[s][4 * h4 + 3] = fmaf(w.w, hv, acc[s][4 * h4 + 3]);
+                }
+            }
+        }
+    }
+}
+
+/* Shared memory of one block, in floats; ld is the padded row of Q/K/V. */
+__host__ __device__ inline size_t sgkc_at_smem_floats(int pcap, int hmax, int ld)
+{
+    const int BK = sgkc_at_bk(pcap), BQ = SGKC_AT_BQ;
+    return (size_t)BQ * ld + 4u * BK * ld + (size_t)hmax * BQ * (BK + 1) +
+           (size_t)hmax * BK * (BQ + 4) + sgkc_mlp_floats(pcap, hmax) + 3u * hmax * BQ;
+}
+
 
 template <int PCAP, int HMAX>
 __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_attn_args a)
@@ -85,18 +171,15 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
     const int d0 = h0 * hd, DG = nh * hd;
     const int LD = ((DG + 3) & ~3) + 4;
     const bool v4 = a.qvec && (d0 % 4 == 0) && (DG % 4 == 0);
-    const int P4 = (P + 3) & ~3;
 
     float *Qs = smem;
     float *Ks = Qs + BQ * LD;      /* [2][BK][LD] */
     float *Vs = Ks + 2 * BK * LD;  /* [2][BK][LD] */
     float *Ss = Vs + 2 * BK * LD;  /* [HMAX][BQ][BK+1] */
     float *Pt = Ss + HMAX * BQ * LDS_; /* [HMAX][BK][BQ+4] */
-    float *W1s = Pt + HMAX * BK * LDP; /* [P][PCAP] */
-    float *b1s = W1s + P * PCAP;
-    float *W2s = b1s + P4;             /* [P][HMAX] */
-    float *b2s = W2s + P * HMAX;
-    float *Ms = b2s + HMAX, *Ls = Ms + HMAX * BQ, *Al = Ls + HMAX * BQ;
+    float *W1t = Pt + HMAX * BK * LDP; /* MLP weights, sgkc_mlp_stage */
+    const float *b2s = W1t + sgkc_mlp_floats(PCAP, HMAX) - HMAX;
+    float *Ms = W1t + sgkc_mlp_floats(PCAP, HMAX), *Ls = Ms + HMAX * BQ, *Al = Ls + HMAX * BQ;
 
     const int tid = threadIdx.x;
     const size_t row3 = 3 * (size_t)D;
@@ -105,18 +188,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
     /* ---- prologue: weights, Q tile, zeroed K/V, softmax state ---- */
     for (int i = tid; i < BQ * LD + 4 * BK * LD; i += NT)
         smem[i] = 0.0f;
-    for (int i = tid; i < P * PCAP; i += NT) {
-        const int p = i / PCAP, r = i % PCAP;
-        W1s[i] = r < P ? __ldg(a.w1 + p * P + r) : 0.0f;
-    }
-    for (int i = tid; i < P4; i += NT)
-        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
-    for (int i = tid; i < P * HMAX; i += NT) {
-        const int p = i / HMAX, h = i % HMAX;
-        W2s[i] = h < nh ? __ldg(a.w2t + (size_t)p * a.H + h0 + h) : 0.0f;
-    }
-    for (int i = tid; i < HMAX; i += NT)
-        b2s[i] = i < nh ? __ldg(a.b2 + h0 + i) : 0.0f;
+    sgkc_mlp_stage<PCAP, HMAX>(W1t, a, h0, nh, tid, NT);
     for (int i = tid; i < HMAX * BQ; i += NT) {
         Ms[i] = SGKC_NEG_INF;
         Ls[i] = 0.0f;
@@ -206,47 +278,13 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
 
         /* ---- relation MLP: bias of this thread's pairs for the group's heads ---- */
         {
-            float acc[PPT][HMAX];
-#pragma unroll
-            for (int s = 0; s < PPT; s++)
-#pragma unroll
-                for (int h = 0; h < HMAX; h++)
-                    acc[s][h] = 0.0f;
+            float acc[PPT][HMAX] = {};
             bool any = false;
 #pragma unroll
             for (int s = 0; s < PPT; s++)
                 any |= edge[s];
-            if (__any_sync(0xffffffffu, any)) {
-                for (int p = 0; p < P; p++) {
-                    const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * PCAP);
-                    float pa[PPT][2];
-#pragma unroll
-                    for (int s = 0; s < PPT; s++) {
-                        pa[s][0] = b1s[p];
-                        pa[s][1] = 0.0f;
-                    }
-#pragma unroll
-                    for (int r4 = 0; r4 < R4; r4++) {
-                        const float4 w = w1r[r4];
-#pragma unroll
-                        for (int s = 0; s < PPT; s++)
-                            sgkc_fma4(pa[s][r4 & 1], w, x[s][r4]);
-                    }
-                    const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
-#pragma unroll
-                    for (int s = 0; s < PPT; s++) {
-                        const float hv = sgkc_silu_fast(pa[s][0] + pa[s][1]);
-#pragma unroll
-                        for (int h4 = 0; h4 < HMAX / 4; h4++) {
-                            const float4 w = w2r[h4];
-                            acc[s][4 * h4 + 0] = fmaf(w.x, hv, acc[s][4 * h4 + 0]);
-                            acc[s][4 * h4 + 1] = fmaf(w.y, hv, acc[s][4 * h4 + 1]);
-                            acc[s][4 * h4 + 2] = fmaf(w.z, hv, acc[s][4 * h4 + 2]);
-                            acc[s][4 * h4 + 3] = fmaf(w.w, hv, acc[s][4 * h4 + 3]);
-                        }
-                    }
-                }
-            }
+            if (__any_sync(0xffffffffu, any))
+                sgkc_mlp_regs<PCAP, HMAX, PPT>(x, W1t, acc);
 #pragma unroll
             for (int s = 0; s < PPT; s++) {
                 const int t = tid + s * NT, q = t / BK, k = t % BK;

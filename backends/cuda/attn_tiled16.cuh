@@ -40,13 +40,11 @@
 
 
 /* Shared memory of one block, in floats; ld is the padded row of Q/K/V. */
-__host__ __device__ inline size_t sgkc_at16_smem_floats(int pcap, int hmax, int ld, int P)
+__host__ __device__ inline size_t sgkc_at16_smem_floats(int pcap, int hmax, int ld)
 {
     const int BK = SGKC_AT16_BK, BQ = SGKC_AT16_BQ;
-    const int P4 = (P + 3) & ~3;
     return (size_t)BQ * ld + 2u * BK * ld + (size_t)hmax * BQ * (BK + 1) +
-           (size_t)hmax * BK * (BQ + 4) + (size_t)P * pcap + P4 + (size_t)P * hmax + hmax +
-           3u * hmax * BQ + BQ * BK + 2 * SGKC_AT16_NT / 32 + 4;
+           (size_t)hmax * BK * (BQ + 4) + sgkc_mlp_floats(pcap, hmax) + 3u * hmax * BQ + BQ * BK + 2 * SGKC_AT16_NT / 32 + 4;
 }
 
 __device__ __forceinline__ void sgkc_cp_wait_all16() { asm volatile("cp.async.wait_group 0;\n" ::); }
@@ -59,10 +57,8 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
     constexpr int PPT = BQ * BK / NT; /* pairs per thread per tile */
     constexpr int R4 = PCAP / 4;
     /* With more than 16 features the two pairs of a thread run one after
-     * the other (registers); each pair's dot products then use four partial
-     * sums instead of two, for the same instruction-level parallelism. */
+     * the other, to hold registers to 128. */
     constexpr int PREG = PCAP <= 16 ? PPT : 1;
-    constexpr int NACC = PREG == 1 ? 4 : 2;
     constexpr int LDS_ = BK + 1, LDP = BQ + 4;
     static_assert(PPT == 2 && BK == 32 && NT == 256, "tile shape assumed below");
     static_assert(HMAX % 4 == 0 && PCAP % 4 == 0, "vector widths");
@@ -79,18 +75,15 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
     const int d0 = h0 * hd, DG = nh * hd;
     const int LD = ((DG + 3) & ~3) + 4;
     const bool v4 = a.qvec && (d0 % 4 == 0) && (DG % 4 == 0);
-    const int P4 = (P + 3) & ~3;
 
     float *Qs = smem;
     float *Ks = Qs + BQ * LD;          /* [BK][LD] */
     float *Vs = Ks + BK * LD;          /* [BK][LD] */
     float *Ss = Vs + BK * LD;          /* [HMAX][BQ][BK+1] */
     float *Pt = Ss + HMAX * BQ * LDS_; /* [HMAX][BK][BQ+4] */
-    float *W1s = Pt + HMAX * BK * LDP; /* [P][PCAP] */
-    float *b1s = W1s + P * PCAP;
-    float *W2s = b1s + P4; /* [P][HMAX] */
-    float *b2s = W2s + P * HMAX;
-    float *Ms = b2s + HMAX, *Ls = Ms + HMAX * BQ, *Al = Ls + HMAX * BQ;
+    float *W1t = Pt + HMAX * BK * LDP; /* MLP weights, sgkc_mlp_stage */
+    const float *b2s = W1t + sgkc_mlp_floats(PCAP, HMAX) - HMAX;
+    float *Ms = W1t + sgkc_mlp_floats(PCAP, HMAX), *Ls = Ms + HMAX * BQ, *Al = Ls + HMAX * BQ;
     int *list = reinterpret_cast<int *>(Al + HMAX * BQ); /* [BQ*BK] edge pair ids */
     int *wcnt = list + BQ * BK;                          /* [2][NW] edges per warp */
 
@@ -101,18 +94,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
     /* ---- prologue: weights, Q tile (zero padded), softmax state ---- */
     for (int i = tid; i < BQ * LD + 2 * BK * LD; i += NT)
         smem[i] = 0.0f;
-    for (int i = tid; i < P * PCAP; i += NT) {
-        const int p = i / PCAP, r = i % PCAP;
-        W1s[i] = r < P ? __ldg(a.w1 + p * P + r) : 0.0f;
-    }
-    for (int i = tid; i < P4; i += NT)
-        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
-    for (int i = tid; i < P * HMAX; i += NT) {
-        const int p = i / HMAX, h = i % HMAX;
-        W2s[i] = h < nh ? __ldg(a.w2t + (size_t)p * a.H + h0 + h) : 0.0f;
-    }
-    for (int i = tid; i < HMAX; i += NT)
-        b2s[i] = i < nh ? __ldg(a.b2 + h0 + i) : 0.0f;
+    sgkc_mlp_stage<PCAP, HMAX>(W1t, a, h0, nh, tid, NT);
     for (int i = tid; i < HMAX * BQ; i += NT) {
         Ms[i] = SGKC_NEG_INF;
         Ls[i] = 0.0f;
@@ -230,47 +212,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                     any |= pid[s] >= 0;
                 if (any) {
                     float acc[PREG][HMAX];
-#pragma unroll
-                    for (int s = 0; s < PREG; s++)
-#pragma unroll
-                        for (int h = 0; h < HMAX; h++)
-                            acc[s][h] = 0.0f;
-#pragma unroll 1
-                    for (int p = 0; p < P; p++) {
-                        const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * PCAP);
-                        float pa[PREG][NACC];
-#pragma unroll
-                        for (int s = 0; s < PREG; s++) {
-                            pa[s][0] = b1s[p];
-#pragma unroll
-                            for (int u = 1; u < NACC; u++)
-                                pa[s][u] = 0.0f;
-                        }
-#pragma unroll
-                        for (int r4 = 0; r4 < R4; r4++) {
-                            const float4 w = w1r[r4];
-#pragma unroll
-                            for (int s = 0; s < PREG; s++)
-                                sgkc_fma4(pa[s][r4 % NACC], w, x[s][r4]);
-                        }
-                        const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
-#pragma unroll
-                        for (int s = 0; s < PREG; s++) {
-                            float t = pa[s][0];
-#pragma unroll
-                            for (int u = 1; u < NACC; u++)
-                                t += pa[s][u];
-                            const float hv = sgkc_silu_fast(t);
-#pragma unroll
-                            for (int h4 = 0; h4 < HMAX / 4; h4++) {
-                                const float4 w = w2r[h4];
-                                acc[s][4 * h4 + 0] = fmaf(w.x, hv, acc[s][4 * h4 + 0]);
-                                acc[s][4 * h4 + 1] = fmaf(w.y, hv, acc[s][4 * h4 + 1]);
-                                acc[s][4 * h4 + 2] = fmaf(w.z, hv, acc[s][4 * h4 + 2]);
-                                acc[s][4 * h4 + 3] = fmaf(w.w, hv, acc[s][4 * h4 + 3]);
-                            }
-                        }
-                    }
+                    sgkc_mlp_regs<PCAP, HMAX, PREG>(x, W1t, acc);
 #pragma unroll
                     for (int s = 0; s < PREG; s++) {
                         if (pid[s] < 0)

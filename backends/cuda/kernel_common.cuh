@@ -180,6 +180,28 @@ __device__ __forceinline__ void sgkc_rows_stats4(const float *row0, size_t ld, i
     }
 }
 
+/* cp.async: global -> shared without a register round trip (sm_80+). The
+ * _zfill forms copy src_bytes (0 or the full size) and zero the rest, so
+ * a tile's out-of-range rows arrive as zeros without a branch. */
+__device__ __forceinline__ void sgkc_cp_async16(void *smem, const void *gmem)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void sgkc_cp_async16_zfill(void *smem, const void *gmem, int src_bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void sgkc_cp_async4_zfill(void *smem, const void *gmem, int src_bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void sgkc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void sgkc_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 static inline bool sgkc_aligned16(const void *p)
 {
     return ((uintptr_t)p & 15u) == 0;

@@ -41,9 +41,20 @@ static float *ws_base(const sgkc_fwd *f)
     return (float *)p;
 }
 
-static bool gemm_fits(int64_t M)
+/* The grid of the widest GEMM (Q/K/V: Nc = 3D) fits CUDA's limits. */
+static bool gemm_fits(const sgkc_layer *L, int64_t M)
 {
-    return (M + 63) / 64 <= INT_MAX;
+    return (M + SGKC_GM_BM - 1) / SGKC_GM_BM <= INT_MAX && (3 * (int64_t)L->D + SGKC_GM_BN - 1) / SGKC_GM_BN <= 65535;
+}
+
+static cudaError_t gemm(const sgkc_gemm_args &g, bool ln, cudaStream_t s)
+{
+    const dim3 grid((unsigned)((g.M + SGKC_GM_BM - 1) / SGKC_GM_BM), (unsigned)((g.Nc + SGKC_GM_BN - 1) / SGKC_GM_BN));
+    if (ln)
+        sgkc_sgemm_kernel<true><<<grid, SGKC_GM_NT, 0, s>>>(g);
+    else
+        sgkc_sgemm_kernel<false><<<grid, SGKC_GM_NT, 0, s>>>(g);
+    return cudaGetLastError();
 }
 
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
@@ -64,17 +75,7 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
-    /* 128x128 tiles (8x8 a thread) once they give at least one block per SM,
-     * else 64x64 (4x4): measured on the H200, run 1 and 3 of dev/NOTES.md. */
-    const int64_t big_blocks = ((g.M + 127) / 128) * ((g.Nc + 127) / 128);
-    if (big_blocks >= L->sm_count) {
-        dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 127) / 128));
-        sgkc_sgemm_kernel<128, 128, 8, 8, 8, true, 2><<<grid, 256, 0, f->stream>>>(g);
-    } else {
-        dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
-        sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, 1><<<grid, 256, 0, f->stream>>>(g);
-    }
-    return cudaGetLastError();
+    return gemm(g, true, f->stream);
 }
 
 /* out = nodes + ctx Wo^T */
@@ -90,10 +91,8 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.Nc = D;
     g.K = D;
     g.residual = f->nodes;
-    g.vec = D % 4 == 0;
-    dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((D + 63) / 64));
-    sgkc_sgemm_kernel<64, 64, 16, 4, 4, false, 1><<<grid, 256, 0, f->stream>>>(g);
-    return cudaGetLastError();
+    g.vec = D % 4 == 0 && sgkc_aligned16(f->out) && sgkc_aligned16(f->nodes);
+    return gemm(g, false, f->stream);
 }
 
 /* ------------------------------------------------------------------ */
@@ -137,8 +136,7 @@ static int general_kc(const sgkc_layer *L, int64_t N)
 
 static int general_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
-    return general_kc(L, N) >= 1 && B * N <= INT_MAX && N <= INT_MAX / 4 && gemm_fits(B * N) &&
-           (3 * (int64_t)L->D + 63) / 64 <= 65535 && (B * N + 63) / 64 <= INT_MAX;
+    return general_kc(L, N) >= 1 && B * N <= INT_MAX && N <= INT_MAX / 4 && gemm_fits(L, B * N);
 }
 
 static cudaError_t general_launch(const sgkc_layer *L, const sgkc_fwd *f)
@@ -178,8 +176,8 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     c->G = (L->H + c->HG - 1) / c->HG;
     const int DG = c->HG * L->hd;
     c->ld = ((DG + 3) & ~3) + 4;
-    c->smem = sgkc_at_smem_floats(c->pcap, c->hmax, c->ld, L->P) * sizeof(float);
-    c->smem16 = sgkc_at16_smem_floats(c->pcap, c->hmax, c->ld, L->P) * sizeof(float);
+    c->smem = sgkc_at_smem_floats(c->pcap, c->hmax, c->ld) * sizeof(float);
+    c->smem16 = sgkc_at16_smem_floats(c->pcap, c->hmax, c->ld) * sizeof(float);
     const int64_t blocks32 = B * ((N + SGKC_AT_BQ - 1) / SGKC_AT_BQ) * c->G;
     /* 16-query blocks only where 32-query ones would leave over half the SMs
      * idle: mid (64 blocks) ran 110 us that way against 133; large and xl
@@ -191,10 +189,10 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
 static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
     tiled_cfg c;
-    if (!tiled_plan(L, B, N, &c) || N > INT_MAX / 4 || !gemm_fits(B * N))
+    if (!tiled_plan(L, B, N, &c) || N > INT_MAX / 4 || !gemm_fits(L, B * N))
         return 0;
     const int64_t blocks = B * ((N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ) * c.G;
-    return blocks <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535 && (B * N + 63) / 64 <= INT_MAX;
+    return blocks <= INT_MAX;
 }
 
 template <int PCAP, int HMAX>

@@ -51,9 +51,9 @@ for s in $STEPS; do
         --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
         /tmp/harness profile ${PROFILE_PRESETS:-} > "$O/ncu.txt" 2>&1
       echo "ncu rc=$?";;
-    hot) # stall samples per SASS instruction of the fused kernel at the seed preset
-      timeout 240 ncu --kernel-name regex:fused_small --launch-skip 1 --launch-count 1 --section SourceCounters \
-        --section WarpStateStats --page source --csv --print-source sass /tmp/harness profile seed > "$O/hot.csv" 2>&1
+    hot) # stall samples per SASS instruction of one kernel (default: fused at seed)
+      timeout 240 ncu --kernel-name regex:${HOT_KERNEL:-fused_small} --launch-skip 1 --launch-count 1 --section SourceCounters \
+        --section WarpStateStats --page source --csv --print-source sass /tmp/harness profile ${HOT_PRESET:-seed} > "$O/hot.csv" 2>&1
       echo "hot rc=$?"; python3 hot_sass.py "$O/hot.csv" > "$O/hot.txt" 2>&1; head -60 "$O/hot.txt";;
     smoke)
       wait; echo "meson build done"
