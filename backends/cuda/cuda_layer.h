@@ -22,6 +22,10 @@ struct sgkc_layer {
     const float *wo_t;         /* (D, D): [k][n] = Wo[n][k] */
     const float *w1, *b1;      /* (P, P) as given: w1[p][r]; (P) */
     const float *w2t, *b2;     /* (P, H): w2t[p][h] = w2[h][p]; (H) */
+    /* fused-small's per-head-group images (fused_small.cuh), NULL where the
+     * layer's shape cannot take that variant. */
+    const float *fs_img, *fs_wo;
+    int fs_img_floats;
     /* The same weights as the generated kernels take them (kernels/plan.h). */
     const float *gen;
     sgk_packed gen_off;

@@ -9,9 +9,11 @@
  * At these sizes the time is a chain of latencies, not arithmetic (the seed
  * preset does 9.5 MFLOP on 32 SMs), so the kernel is laid out to make the
  * chain short:
- *   0. every global load is issued at once: the Q/K/V weight slice, node
- *      rows, LayerNorm and MLP weights (cp.async), and each thread's pair
- *      features and mask value (registers). One memory latency in all.
+ *   0. every global load is issued at once: LayerNorm's weights, the Q/K/V
+ *      weight slice and the MLP weights in one bulk copy of an image packed
+ *      at layer creation in this kernel's shared-memory layout, node rows
+ *      (cp.async), and each thread's pair features and mask value
+ *      (registers). One memory latency in all.
  *   1. LayerNorm of its rows, from the raw rows (kept for the residual).
  *   2. Relation MLP for a slice of pair rows, each pair's hidden units split
  *      over adjacent lanes; each bias (or -inf where masked) goes straight
@@ -25,7 +27,7 @@
  *      Inf); ctx is pushed to every block of the same row slice.
  *   cluster barrier
  *   5. out = nodes + ctx Wo^T for its rows and its hs output columns; Wo's
- *      slice was copied in (cp.async) while steps 4 ran.
+ *      slice was copied in (one bulk copy) while step 4 ran.
  * No block-wide barrier sits inside step 4; steps 1-3 have one each. */
 #ifndef SGK_CUDA_FUSED_SMALL_CUH
 #define SGK_CUDA_FUSED_SMALL_CUH
@@ -39,7 +41,12 @@ struct sgkc_fused_args {
     const float *nodes, *pair;
     const void *mask;
     int mask_u8;
-    const float *gamma, *beta, *wqkv_t, *wo_t, *w1, *b1, *w2t, *b2;
+    /* Per head group, the block's layer-constant shared memory as packed at
+     * layer creation (sgkc_fs_pack_images): img = [gamma | beta | Q/K/V
+     * weight slice | MLP weights], img_floats apart; wo = Wo's slice,
+     * D * ldw floats apart. */
+    const float *img, *wo;
+    int img_floats;
     float *out;
     int N, D, H, P, hd;
     float eps, scale;
@@ -65,7 +72,7 @@ __host__ __device__ constexpr int sgkc_fs_lmsplit(int prow, int N, int P)
  * 16-byte boundary. */
 struct sgkc_fs_layout {
     int ldx, ldh, ldn, ldw;
-    size_t ns, xs, qs, ks, vs, bs, ps, gb, wc, w1, b1, w2, b2, total;
+    size_t ns, xs, qs, ks, vs, bs, ps, gb, wc, w1, b1, w2, b2, mb, total; /* [gb, mb): the image */
 };
 
 __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int P, int Ch,
@@ -91,8 +98,38 @@ __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int 
     l.b1 = l.w1 + (size_t)P * (pcap + 4);
     l.w2 = up4(l.b1 + P);
     l.b2 = l.w2 + (size_t)P * hmax;
-    l.total = l.b2 + hmax;
+    l.mb = up4(l.b2 + hmax); /* the mbarrier of the bulk copies (8 bytes) */
+    l.total = l.mb + 4;
     return l;
+}
+
+/* One bulk copy (the copy engine moves the whole span: one instruction
+ * from one thread instead of a cp.async per 16 bytes from every thread)
+ * and the mbarrier that counts its bytes. src, dst and bytes are multiples
+ * of 16. */
+__device__ __forceinline__ unsigned sgkc_smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void sgkc_bulk_load(void *dst, const void *src, unsigned bytes, unsigned long long *bar)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sgkc_smem_addr(bar)), "r"(bytes)
+                 : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     sgkc_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(sgkc_smem_addr(bar))
+                 : "memory");
+}
+__device__ __forceinline__ void sgkc_mbar_wait(unsigned long long *bar, unsigned parity)
+{
+    unsigned done = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(sgkc_smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
 }
 
 __device__ __forceinline__ void sgkc_cp16(float *dst, const float *src)
@@ -105,22 +142,6 @@ __device__ __forceinline__ void sgkc_cp4(float *dst, const float *src)
 {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
-
-/* Copies weight columns into shared memory Ws (K rows, row stride ldw) with
- * cp.async: column c comes from (c / segw) * segstride + base + c % segw of
- * Bg (row stride ldb), with at most 3 segments. All offsets are multiples
- * of 4 floats. */
-__device__ __forceinline__ void sgkc_fs_stage(float *Ws, int ldw, const float *Bg, int ldb, int K,
-                                              int ncols, int segw, int segstride, int base)
-{
-    const int ncg = ncols / 4;
-#pragma unroll 1
-    for (int e = threadIdx.x; e < K * ncg; e += SGKC_FS_NT) {
-        const int k = e / ncg, c = (e - k * ncg) * 4;
-        const int seg = c < segw ? 0 : c < 2 * segw ? 1 : 2; /* at most 3 segments */
-        sgkc_cp16(Ws + (size_t)k * ldw + c, Bg + (size_t)k * ldb + seg * segstride + base + c - seg * segw);
-    }
 }
 
 /* One GEMM of the kernel, C(M x ncols) = A(M x K) W(K x ncols), both in
@@ -279,7 +300,13 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     const float *nodes_b = a.nodes + (size_t)b * N * D;
 
     /* ---- 0. every load at once ---- */
-    sgkc_fs_stage(Wc, L.ldw, a.wqkv_t, 3 * D, D, 3 * hs, hs, D, hg * hs);
+    unsigned long long *bar = reinterpret_cast<unsigned long long *>(smem + L.mb);
+    if (tid == 0) {
+        /* gamma, beta, the Q/K/V slice and the MLP weights in one copy */
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sgkc_smem_addr(bar)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        sgkc_bulk_load(Gs, a.img + (size_t)hg * a.img_floats, (unsigned)((L.mb - L.gb) * sizeof(float)), bar);
+    }
     if (a.nvec) {
         const int c4 = D / 4;
 #pragma unroll 1
@@ -293,35 +320,6 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             const int r = e / D;
             sgkc_cp4(Ns + r * L.ldx + e - r * D, nodes_b + (size_t)r0 * D + e);
         }
-    }
-#pragma unroll 1
-    for (int e = tid; e < D / 2; e += NT) /* gamma then beta, 4 floats a copy */
-        sgkc_cp16(Gs + 4 * e, 4 * e < D ? a.gamma + 4 * e : a.beta + (4 * e - D));
-#pragma unroll 1
-    for (int i = tid; i < P * PCAP; i += NT) {
-        const int p = i / PCAP, r = i % PCAP;
-        if (r < P)
-            sgkc_cp4(W1s + p * (PCAP + 4) + r, a.w1 + p * P + r);
-        else
-            W1s[p * (PCAP + 4) + r] = 0.0f; /* padding meets zero features: must be finite */
-    }
-#pragma unroll 1
-    for (int i = tid; i < P; i += NT)
-        sgkc_cp4(b1s + i, a.b1 + i);
-#pragma unroll 1
-    for (int i = tid; i < P * HMAX; i += NT) {
-        const int p = i / HMAX, h = i % HMAX;
-        if (h < H)
-            sgkc_cp4(W2s + i, a.w2t + (size_t)p * H + h);
-        else
-            W2s[i] = 0.0f;
-    }
-#pragma unroll 1
-    for (int i = tid; i < HMAX; i += NT) {
-        if (i < H)
-            sgkc_cp4(b2s + i, a.b2 + i);
-        else
-            b2s[i] = 0.0f;
     }
     asm volatile("cp.async.commit_group;\n" ::);
 
@@ -361,7 +359,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     bool edge = load_pair(tid, x);
     SGKC_TL(1);
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    __syncthreads();
+    __syncthreads(); /* also orders the mbarrier's initialisation before the waits */
+    sgkc_mbar_wait(bar, 0);
     SGKC_TL(2);
 
     /* ---- 1. LayerNorm of this block's rows: Ns -> Xs ---- */
@@ -473,8 +472,11 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         sgkc_fs_gemm(job);
     __syncthreads(); /* Wc free: bring in Wo's slice while attention runs */
     SGKC_TL(6);
-    sgkc_fs_stage(Wc, L.ldw, a.wo_t, D, D, hs, hs, 0, hg * hs);
-    asm volatile("cp.async.commit_group;\n" ::);
+    if (tid == 0) {
+        /* the Q/K/V GEMM's reads of Wc (generic proxy) before the copy's writes */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        sgkc_bulk_load(Wc, a.wo + (size_t)hg * D * L.ldw, (unsigned)((size_t)D * L.ldw * sizeof(float)), bar);
+    }
     cluster.sync(); /* biases, K and V complete everywhere */
     SGKC_TL(7);
 
@@ -543,8 +545,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         __syncwarp(); /* ps is rewritten by the next task */
     }
     SGKC_TL(8);
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    cluster.sync(); /* ctx rows complete in every block of the row slice; Wo staged */
+    cluster.sync(); /* ctx rows complete in every block of the row slice */
+    sgkc_mbar_wait(bar, 1); /* Wo's slice staged */
     SGKC_TL(9);
 
     /* ---- 5. out = nodes + ctx Wo^T, this block's rows and hs columns ---- */

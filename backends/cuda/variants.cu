@@ -22,6 +22,13 @@
             return e_;                                                                             \
     } while (0)
 
+#ifndef SGKC_G64_MINB /* dev A/B only */
+#define SGKC_G64_MINB 1
+#endif
+#ifndef SGKC_BIG_SMS
+#define SGKC_BIG_SMS 1
+#endif
+
 static const size_t SGKC_WS_ALIGN = 256;
 
 /* ------------------------------------------------------------------ */
@@ -41,20 +48,10 @@ static float *ws_base(const sgkc_fwd *f)
     return (float *)p;
 }
 
-/* The grid of the widest GEMM (Q/K/V: Nc = 3D) fits CUDA's limits. */
+/* The GEMMs' grids (64 x 64 tiles at most; Q/K/V has Nc = 3D) fit CUDA's limits. */
 static bool gemm_fits(const sgkc_layer *L, int64_t M)
 {
-    return (M + SGKC_GM_BM - 1) / SGKC_GM_BM <= INT_MAX && (3 * (int64_t)L->D + SGKC_GM_BN - 1) / SGKC_GM_BN <= 65535;
-}
-
-static cudaError_t gemm(const sgkc_gemm_args &g, bool ln, cudaStream_t s)
-{
-    const dim3 grid((unsigned)((g.M + SGKC_GM_BM - 1) / SGKC_GM_BM), (unsigned)((g.Nc + SGKC_GM_BN - 1) / SGKC_GM_BN));
-    if (ln)
-        sgkc_sgemm_kernel<true><<<grid, SGKC_GM_NT, 0, s>>>(g);
-    else
-        sgkc_sgemm_kernel<false><<<grid, SGKC_GM_NT, 0, s>>>(g);
-    return cudaGetLastError();
+    return (M + 63) / 64 <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
 }
 
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
@@ -75,7 +72,17 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
-    return gemm(g, true, f->stream);
+    /* 128x128 tiles (8x8 a thread) once they give at least one block per SM,
+     * else 64x64 (4x4): measured on the H200, run 1 and 3 of dev/NOTES.md. */
+    const int64_t big_blocks = ((g.M + 127) / 128) * ((g.Nc + 127) / 128);
+    if (big_blocks >= SGKC_BIG_SMS * L->sm_count) {
+        dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 127) / 128));
+        sgkc_sgemm_kernel<128, 128, 8, 8, 8, true, 2><<<grid, 256, 0, f->stream>>>(g);
+    } else {
+        dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
+        sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, SGKC_G64_MINB><<<grid, 256, 0, f->stream>>>(g);
+    }
+    return cudaGetLastError();
 }
 
 /* out = nodes + ctx Wo^T */
@@ -91,8 +98,10 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.Nc = D;
     g.K = D;
     g.residual = f->nodes;
-    g.vec = D % 4 == 0 && sgkc_aligned16(f->out) && sgkc_aligned16(f->nodes);
-    return gemm(g, false, f->stream);
+    g.vec = D % 4 == 0;
+    dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((D + 63) / 64));
+    sgkc_sgemm_kernel<64, 64, 16, 4, 4, false, SGKC_G64_MINB><<<grid, 256, 0, f->stream>>>(g);
+    return cudaGetLastError();
 }
 
 /* ------------------------------------------------------------------ */
@@ -262,17 +271,31 @@ struct fused_cfg {
     size_t smem;
 };
 
+/* Head groups of a cluster (the most, up to 8, that divide H with whole
+ * 4-vectors of columns), 0 if none; and the MLP's padded widths. These
+ * depend on the layer only, so its weight images are packed once. */
+static int fused_heads(int D, int H)
+{
+    for (int ch = 8; ch >= 1; ch--)
+        if (H % ch == 0 && (D / ch) % 4 == 0)
+            return ch;
+    return 0;
+}
+static int fused_pcap(int P)
+{
+    return P <= 16 ? 16 : P <= 32 ? 32 : 64;
+}
+static int fused_hmax(int H)
+{
+    return H <= 8 ? 8 : 16;
+}
+
 static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
 {
     if (L->cc_major < 9 || N > 128 || L->P > 64 || L->H > 16 || L->D % 4 != 0)
         return false;
-    c->Ch = 0;
-    for (int ch = 8; ch >= 1; ch--)
-        if (L->H % ch == 0 && (L->D / ch) % 4 == 0) {
-            c->Ch = ch;
-            break;
-        }
-    if (c->Ch == 0)
+    c->Ch = fused_heads(L->D, L->H);
+    if (c->Ch == 0 || !L->fs_img)
         return false;
     /* More row slices while the grid is under two blocks per SM. */
     c->Cr = 1;
@@ -283,8 +306,8 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     c->rows_r = (int)((N + c->Cr - 1) / c->Cr);
     c->prow = (int)((N + C - 1) / C);
     c->lmsplit = sgkc_fs_lmsplit(c->prow, (int)N, L->P);
-    c->pcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : 64;
-    c->hmax = L->H <= 8 ? 8 : 16;
+    c->pcap = fused_pcap(L->P);
+    c->hmax = fused_hmax(L->H);
     const sgkc_fs_layout lay = sgkc_fs_plan((int)N, L->D, L->H, L->P, c->Ch, c->rows_r, c->pcap, c->hmax);
     c->smem = lay.total * sizeof(float);
     return c->smem <= L->smem_optin;
@@ -335,14 +358,9 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     a.pair = f->pair;
     a.mask = f->mask;
     a.mask_u8 = f->mask_u8;
-    a.gamma = L->gamma;
-    a.beta = L->beta;
-    a.wqkv_t = L->wqkv_t;
-    a.wo_t = L->wo_t;
-    a.w1 = L->w1;
-    a.b1 = L->b1;
-    a.w2t = L->w2t;
-    a.b2 = L->b2;
+    a.img = L->fs_img;
+    a.wo = L->fs_wo;
+    a.img_floats = L->fs_img_floats;
     a.out = f->out;
     a.N = (int)f->N;
     a.D = L->D;
@@ -407,6 +425,39 @@ static cudaError_t raise_smem_limits(int limit)
     return sgkc_generic_prepare(limit);
 }
 
+/* Head group hg's images for fused-small: img is the kernel's shared
+ * memory from lay.gb to lay.mb (gamma, beta, the Q/K/V columns of the
+ * group's heads at row stride ldw, W1 at row stride pcap + 4, b1, W2 for
+ * every head, b2; zero padded), wo the group's columns of Wo^T at row
+ * stride ldw. One bulk copy each brings them in. */
+static void fused_pack_images(float *img, float *wo_img, const sgk_layer_desc *desc, const sgkc_fs_layout &lay,
+                              int Ch, int hg)
+{
+    const int D = (int)desc->dim, H = (int)desc->heads, P = (int)desc->pair_dim;
+    const int hs = D / Ch, pcap = fused_pcap(P), hmax = fused_hmax(H);
+    const float *w[3] = {(const float *)desc->wq, (const float *)desc->wk, (const float *)desc->wv};
+    const float *wo = (const float *)desc->wo, *w1 = (const float *)desc->w1;
+    const float *b1 = (const float *)desc->b1, *w2 = (const float *)desc->w2, *b2 = (const float *)desc->b2;
+    memcpy(img, desc->ln_gamma, (size_t)D * sizeof(float));
+    memcpy(img + D, desc->ln_beta, (size_t)D * sizeof(float));
+    float *wc = img + (lay.wc - lay.gb), *W1 = img + (lay.w1 - lay.gb), *B1 = img + (lay.b1 - lay.gb);
+    float *W2 = img + (lay.w2 - lay.gb), *B2 = img + (lay.b2 - lay.gb);
+    for (int k = 0; k < D; k++)
+        for (int c = 0; c < 3 * hs; c++)
+            wc[(size_t)k * lay.ldw + c] = w[c / hs][(size_t)(hg * hs + c % hs) * D + k];
+    for (int p = 0; p < P; p++)
+        for (int r = 0; r < P; r++)
+            W1[(size_t)p * (pcap + 4) + r] = w1[(size_t)p * P + r];
+    memcpy(B1, b1, (size_t)P * sizeof(float));
+    for (int p = 0; p < P; p++)
+        for (int hh = 0; hh < H; hh++)
+            W2[(size_t)p * hmax + hh] = w2[(size_t)hh * P + p];
+    memcpy(B2, b2, (size_t)H * sizeof(float));
+    for (int k = 0; k < D; k++)
+        for (int c = 0; c < hs; c++)
+            wo_img[(size_t)k * lay.ldw + c] = wo[(size_t)(hg * hs + c) * D + k];
+}
+
 static size_t up64(size_t n)
 {
     return (n + 63) & ~(size_t)63;
@@ -443,7 +494,12 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     const size_t o_b1 = o_w1 + up64((size_t)P * P), o_w2 = o_b1 + up64(P);
     const size_t o_b2 = o_w2 + up64((size_t)P * H), o_gen = o_b2 + up64(H);
     const sgk_packed gen = sgk_packed_layout(D, H, P);
-    const size_t total = o_gen + up64(gen.total);
+    /* fused-small's images: only on Hopper and for shapes it can take */
+    const int Ch = L->cc_major >= 9 && P <= 64 && H <= 16 && D % 4 == 0 ? fused_heads(D, H) : 0;
+    const sgkc_fs_layout lay = sgkc_fs_plan(1, D, H, P, Ch ? Ch : 1, 1, fused_pcap(P), fused_hmax(H));
+    const size_t img = Ch ? lay.mb - lay.gb : 0, wo_img = Ch ? d * lay.ldw : 0;
+    const size_t o_img = o_gen + up64(gen.total), o_woimg = o_img + up64(Ch * img);
+    const size_t total = o_woimg + up64(Ch * wo_img);
 
     if (alloc_fail && alloc_fail())
         return cudaErrorMemoryAllocation;
@@ -467,6 +523,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
             h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
     memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
     sgk_pack_weights(desc, h + o_gen);
+    for (int hg = 0; hg < Ch; hg++)
+        fused_pack_images(h + o_img + hg * img, h + o_woimg + hg * wo_img, desc, lay, Ch, hg);
 
     cudaError_t err = cudaSuccess;
     if (alloc_fail && alloc_fail())
@@ -495,6 +553,9 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->w2t = base + o_w2;
     L->b2 = base + o_b2;
     L->gen = base + o_gen;
+    L->fs_img = Ch ? base + o_img : NULL;
+    L->fs_wo = Ch ? base + o_woimg : NULL;
+    L->fs_img_floats = (int)img;
     L->gen_off = gen;
     return cudaSuccess;
 }
