@@ -22,12 +22,6 @@
             return e_;                                                                             \
     } while (0)
 
-#ifndef SGKC_G64_MINB /* dev A/B only */
-#define SGKC_G64_MINB 1
-#endif
-#ifndef SGKC_BIG_SMS
-#define SGKC_BIG_SMS 1
-#endif
 
 static const size_t SGKC_WS_ALIGN = 256;
 
@@ -54,6 +48,13 @@ static bool gemm_fits(const sgkc_layer *L, int64_t M)
     return (M + 63) / 64 <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
 }
 
+template <bool LN>
+static void gemm64(const sgkc_gemm_args &g, cudaStream_t s)
+{
+    const dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
+    sgkc_sgemm_kernel<64, 64, 16, 4, 4, LN, 3><<<grid, 256, 0, s>>>(g);
+}
+
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
 static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
 {
@@ -72,16 +73,11 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
-    /* 128x128 tiles (8x8 a thread) once they give at least one block per SM,
-     * else 64x64 (4x4): measured on the H200, run 1 and 3 of dev/NOTES.md. */
-    const int64_t big_blocks = ((g.M + 127) / 128) * ((g.Nc + 127) / 128);
-    if (big_blocks >= SGKC_BIG_SMS * L->sm_count) {
-        dim3 grid((unsigned)((g.M + 127) / 128), (unsigned)((g.Nc + 127) / 128));
-        sgkc_sgemm_kernel<128, 128, 8, 8, 8, true, 2><<<grid, 256, 0, f->stream>>>(g);
-    } else {
-        dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
-        sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, SGKC_G64_MINB><<<grid, 256, 0, f->stream>>>(g);
-    }
+    /* 64x64 tiles (4x4 a thread), registers held to 80 so that three blocks
+     * share an SM: mid's 384 blocks then run in one wave (104 against 110 us
+     * with two blocks an SM), and large's Q/K/V ran faster in 768 such blocks
+     * than in 192 of 128x128 (567 against 574 us; dev/NOTES.md, run 12). */
+    gemm64<true>(g, f->stream);
     return cudaGetLastError();
 }
 
@@ -99,8 +95,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.K = D;
     g.residual = f->nodes;
     g.vec = D % 4 == 0;
-    dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((D + 63) / 64));
-    sgkc_sgemm_kernel<64, 64, 16, 4, 4, false, SGKC_G64_MINB><<<grid, 256, 0, f->stream>>>(g);
+    gemm64<false>(g, f->stream);
     return cudaGetLastError();
 }
 
