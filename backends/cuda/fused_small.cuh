@@ -41,10 +41,10 @@ struct sgkc_fused_args {
     const float *nodes, *pair;
     const void *mask;
     int mask_u8;
-    /* Per head group, the block's layer-constant shared memory as packed at
-     * layer creation (sgkc_fs_pack_images): img = [gamma | beta | Q/K/V
-     * weight slice | MLP weights], img_floats apart; wo = Wo's slice,
-     * D * ldw floats apart. */
+    /* Per head group, the block's layer-constant shared memory as packed
+     * at layer creation (fused_pack_images in variants.cu): img = [gamma |
+     * beta | Q/K/V weight slice | MLP weights], img_floats apart; wo =
+     * Wo's slice, D * ldw floats apart. */
     const float *img, *wo;
     int img_floats;
     float *out;
