@@ -489,9 +489,12 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     const size_t o_b1 = o_w1 + up64((size_t)P * P), o_w2 = o_b1 + up64(P);
     const size_t o_b2 = o_w2 + up64((size_t)P * H), o_gen = o_b2 + up64(H);
     const sgk_packed gen = sgk_packed_layout(D, H, P);
-    /* fused-small's images: only on Hopper and for shapes it can take */
-    const int Ch = L->cc_major >= 9 && P <= 64 && H <= 16 && D % 4 == 0 ? fused_heads(D, H) : 0;
+    /* fused-small's images: only on Hopper and for layers it can take at
+     * some N (its shared memory at N = 1 is the least it needs) */
+    int Ch = L->cc_major >= 9 && P <= 64 && H <= 16 && D % 4 == 0 ? fused_heads(D, H) : 0;
     const sgkc_fs_layout lay = sgkc_fs_plan(1, D, H, P, Ch ? Ch : 1, 1, fused_pcap(P), fused_hmax(H));
+    if (lay.total * sizeof(float) > L->smem_optin)
+        Ch = 0;
     const size_t img = Ch ? lay.mb - lay.gb : 0, wo_img = Ch ? d * lay.ldw : 0;
     const size_t o_img = o_gen + up64(gen.total), o_woimg = o_img + up64(Ch * img);
     const size_t total = o_woimg + up64(Ch * wo_img);
