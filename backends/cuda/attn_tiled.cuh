@@ -241,18 +241,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
             const float *src = a.pair + pi * P;
 #pragma unroll
             for (int r4 = 0; r4 < R4; r4++) {
-                float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (edge[s] && r4 * 4 < P) {
-                    if (a.pvec) {
-                        v = sgkc_ld4(src + r4 * 4);
-                    } else {
-                        v.x = __ldg(src + r4 * 4);
-                        if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
-                        if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
-                        if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
-                    }
-                }
-                x[s][r4] = v;
+                x[s][r4] = edge[s] ? sgkc_ld_feat4(src, r4, P, a.pvec) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
         }
     };

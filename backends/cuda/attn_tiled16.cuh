@@ -44,10 +44,9 @@ __host__ __device__ inline size_t sgkc_at16_smem_floats(int pcap, int hmax, int 
 {
     const int BK = SGKC_AT16_BK, BQ = SGKC_AT16_BQ;
     return (size_t)BQ * ld + 2u * BK * ld + (size_t)hmax * BQ * (BK + 1) +
-           (size_t)hmax * BK * (BQ + 4) + sgkc_mlp_floats(pcap, hmax) + 3u * hmax * BQ + BQ * BK + 2 * SGKC_AT16_NT / 32 + 4;
+           (size_t)hmax * BK * (BQ + 4) + sgkc_mlp_floats(pcap, hmax) + 3u * hmax * BQ + BQ * BK +
+           2 * SGKC_AT16_NT / 32 + 4;
 }
-
-__device__ __forceinline__ void sgkc_cp_wait_all16() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 template <int PCAP, int HMAX>
 __global__ void __launch_bounds__(SGKC_AT16_NT, 2)
@@ -192,18 +191,8 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                     const float *src = a.pair + (((size_t)b * N + q0 + q) * N + k0 + k) * P;
 #pragma unroll
                     for (int r4 = 0; r4 < R4; r4++) {
-                        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-                        if (pid[s] >= 0 && r4 * 4 < P) {
-                            if (a.pvec) {
-                                v = sgkc_ld4(src + r4 * 4);
-                            } else {
-                                v.x = __ldg(src + r4 * 4);
-                                if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
-                                if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
-                                if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
-                            }
-                        }
-                        x[s][r4] = v;
+                        x[s][r4] = pid[s] >= 0 ? sgkc_ld_feat4(src, r4, P, a.pvec)
+                                               : make_float4(0.f, 0.f, 0.f, 0.f);
                     }
                 }
                 bool any = false;
@@ -227,7 +216,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
             }
         }
         if (v4)
-            sgkc_cp_wait_all16();
+            sgkc_cp_wait<0>();
         __syncthreads();
 
         /* ---- S += Q.K^T: 4 queries x keys {k4, k4+8, k4+16, k4+24} ---- */

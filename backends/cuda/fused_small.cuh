@@ -132,18 +132,6 @@ __device__ __forceinline__ void sgkc_mbar_wait(unsigned long long *bar, unsigned
     } while (!done);
 }
 
-__device__ __forceinline__ void sgkc_cp16(float *dst, const float *src)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-
-__device__ __forceinline__ void sgkc_cp4(float *dst, const float *src)
-{
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
-
 /* One GEMM of the kernel, C(M x ncols) = A(M x K) W(K x ncols), both in
  * shared memory (K % 4 == 0), and what to do with C:
  *   qkv: columns [0, hs) are Q (scaled, kept here), [hs, 2hs) K and
@@ -312,16 +300,16 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 #pragma unroll 1
         for (int e = tid; e < nr * c4; e += NT) {
             const int r = e / c4, c = (e - r * c4) * 4;
-            sgkc_cp16(Ns + r * L.ldx + c, nodes_b + (size_t)(r0 + r) * D + c);
+            sgkc_cp_async16(Ns + r * L.ldx + c, nodes_b + (size_t)(r0 + r) * D + c);
         }
     } else {
 #pragma unroll 1
         for (int e = tid; e < nr * D; e += NT) {
             const int r = e / D;
-            sgkc_cp4(Ns + r * L.ldx + e - r * D, nodes_b + (size_t)r0 * D + e);
+            sgkc_cp_async4(Ns + r * L.ldx + e - r * D, nodes_b + (size_t)r0 * D + e);
         }
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    sgkc_cp_commit();
 
     /* Pair w of step 2 is (pair w / S, hidden slice w % S); its mask and
      * features are loaded together, with no dependence between them. */
@@ -340,25 +328,14 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         const float *src = a.pair + pi * P;
 #pragma unroll
         for (int r4 = 0; r4 < R4; r4++) {
-            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (valid && r4 * 4 < P) {
-                if (a.pvec) {
-                    v = sgkc_ld4(src + r4 * 4);
-                } else {
-                    v.x = __ldg(src + r4 * 4);
-                    if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
-                    if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
-                    if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
-                }
-            }
-            x[r4] = v;
+            x[r4] = valid ? sgkc_ld_feat4(src, r4, P, a.pvec) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
         return edge;
     };
     float4 x[R4];
     bool edge = load_pair(tid, x);
     SGKC_TL(1);
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    sgkc_cp_wait<0>();
     __syncthreads(); /* also orders the mbarrier's initialisation before the waits */
     sgkc_mbar_wait(bar, 0);
     SGKC_TL(2);

@@ -61,6 +61,22 @@ __device__ __forceinline__ float4 sgkc_ld4(const float *p)
     return __ldg(reinterpret_cast<const float4 *>(p));
 }
 
+/* Features 4*r4 .. 4*r4+3 of one pair (P floats at src), zero past P;
+ * vec: P % 4 == 0 and src 16-byte aligned. */
+__device__ __forceinline__ float4 sgkc_ld_feat4(const float *src, int r4, int P, bool vec)
+{
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r4 * 4 >= P)
+        return v;
+    if (vec)
+        return sgkc_ld4(src + r4 * 4);
+    v.x = __ldg(src + r4 * 4);
+    if (r4 * 4 + 1 < P) v.y = __ldg(src + r4 * 4 + 1);
+    if (r4 * 4 + 2 < P) v.z = __ldg(src + r4 * 4 + 2);
+    if (r4 * 4 + 3 < P) v.w = __ldg(src + r4 * 4 + 3);
+    return v;
+}
+
 __device__ __forceinline__ void sgkc_fma4(float &acc, float4 a, float4 b)
 {
     acc = fmaf(a.x, b.x, acc);
@@ -180,27 +196,21 @@ __device__ __forceinline__ void sgkc_rows_stats4(const float *row0, size_t ld, i
     }
 }
 
-/* cp.async: global -> shared without a register round trip (sm_80+). The
- * _zfill forms copy src_bytes (0 or the full size) and zero the rest, so
- * a tile's out-of-range rows arrive as zeros without a branch. */
+/* cp.async: global -> shared without a register round trip (sm_80+); 16
+ * bytes (both addresses 16-byte aligned) or 4. */
 __device__ __forceinline__ void sgkc_cp_async16(void *smem, const void *gmem)
 {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
-__device__ __forceinline__ void sgkc_cp_async16_zfill(void *smem, const void *gmem, int src_bytes)
+__device__ __forceinline__ void sgkc_cp_async4(void *smem, const void *gmem)
 {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void sgkc_cp_async4_zfill(void *smem, const void *gmem, int src_bytes)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
 }
 __device__ __forceinline__ void sgkc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
-__device__ __forceinline__ void sgkc_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void sgkc_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 static inline bool sgkc_aligned16(const void *p)
 {
