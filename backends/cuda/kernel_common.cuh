@@ -212,6 +212,12 @@ __device__ __forceinline__ void sgkc_cp_commit() { asm volatile("cp.async.commit
 template <int N>
 __device__ __forceinline__ void sgkc_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+/* A hint: bring the 128-byte line holding p into L2. */
+__device__ __forceinline__ void sgkc_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 static inline bool sgkc_aligned16(const void *p)
 {
     return ((uintptr_t)p & 15u) == 0;

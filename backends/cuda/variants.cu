@@ -7,6 +7,7 @@
 #include "attn_general.cuh"
 #include "attn_tiled.cuh"
 #include "attn_tiled16.cuh"
+#include "attn_rows.cuh"
 #include "fused_small.cuh"
 #include "sgemm.cuh"
 
@@ -166,6 +167,8 @@ struct tiled_cfg {
     size_t smem;
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
     size_t smem16;
+    bool rows;    /* warps own query rows (attn_rows.cuh) */
+    size_t smem_rows;
 };
 
 static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
@@ -187,7 +190,12 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
      * idle: mid (64 blocks) ran 110 us that way against 133; large and xl
      * (128 blocks each) are faster with 32-query blocks (dev/NOTES.md). */
     c->q16 = 2 * blocks32 <= L->sm_count && c->pcap <= 64 && c->smem16 <= L->smem_optin;
-    return c->smem <= L->smem_optin;
+    c->smem_rows = sgkc_ar_smem_floats(c->pcap) * sizeof(float);
+    c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
+#ifdef SGKC_NO_ROWS /* dev A/B builds */
+    c->rows = false;
+#endif
+    return c->smem <= L->smem_optin || c->rows;
 }
 
 static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
@@ -203,6 +211,13 @@ template <int PCAP, int HMAX>
 static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t smem, cudaStream_t s)
 {
     sgkc_attn_tiled_kernel<PCAP, HMAX><<<blocks, SGKC_AT_NT, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+template <int PCAP>
+static cudaError_t rows_attn(const sgkc_attn_args &a, unsigned blocks, size_t smem, cudaStream_t s)
+{
+    sgkc_attn_rows_kernel<PCAP><<<blocks, SGKC_AR_NT, smem, s>>>(a);
     return cudaGetLastError();
 }
 
@@ -228,7 +243,12 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
     a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
     a.qvec = L->D % 4 == 0;
     cudaError_t e;
-    if (c.q16) {
+    if (c.rows) {
+        a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
+        const unsigned blocks = (unsigned)(f->B * a.qtiles);
+        e = c.pcap == 16 ? rows_attn<16>(a, blocks, c.smem_rows, f->stream)
+                         : rows_attn<32>(a, blocks, c.smem_rows, f->stream);
+    } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
         switch (c.pcap * 100 + c.hmax) {
@@ -410,6 +430,7 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
+        (const void *)sgkc_attn_rows_kernel<16>, (const void *)sgkc_attn_rows_kernel<32>,
         (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
         (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
         (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,

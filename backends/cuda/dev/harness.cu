@@ -634,6 +634,11 @@ int main(int argc, char **argv)
             {{"P=128 inf node", 2, 33, 64, 4, 128}, 1, false, 0, 3},
             {{"odd D=6 H=3 nan node", 2, 37, 6, 3, 5}, 1, false, 1, 2},
             {{"N=130 D=128 inf node", 2, 130, 128, 8, 16}, 0, false, 0, 3},
+            /* attn_rows.cuh (H = 8, hd = 32, P <= 32): partial tiles, scalar features */
+            {{"D=256 H=8 N=37 P=5 misaligned", 3, 37, 256, 8, 5}, 1, true, 1, 0},
+            {{"D=256 H=8 N=1 P=20", 2, 1, 256, 8, 20}, 0, false, 0, 0},
+            {{"D=256 H=8 N=100 nan pair", 2, 100, 256, 8, 32}, 1, false, 0, 1},
+            {{"D=256 H=8 N=77 inf node", 2, 77, 256, 8, 16}, 0, true, 0, 3},
         };
         for (const Case &c : cases) {
             printf("%s\n", c.s.name);
@@ -649,6 +654,7 @@ int main(int argc, char **argv)
             {{"odd misaligned P=5", 2, 37, 12, 3, 5}, 1, false, 1, 1},
             {{"N=40 hd=1 D=16", 2, 40, 16, 16, 8}, 1, true, 0, 0},
             {{"mid-ish", 2, 64, 256, 8, 32}, 1, true, 0, 0},
+            {{"D=256 H=8 N=37 P=5 (rows kernel tails)", 2, 37, 256, 8, 5}, 1, false, 1, 0},
             {{"P=128 (32-query tiled kernel)", 2, 33, 64, 4, 128}, 1, false, 0, 0},
         };
         for (const Case &c : cases) {

@@ -26,11 +26,16 @@ $NVCC $F -Xptxas -v -c ../variants.cu -o /tmp/sgkc_v.o 2> "$O/ptxas.txt" &
 $NVCC $F -c ../generic.cu -o /tmp/sgkc_g.o 2> "$O/build_g.txt" &
 $NVCC $F -c "$ROOT/kernels/plan.c" -o /tmp/sgkc_p.o 2> "$O/build_p.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
+if [[ " $STEPS " == *" ab "* ]]; then
+  # the same harness with the tiled variant's previous attention dispatch
+  $NVCC $F -DSGKC_NO_ROWS -c ../variants.cu -o /tmp/sgkc_vo.o 2> "$O/build_vo.txt" &
+fi
 if [[ " $STEPS " == *" timeline "* ]]; then
   $NVCC $F -DSGKC_TIMELINE -c ../variants.cu -o /tmp/sgkc_vt.o 2> "$O/build_vt.txt" &
   $NVCC $F -DSGKC_TIMELINE -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_ht.o 2> "$O/build_ht.txt" &
 fi
 wait
+[[ " $STEPS " == *" ab "* ]] && { $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_vo.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_old -lgomp 2>> "$O/build_vo.txt" || tail -20 "$O/build_vo.txt"; }
 [[ " $STEPS " == *" timeline "* ]] && for v in vt; do
   $NVCC -arch=sm_90 /tmp/sgkc_ht.o /tmp/sgkc_$v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_$v -lgomp 2>> "$O/build_ht.txt" || cat "$O/build_ht.txt" "$O/build_$v.txt" | tail -20
 done
@@ -43,11 +48,13 @@ for s in $STEPS; do
       for v in vt; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
     floors) /tmp/harness bench none > "$O/floors.txt" 2>&1; echo "floors rc=$?"; cat "$O/floors.txt";;
     bench) SGKC_FORCE=1 /tmp/harness bench ${BENCH_PRESETS:-} > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
+    ab) SGKC_FORCE=1 /tmp/harness_old bench ${BENCH_PRESETS:-} > "$O/bench-old.txt" 2>&1; echo "bench (old dispatch) rc=$?";;
     sanitize)
       timeout 200 compute-sanitizer --tool memcheck /tmp/harness sanitize > "$O/memcheck.txt" 2>&1; echo "memcheck rc=$?"
       timeout 200 compute-sanitizer --tool racecheck /tmp/harness sanitize > "$O/racecheck.txt" 2>&1; echo "racecheck rc=$?";;
     profile)
-      timeout 240 ncu --clock-control none --section SpeedOfLight --section Occupancy \
+      timeout 240 ncu --clock-control none ${PROFILE_KERNEL:+--kernel-name regex:$PROFILE_KERNEL --launch-count ${PROFILE_COUNT:-1}} \
+        --section SpeedOfLight --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
         --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
         /tmp/harness profile ${PROFILE_PRESETS:-} > "$O/ncu.txt" 2>&1
       echo "ncu rc=$?";;
@@ -60,6 +67,9 @@ for s in $STEPS; do
       $NVCC -O2 -I"$ROOT/api" plugin_smoke.cu -L/tmp/sgkb/api -lsgk -o /tmp/sgkc_smoke >> "$O/meson.txt" 2>&1 &&
         LD_LIBRARY_PATH=/tmp/sgkb/api SGK_BACKEND_PATH=/tmp/sgkb/backends/cuda /tmp/sgkc_smoke > "$O/smoke.txt" 2>&1
       echo "smoke rc=$?"; tail -5 "$O/meson.txt"; cat "$O/smoke.txt";;
+    sassdump) # the SASS of the kernels matching SASS_FUN
+      cuobjdump -sass /tmp/sgkc_v.o | awk -v f="${SASS_FUN:-attn_rows}" '/Function :/{p = index($0, f) > 0} p' > "$O/sass.txt"
+      echo "sassdump rc=$? $(wc -l < "$O/sass.txt") lines";;
     sass)
       command -v cuobjdump >/dev/null && cuobjdump -sass /tmp/sgkc_v.o | awk '/Function :/{f=$3} /^ +\/\*[0-9a-f]+\*\//{op=$2; sub(/\..*/,"",op); n[f" "op]++} END{for(k in n) print n[k], k}' | sort -k2,2 -k1,1nr > "$O/sass_hist.txt"; echo "sass rc=$?";;
   esac
@@ -68,4 +78,4 @@ echo "total: $(( $(date +%s) - t0 )) s"
 echo "== ptxas"; grep -A2 "Compiling entry" "$O/ptxas.txt" | grep -E "entry|Used|spill" | sed -E 's/ptxas info +: //; s/Compiling entry function //' | paste - - - | cut -c1-220
 [ -f "$O/ncu.txt" ] && { echo "== ncu"; python3 ncu_summary.py "$O/ncu.txt"; }
 [ -f "$O/sass_hist.txt" ] && { echo "== sass (top opcodes of the preset kernels)"; grep -E "attn_tiled_kernelILi(32|16)ELi8|fused_small_kernelILi(16|32)ELi8|sgemm" "$O/sass_hist.txt" | awk '{c[$2]++; if (c[$2] <= 6) print}' | cut -c1-110; }
-for f in validate bench memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
+for f in validate bench bench-old memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
