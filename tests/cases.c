@@ -29,6 +29,10 @@ const sgkt_case sgkt_cases[] = {
     {"head_dim_256", 1, 17, 512, 2, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     {"dim_1024", 1, 33, 1024, 8, 8, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     {"dim_1024_head_dim_256", 1, 9, 1024, 4, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
+    /* eight heads of 32 (CUDA's attn_rows.cuh): partial query and key
+     * tiles, features not a multiple of 4 */
+    {"heads_8_dim_256_n21", 2, 21, 256, 8, 5, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
+    {"heads_8_dim_256_n45_pair_20", 1, 45, 256, 8, 20, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
     /* pair-feature widths */
     {"pair_dim_1", 2, 15, 32, 4, 1, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     {"pair_dim_128", 1, 24, 64, 4, 128, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},

@@ -1,60 +1,55 @@
 /* The tiled variant's attention kernel for eight heads of 32 columns
- * (D = 256; the mid, large and xl presets) with P <= 32: warps that own
- * their query rows. attn_tiled.cuh runs one 256-thread block an SM at 255
- * registers, and its four phases per key tile each end in a block barrier,
- * so ncu saw 8 warps an SM stalled on shared-memory loads and barriers
- * (CPI 4.6-5.0). Here a block is 8 warps and 16 query rows, a warp owns
- * two rows, and registers stay at 128 so that two blocks share an SM.
+ * (D = 256; the mid, large and xl presets) with P <= 32. attn_tiled.cuh runs
+ * one 256-thread block an SM at 255 registers, and its four phases per key
+ * tile each end in a block barrier, so ncu saw 8 warps an SM stalled on
+ * shared-memory loads and barriers (CPI 4.6-5.0). Here a block is 8 warps
+ * and 16 query rows; a pair of warps owns 4 rows, each warp 4 of the 8
+ * heads; registers stay at 128 so that two blocks share an SM.
  *
  * Per key tile of 32 keys (one per lane):
- *   relation MLP: lane j computes the bias of pairs (row 0, j) and (row 1, j)
- *   for all eight heads (features in registers, weights broadcast from
- *   shared memory) into the warp's own buffer B[head][row][key], -inf where
- *   the pair is not an edge; meanwhile the tile's K/V rows arrive by
- *   cp.async;
- *   barrier (K/V landed; OR of "V holds a NaN or Inf");
- *   S = Q.K^T + B: lane (head h = lane/4, s = lane%4) takes keys s, s+4, ..
- *   of head h for both rows (2 x 8 register tile); online softmax, the row
- *   max over the head's four lanes by shuffles; P back into B;
- *   O = O*alpha + P.V: the same lane owns columns 4s..4s+3 and 16+4s..19+4s
- *   of head h;
- *   barrier (K/V free), the next tile's K/V copies start.
- * The warp's buffer needs only __syncwarp between these steps.
+ *   relation MLP: each warp of a pair computes, lane j for key j, the bias
+ *   of 2 of the pair's 4 rows for all eight heads (features in registers,
+ *   weights broadcast from shared memory) into the pair's buffer
+ *   B[head][row][key], -inf where the pair is not an edge; meanwhile the
+ *   tile's K/V rows arrive by cp.async;
+ *   barrier (K/V landed, B complete; OR of "V holds a NaN or Inf");
+ *   S = Q.K^T + B: lane (head h of the warp's 4, t = lane%8) takes keys
+ *   t, t+8, t+16, t+24 of the 4 rows (4 x 4 register tile); online softmax,
+ *   the row max over the head's 8 lanes by shuffles; P back into B;
+ *   O = O*alpha + P.V: the same lane owns columns 4t..4t+3 of head h;
+ *   barrier (K/V and B free), the next tile's K/V copies start.
+ * Each K element loaded feeds 4 rows (16 FMAs a 16-byte load), twice what
+ * a warp of 2 rows and 8 heads gets: shared-memory wavefronts, not FMAs,
+ * bounded that layout (ncu: L1 data pipe 65-72 % busy).
  *
- * Q, K and V rows sit in shared memory unpadded, their 16-byte chunks
- * permuted inside each head (sgkc_ar_q/k/v) so that every load phase hits 8
- * distinct bank groups. The next tile's pair features are prefetched into
- * L2 while this one runs. */
+ * Q and K rows sit in shared memory unpadded, their 16-byte chunks permuted
+ * inside each head (sgkc_ar_q/k) so that every load phase hits 8 distinct
+ * bank groups. The next tile's pair features are prefetched into L2 while
+ * this one runs. */
 #ifndef SGK_CUDA_ATTN_ROWS_CUH
 #define SGK_CUDA_ATTN_ROWS_CUH
 
 #include "attn_tiled.cuh"
 
 #define SGKC_AR_NT 256
-#define SGKC_AR_BQ 16 /* query rows of a block: 2 a warp */
+#define SGKC_AR_BQ 16 /* query rows of a block: 4 a warp pair */
 #define SGKC_AR_BK 32 /* keys of a tile: 1 a lane */
 #define SGKC_AR_D 256 /* 8 heads x 32 columns */
-#define SGKC_AR_BLD 544 /* floats of a warp's B buffer: [8][68] */
+#define SGKC_AR_BRS 136 /* floats per head in a pair's B buffer: [4 rows][32] + 8 */
+#define SGKC_AR_BLD (8 * SGKC_AR_BRS)
 
 __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap)
 {
-    return (size_t)(SGKC_AR_BQ + 2 * SGKC_AR_BK) * SGKC_AR_D + (SGKC_AR_NT / 32) * SGKC_AR_BLD +
+    return (size_t)(SGKC_AR_BQ + 2 * SGKC_AR_BK) * SGKC_AR_D + (SGKC_AR_NT / 64) * SGKC_AR_BLD +
            sgkc_mlp_floats(pcap, 8);
 }
 
-/* Where 16-byte chunk c (0..63; head c/8) of a row sits, as a float offset.
- * Only the chunk's place inside its head's 8 moves, so that the loads of
- * each phase below touch 8 distinct bank groups:
- *   Q (a warp reads one row, 8 heads, chunk d of each): d ^ head;
- *   K (lane (h, s) reads rows s + 4u, chunk d of head h): d ^ (2s + h%2),
- *     s = row % 4;
- *   V (lane (h, s) reads one row, chunks s and s + 4 of head h): c ^ 4(h%2). */
+/* Where 16-byte chunk c (0..63; head c/8) of a row sits, as a float offset:
+ * Q (a warp reads one row, 4 heads, chunk d of each): d ^ head;
+ * K (lane (h, t) reads rows t + 8u, chunk d of head h): d ^ (row % 8).
+ * V needs none: lane (h, t) reads chunk t of head h of one row. */
 __device__ __forceinline__ int sgkc_ar_q(int c) { return ((c & ~7) | ((c ^ (c >> 3)) & 7)) * 4; }
-__device__ __forceinline__ int sgkc_ar_k(int row, int c)
-{
-    return ((c & ~7) | ((c ^ (2 * (row & 3) + ((c >> 3) & 1))) & 7)) * 4;
-}
-__device__ __forceinline__ int sgkc_ar_v(int c) { return ((c & ~7) | ((c ^ (((c >> 3) & 1) * 4)) & 7)) * 4; }
+__device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((c ^ row) & 7)) * 4; }
 
 /* 2^x, the hardware approximation (2 ulp); results below 2^-126 flush to 0,
  * which a softmax term that small cannot notice next to the row's max (1). */
@@ -68,7 +63,7 @@ __device__ __forceinline__ float sgkc_ex2(float x)
 template <int PCAP>
 __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn_args a)
 {
-    constexpr int NT = SGKC_AR_NT, BQ = SGKC_AR_BQ, BK = SGKC_AR_BK, D = SGKC_AR_D;
+    constexpr int NT = SGKC_AR_NT, BQ = SGKC_AR_BQ, BK = SGKC_AR_BK, D = SGKC_AR_D, RS = SGKC_AR_BRS;
     constexpr int R4 = PCAP / 4;
     constexpr float LOG2E = 1.4426950408889634f;
     static_assert(PCAP % 4 == 0 && PCAP <= 32, "features in registers");
@@ -82,13 +77,14 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
     float *Qs = smem;        /* [BQ][D] */
     float *Ks = Qs + BQ * D; /* [BK][D] */
     float *Vs = Ks + BK * D; /* [BK][D] */
-    float *Bb = Vs + BK * D; /* per warp [8 heads][68]: row r at 32 r */
-    float *W1t = Bb + (NT / 32) * SGKC_AR_BLD; /* sgkc_mlp_stage */
+    float *Bb = Vs + BK * D; /* per warp pair [8 heads][RS]: row r at 32 r */
+    float *W1t = Bb + (NT / 64) * SGKC_AR_BLD; /* sgkc_mlp_stage */
     const float *b2s = W1t + sgkc_mlp_floats(PCAP, 8) - 8;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = lane >> 2, s = lane & 3;
-    float *Bw = Bb + warp * SGKC_AR_BLD;
+    const int wp = warp >> 1, half = warp & 1; /* warp pair, which 4 heads */
+    const int h = 4 * half + (lane >> 3), t = lane & 7;
+    float *Bp = Bb + wp * SGKC_AR_BLD;
     const size_t row3 = 3 * (size_t)D;
     const float *qkv_b = a.qkv + (size_t)b * N * row3;
 
@@ -102,24 +98,26 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
         else
             *reinterpret_cast<float4 *>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    /* This thread's K/V chunks: chunk tid % 64 of rows tid / 64 + 4m, so one
-     * place in K and one in V. It checks the V ones it copied itself (its
-     * own cp.async writes are visible to it after the wait). */
+    /* This thread's K/V chunks: chunk tid % 64 of rows tid / 64 + 4m. It
+     * checks the V ones it copied itself (its own cp.async writes are
+     * visible to it after the wait). */
     constexpr int KVM = BK * (D / 4) / NT;
     const int kv_r0 = tid >> 6, kv_c = tid & 63;
-    const int ko = kv_r0 * D + sgkc_ar_k(kv_r0, kv_c), vo = kv_r0 * D + sgkc_ar_v(kv_c); /* row + 4m: + 4mD */
+    const int ko0 = kv_r0 * D + sgkc_ar_k(kv_r0, kv_c), ko1 = kv_r0 * D + sgkc_ar_k(kv_r0 + 4, kv_c);
+    const int vo = kv_r0 * D + kv_c * 4; /* row + 4m: + 4mD */
     const float *kv_src = qkv_b + (size_t)kv_r0 * row3 + D + kv_c * 4;
     auto load_kv = [&](int k0) {
 #pragma unroll
         for (int m = 0; m < KVM; m++) {
+            float *kd = Ks + (m & 1 ? ko1 : ko0) + 4 * m * D, *vd = Vs + vo + 4 * m * D;
             if (k0 + kv_r0 + 4 * m < N) {
                 const float *src = kv_src + (size_t)(k0 + 4 * m) * row3;
-                sgkc_cp_async16(Ks + ko + 4 * m * D, src);
-                sgkc_cp_async16(Vs + vo + 4 * m * D, src + D);
+                sgkc_cp_async16(kd, src);
+                sgkc_cp_async16(vd, src + D);
             } else {
                 /* rows past N must be zero in V: 0 * garbage could be NaN */
-                *reinterpret_cast<float4 *>(Ks + ko + 4 * m * D) = make_float4(0.f, 0.f, 0.f, 0.f);
-                *reinterpret_cast<float4 *>(Vs + vo + 4 * m * D) = make_float4(0.f, 0.f, 0.f, 0.f);
+                *reinterpret_cast<float4 *>(kd) = make_float4(0.f, 0.f, 0.f, 0.f);
+                *reinterpret_cast<float4 *>(vd) = make_float4(0.f, 0.f, 0.f, 0.f);
             }
         }
         sgkc_cp_commit();
@@ -139,19 +137,20 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
     };
     load_kv(0);
 
-    const int qa = q0 + 2 * warp; /* this warp's rows: qa, qa + 1 */
-    const float *q_lane = Qs + 2 * warp * D + h * 32;
-    const float *k_lane = Ks + s * D + h * 32;
-    const int fk = 2 * s + (h & 1);
-    const int voA = h * 32 + 4 * (s ^ (4 * (h & 1))), voB = h * 32 + 4 * ((s + 4) ^ (4 * (h & 1)));
-    float O[2][8]; /* columns h*32 + 4s + {0..3} and h*32 + 16 + 4s + {0..3} */
-    float mrow[2], lrow[2];
+    const int qp = q0 + 4 * wp;          /* the pair's rows: qp .. qp + 3 */
+    const int qm = qp + 2 * half;        /* this warp's MLP rows: qm, qm + 1 */
+    const float *q_lane = Qs + 4 * wp * D + h * 32;
+    const float *k_lane = Ks + t * D + h * 32;
+    const float *v_lane = Vs + h * 32 + 4 * t;
+    float *b_lane = Bp + h * RS + t; /* row r, key t + 8u at + 32r + 8u */
+    float O[4][4]; /* row r, columns h*32 + 4t + c */
+    float mrow[4], lrow[4];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 4; r++) {
         mrow[r] = SGKC_NEG_INF;
         lrow[r] = 0.0f;
 #pragma unroll
-        for (int c = 0; c < 8; c++)
+        for (int c = 0; c < 4; c++)
             O[r][c] = 0.0f;
     }
     __syncthreads(); /* MLP weights in shared memory */
@@ -165,9 +164,9 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
         if (k0 + BK < N) {
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                if (qa + r >= N)
+                if (qm + r >= N)
                     continue;
-                const size_t pi = ((size_t)b * N + qa + r) * N + k0 + BK;
+                const size_t pi = ((size_t)b * N + qm + r) * N + k0 + BK;
                 const size_t fl = (size_t)min(BK, N - k0 - BK) * P; /* floats of the row's tile */
                 for (size_t o = (size_t)lane * 32; o < fl; o += 32 * 32)
                     sgkc_prefetch_l2(a.pair + pi * P + o);
@@ -177,14 +176,14 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
             }
         }
 
-        /* ---- relation MLP of pairs (qa + r, k0 + lane) -> Bw ---- */
+        /* ---- relation MLP of pairs (qm + r, k0 + lane) -> B ---- */
         {
             float4 x[2][R4];
             bool edge[2];
             const int kg = k0 + lane;
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                const int qg = qa + r;
+                const int qg = qm + r;
                 const size_t pi = ((size_t)b * N + qg) * N + kg;
                 edge[r] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
                 const float *src = a.pair + pi * P;
@@ -199,61 +198,62 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
             for (int r = 0; r < 2; r++)
 #pragma unroll
                 for (int hh = 0; hh < 8; hh++)
-                    Bw[hh * 68 + r * 32 + lane] = edge[r] ? acc[r][hh] + b2s[hh] : SGKC_NEG_INF;
+                    Bp[hh * RS + (2 * half + r) * 32 + lane] = edge[r] ? acc[r][hh] + b2s[hh] : SGKC_NEG_INF;
         }
 
         sgkc_cp_wait<0>();
-        const bool v_nonfinite = __syncthreads_or(v_nonfinite_mine()); /* K/V of this tile landed */
+        /* K/V of this tile landed, the pair's B complete */
+        const bool v_nonfinite = __syncthreads_or(v_nonfinite_mine());
 
-        /* ---- S = Q.K^T + B for keys s + 4u of head h, both rows ---- */
-        float S[2][8];
+        /* ---- S = Q.K^T + B for keys t + 8u of head h, the pair's 4 rows ---- */
+        float S[4][4];
 #pragma unroll
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < 4; r++)
 #pragma unroll
-            for (int u = 0; u < 8; u++)
+            for (int u = 0; u < 4; u++)
                 S[r][u] = 0.0f;
-#pragma unroll 1
+#pragma unroll 2
         for (int d4 = 0; d4 < 8; d4++) {
-            const float4 qv0 = *reinterpret_cast<const float4 *>(q_lane + 4 * (d4 ^ h));
-            const float4 qv1 = *reinterpret_cast<const float4 *>(q_lane + D + 4 * (d4 ^ h));
-            const float *kp = k_lane + 4 * (d4 ^ fk);
-            float4 kv[8];
+            float4 qv[4], kv[4];
 #pragma unroll
-            for (int u = 0; u < 8; u++)
-                kv[u] = *reinterpret_cast<const float4 *>(kp + 4 * u * D);
-            asm volatile("" ::: "memory"); /* all ten loads in flight before the first FMA */
+            for (int r = 0; r < 4; r++)
+                qv[r] = *reinterpret_cast<const float4 *>(q_lane + r * D + 4 * (d4 ^ h));
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                sgkc_fma4(S[0][u], qv0, kv[u]);
-                sgkc_fma4(S[1][u], qv1, kv[u]);
-            }
+            for (int u = 0; u < 4; u++)
+                kv[u] = *reinterpret_cast<const float4 *>(k_lane + 8 * u * D + 4 * (d4 ^ t));
+            asm volatile("" ::: "memory"); /* all eight loads in flight before the first FMA */
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    sgkc_fma4(S[r][u], qv[r], kv[u]);
         }
-        __syncwarp();
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float *br = Bw + h * 68 + r * 32 + s;
+        for (int r = 0; r < 4; r++) {
+            float *br = b_lane + 32 * r;
             float tmax = SGKC_NEG_INF;
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                S[r][u] = sgkc_add_score(br[4 * u], S[r][u]);
+            for (int u = 0; u < 4; u++) {
+                S[r][u] = sgkc_add_score(br[8 * u], S[r][u]);
                 tmax = fmaxf(tmax, S[r][u]);
             }
             tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
             tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
             const float m_new = fmaxf(mrow[r], tmax);
             const float m_use = m_new == SGKC_NEG_INF ? 0.0f : m_new;
             const float alpha = sgkc_ex2((mrow[r] - m_use) * LOG2E);
             float l = 0.0f;
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < 4; u++) {
                 const float p = sgkc_ex2((S[r][u] - m_use) * LOG2E);
-                br[4 * u] = p;
+                br[8 * u] = p;
                 l += p;
             }
             mrow[r] = m_new;
             lrow[r] = lrow[r] * alpha + l;
 #pragma unroll
-            for (int c = 0; c < 8; c++)
+            for (int c = 0; c < 4; c++)
                 O[r][c] *= alpha;
         }
         __syncwarp();
@@ -261,28 +261,27 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
         /* ---- O += P.V over the tile's 32 keys ---- */
         auto pv = [&](auto guard) {
             constexpr bool G = decltype(guard)::value;
-            const float *p0 = Bw + h * 68, *p1 = p0 + 32;
-#pragma unroll 1
+            const float *pl = Bp + h * RS;
+#pragma unroll 2
             for (int j4 = 0; j4 < BK / 4; j4++) {
-                const float4 pa = *reinterpret_cast<const float4 *>(p0 + 4 * j4);
-                const float4 pb = *reinterpret_cast<const float4 *>(p1 + 4 * j4);
-                const float *vr = Vs + 4 * j4 * D;
-                float4 va[4], vb[4];
+                float4 pr[4], vv[4];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    va[e] = *reinterpret_cast<const float4 *>(vr + e * D + voA);
-                    vb[e] = *reinterpret_cast<const float4 *>(vr + e * D + voB);
-                }
+                for (int r = 0; r < 4; r++)
+                    pr[r] = *reinterpret_cast<const float4 *>(pl + 32 * r + 4 * j4);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    vv[e] = *reinterpret_cast<const float4 *>(v_lane + (4 * j4 + e) * D);
                 asm volatile("" ::: "memory");
-                const float pr[2][4] = {{pa.x, pa.y, pa.z, pa.w}, {pb.x, pb.y, pb.z, pb.w}};
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const float vv[8] = {va[e].x, va[e].y, va[e].z, va[e].w, vb[e].x, vb[e].y, vb[e].z, vb[e].w};
+                    const float va[4] = {vv[e].x, vv[e].y, vv[e].z, vv[e].w};
 #pragma unroll
-                    for (int r = 0; r < 2; r++)
+                    for (int r = 0; r < 4; r++) {
+                        const float pe = e == 0 ? pr[r].x : e == 1 ? pr[r].y : e == 2 ? pr[r].z : pr[r].w;
 #pragma unroll
-                        for (int c = 0; c < 8; c++)
-                            O[r][c] = sgkc_pv<G>(pr[r][e], vv[c], O[r][c]);
+                        for (int c = 0; c < 4; c++)
+                            O[r][c] = sgkc_pv<G>(pe, va[c], O[r][c]);
+                    }
                 }
             }
         };
@@ -290,26 +289,24 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
             pv(sgkc_guarded{});
         else
             pv(sgkc_plain{});
-        __syncwarp(); /* B read before the next tile's MLP writes it */
-        __syncthreads(); /* K/V read by every warp */
+        __syncthreads(); /* K/V and B read by every warp */
         if (kt + 1 < ktiles)
             load_kv(k0 + BK);
     }
 
-    /* ---- ctx = O / l, l summed over the head's four lanes; 0 if no edge ---- */
+    /* ---- ctx = O / l, l summed over the head's 8 lanes; 0 if no edge ---- */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 4; r++) {
         float l = lrow[r];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int qg = qa + r;
+        l += __shfl_xor_sync(0xffffffffu, l, 4);
+        const int qg = qp + r;
         if (qg >= N)
             continue;
         const float il = l == 0.0f ? 0.0f : 1.0f / l;
-        float *dst = a.ctx + ((size_t)b * N + qg) * D + h * 32 + 4 * s;
+        float *dst = a.ctx + ((size_t)b * N + qg) * D + h * 32 + 4 * t;
         *reinterpret_cast<float4 *>(dst) = make_float4(O[r][0] * il, O[r][1] * il, O[r][2] * il, O[r][3] * il);
-        *reinterpret_cast<float4 *>(dst + 16) =
-            make_float4(O[r][4] * il, O[r][5] * il, O[r][6] * il, O[r][7] * il);
     }
 }
 
