@@ -190,6 +190,9 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
      * idle: mid (64 blocks) ran 110 us that way against 133; large and xl
      * (128 blocks each) are faster with 32-query blocks (dev/NOTES.md). */
     c->q16 = 2 * blocks32 <= L->sm_count && c->pcap <= 64 && c->smem16 <= L->smem_optin;
+    /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
+     * whatever the grid: on the H200 it ran mid 89.7 us against 100.4,
+     * large 428 against 566, xl 750 against 1317 (dev/NOTES.md, runs 13-16). */
     c->smem_rows = sgkc_ar_smem_floats(c->pcap) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
 #ifdef SGKC_NO_ROWS /* dev A/B builds */

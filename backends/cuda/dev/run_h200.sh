@@ -2,7 +2,7 @@
 # One device call: build the dev harness on the H200 machine, validate every
 # variant on the edge cases, time the presets, run compute-sanitizer.
 # Logs go to $OUT (the device tool brings them back). Usage, from the repo root:
-#   bash backends/cuda/dev/run_h200.sh [validate] [bench [presets...]] [sanitize]
+#   bash backends/cuda/dev/run_h200.sh [validate] [bench] [ab] [sanitize] [profile] [sassdump] ... (dev/NOTES.md)
 set -u
 cd "$(dirname "$0")"
 O=${OUT:-/tmp/sgk-out}
