@@ -56,7 +56,7 @@ sanitize)
   shift
   tools=${*:-memcheck racecheck synccheck initcheck}
   for tool in $tools; do
-    SGK_TEST_QUICK=1 SGK_TEST_SKIP_THREADS=1 timeout ${SAN_TIMEOUT:-150} compute-sanitizer --tool $tool --error-exitcode 9 \
+    SGK_TEST_QUICK=1 SGK_TEST_SKIP_THREADS=1 timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 \
         build/tests/test_conformance cuda > "$O/sanitize-$tool.txt" 2>&1
     rc=$?
     stamp "compute-sanitizer $tool rc=$rc: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/sanitize-$tool.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/sanitize-$tool.txt") tests ok; $(grep '^conformance: backend=cuda variant' "$O/sanitize-$tool.txt" | tr '\n' ' ')"
