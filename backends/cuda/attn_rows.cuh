@@ -51,7 +51,7 @@ __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap)
 __device__ __forceinline__ int sgkc_ar_q(int c) { return ((c & ~7) | ((c ^ (c >> 3)) & 7)) * 4; }
 __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((c ^ row) & 7)) * 4; }
 
-/* 2^x, the hardware approximation (2 ulp); results below 2^-126 flush to 0,
+/* 2^x, the hardware approximation (a few ulp); results below 2^-126 flush to 0,
  * which a softmax term that small cannot notice next to the row's max (1). */
 __device__ __forceinline__ float sgkc_ex2(float x)
 {
