@@ -79,3 +79,7 @@ echo "== ptxas"; grep -A2 "Compiling entry" "$O/ptxas.txt" | grep -E "entry|Used
 [ -f "$O/ncu.txt" ] && { echo "== ncu"; python3 ncu_summary.py "$O/ncu.txt"; }
 [ -f "$O/sass_hist.txt" ] && { echo "== sass (top opcodes of the preset kernels)"; grep -E "attn_tiled_kernelILi(32|16)ELi8|fused_small_kernelILi(16|32)ELi8|sgemm" "$O/sass_hist.txt" | awk '{c[$2]++; if (c[$2] <= 6) print}' | cut -c1-110; }
 for f in validate bench bench-old memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
+# pack: the device tool brings back at most 8 files, so fold the logs into one
+if [[ " $STEPS " == *" pack "* ]]; then
+  (cd "$O" && tar czf /tmp/sgkc-logs.tgz --exclude=logs.tgz . && find . -maxdepth 1 -type f -delete && mv /tmp/sgkc-logs.tgz logs.tgz)
+fi
