@@ -186,10 +186,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
                 const int qg = qm + r;
                 const size_t pi = ((size_t)b * N + qg) * N + kg;
                 edge[r] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
-                const float *src = a.pair + pi * P;
-#pragma unroll
-                for (int r4 = 0; r4 < R4; r4++)
-                    x[r][r4] = edge[r] ? sgkc_ld_feat4(src, r4, P, a.pvec) : make_float4(0.f, 0.f, 0.f, 0.f);
+                sgkc_ld_feats<R4>(x[r], a.pair + pi * P, P, a.pvec, edge[r]);
             }
             float acc[2][8] = {};
             if (__any_sync(0xffffffffu, edge[0] || edge[1]))

@@ -238,11 +238,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
             const int qg = q0 + q, kg = k0 + k;
             const size_t pi = ((size_t)b * N + qg) * N + kg;
             edge[s] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
-            const float *src = a.pair + pi * P;
-#pragma unroll
-            for (int r4 = 0; r4 < R4; r4++) {
-                x[s][r4] = edge[s] ? sgkc_ld_feat4(src, r4, P, a.pvec) : make_float4(0.f, 0.f, 0.f, 0.f);
-            }
+            sgkc_ld_feats<R4>(x[s], a.pair + pi * P, P, a.pvec, edge[s]);
         }
     };
 

@@ -36,7 +36,6 @@
 #define SGKC_AT16_NT 256
 #define SGKC_AT16_BQ 16
 #define SGKC_AT16_BK 32
-#define SGKC_AT16_DGMAX 256 /* widest head group (columns) a block owns */
 
 
 /* Shared memory of one block, in floats; ld is the padded row of Q/K/V. */
@@ -189,11 +188,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                     pid[s] = idx < total ? list[idx] : -1;
                     const int q = max(pid[s], 0) / BK, k = max(pid[s], 0) % BK;
                     const float *src = a.pair + (((size_t)b * N + q0 + q) * N + k0 + k) * P;
-#pragma unroll
-                    for (int r4 = 0; r4 < R4; r4++) {
-                        x[s][r4] = pid[s] >= 0 ? sgkc_ld_feat4(src, r4, P, a.pvec)
-                                               : make_float4(0.f, 0.f, 0.f, 0.f);
-                    }
+                    sgkc_ld_feats<R4>(x[s], src, P, a.pvec, pid[s] >= 0);
                 }
                 bool any = false;
 #pragma unroll

@@ -318,18 +318,14 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     const int pr0 = rank * prow;
     const int npairs = max(0, min(prow, N - pr0)) * N;
     const int mtotal = prow * N * S; /* the same for every block: whole lane groups */
-    auto load_pair = [&](int w, float4 *x) -> bool {
+    auto load_pair = [&](int w, float4(&x)[R4]) -> bool {
         const int t = w >> lS;
         const bool valid = t < npairs;
         const int ti = t / N;
         const int i = pr0 + ti, j = t - ti * N;
         const size_t pi = ((size_t)b * N + i) * N + j;
         const bool edge = valid && sgkc_edge(a.mask, a.mask_u8, pi);
-        const float *src = a.pair + pi * P;
-#pragma unroll
-        for (int r4 = 0; r4 < R4; r4++) {
-            x[r4] = valid ? sgkc_ld_feat4(src, r4, P, a.pvec) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        sgkc_ld_feats<R4>(x, a.pair + pi * P, P, a.pvec, valid);
         return edge;
     };
     float4 x[R4];

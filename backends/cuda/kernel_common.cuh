@@ -77,6 +77,16 @@ __device__ __forceinline__ float4 sgkc_ld_feat4(const float *src, int r4, int P,
     return v;
 }
 
+/* All R4 feature vectors of one pair (sgkc_ld_feat4), or zeros when !load:
+ * a pair that is not an edge, or past the tile, reads nothing. */
+template <int R4>
+__device__ __forceinline__ void sgkc_ld_feats(float4 (&x)[R4], const float *src, int P, bool vec, bool load)
+{
+#pragma unroll
+    for (int r4 = 0; r4 < R4; r4++)
+        x[r4] = load ? sgkc_ld_feat4(src, r4, P, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 __device__ __forceinline__ void sgkc_fma4(float &acc, float4 a, float4 b)
 {
     acc = fmaf(a.x, b.x, acc);
