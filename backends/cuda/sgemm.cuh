@@ -3,9 +3,7 @@
  * output projection (with the residual added in the epilogue).
  *
  * A is (M, K) row-major, Bt is (K, Nc) row-major (weights packed transposed at
- * layer creation so tile loads are coalesced), C is (M, Nc). Each thread owns
- * a TM x TN block split into four quarters at BM/2 and BN/2, so that the
- * fragment loads of a warp cover contiguous shared memory. Tiles are double
+ * layer creation so tile loads are coalesced), C is (M, Nc). Tiles are double
  * buffered through registers: one barrier per BK step. */
 #ifndef SGK_CUDA_SGEMM_CUH
 #define SGK_CUDA_SGEMM_CUH
@@ -19,36 +17,28 @@ struct sgkc_gemm_args {
     int Nc, K;
     const float *gamma, *beta; /* LayerNorm on A's rows (LN instantiation) */
     float eps;
-    const float *residual; /* (M, Nc) added to the result, or NULL */
+    const float *residual; /* (M, Nc) added to the result (RES instantiation) */
     int scale_cols;        /* columns n < scale_cols are multiplied by scale */
     float scale;
-    int vec; /* K % 4 == 0, Nc % 4 == 0 and A, Bt 16-byte aligned */
+    int vec;     /* K % 4 == 0, Nc % 4 == 0 and A, Bt 16-byte aligned */
+    int vec_out; /* C and residual 16-byte aligned (with vec) */
 };
 
-template <int N>
-__device__ __forceinline__ void sgkc_frag(float *dst, const float *src)
-{
-    if constexpr (N == 4) {
-        const float4 v = *reinterpret_cast<const float4 *>(src);
-        dst[0] = v.x; dst[1] = v.y; dst[2] = v.z; dst[3] = v.w;
-    } else if constexpr (N == 2) {
-        const float2 v = *reinterpret_cast<const float2 *>(src);
-        dst[0] = v.x; dst[1] = v.y;
-    } else {
-#pragma unroll
-        for (int i = 0; i < N; i++)
-            dst[i] = src[i];
-    }
-}
-
-/* MINB: blocks per SM the register budget is sized for. */
-template <int BM, int BN, int BK, int TM, int TN, bool LN, int MINB>
+/* MINB: blocks per SM the register budget is sized for.
+ *
+ * Each thread owns TM x TN outputs as 4-wide chunks spread over the tile
+ * (chunk c of A at c * BM / (TM / 4) + ty * 4), so one warp's fragment loads
+ * are LDS.128 over contiguous shared memory. Interior tiles (every block of a
+ * preset) load without per-element bounds checks; edge tiles and unaligned
+ * inputs take the checked path. */
+template <int BM, int BN, int BK, int TM, int TN, bool LN, bool RES, int MINB>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB)
 sgkc_sgemm_kernel(sgkc_gemm_args a)
 {
     constexpr int NT = (BM / TM) * (BN / TN);
     constexpr int TX = BN / TN; /* threads along columns */
-    constexpr int HM = TM / 2, HN = TN / 2;
+    constexpr int CM = TM / 4, CN = TN / 4;
+    static_assert(TM % 4 == 0 && TN % 4 == 0, "fragments are 4-float chunks");
     static_assert((BM * BK) % (4 * NT) == 0 && (BK * BN) % (4 * NT) == 0, "whole 4-vectors per thread");
     constexpr int LDA = BM + 4;
 
@@ -61,19 +51,21 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
     const int n0 = blockIdx.y * BN;
     const int K = a.K, Nc = a.Nc;
     const int64_t M = a.M;
+    const bool full = a.vec && m0 + BM <= M && n0 + BN <= Nc && K % BK == 0;
 
     if constexpr (LN) {
         const int warp = tid >> 5, lane = tid & 31;
         constexpr int RPW = BM / (NT / 32); /* rows per warp */
+        constexpr int SR = 4;               /* rows whose loads are in flight at once */
         const int64_t r0 = m0 + warp * RPW;
         const int nvalid = (int)(M - r0 < RPW ? (M - r0 > 0 ? M - r0 : 0) : RPW);
-        if (a.vec && K <= 256 && RPW % 8 == 0) {
-            for (int r = 0; r < RPW; r += 8) {
-                float mu[8], rs[8];
-                sgkc_rows_stats4<8, 2>(a.A + (size_t)(r0 + r) * K, K, nvalid - r, K, a.eps, lane, mu, rs);
+        if (a.vec && K <= 256 && RPW % SR == 0) {
+            for (int r = 0; r < RPW; r += SR) {
+                float mu[SR], rs[SR];
+                sgkc_rows_stats4<SR, 2>(a.A + (size_t)(r0 + r) * K, K, nvalid - r, K, a.eps, lane, mu, rs);
                 if (lane == 0) {
 #pragma unroll
-                    for (int i = 0; i < 8; i++) {
+                    for (int i = 0; i < SR; i++) {
                         s_mean[warp * RPW + r + i] = mu[i];
                         s_rstd[warp * RPW + r + i] = rs[i];
                     }
@@ -95,7 +87,7 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
 
     /* This thread's share of each tile load: LA and LB 4-vectors. */
     constexpr int LA = BM * BK / (4 * NT), LB = BK * BN / (4 * NT);
-    float ra[LA][4], rb[LB][4];
+    float4 ra[LA], rb[LB];
     auto load_tile = [&](int k0) {
 #pragma unroll
         for (int l = 0; l < LA; l++) {
@@ -103,50 +95,65 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
             const int row = e / (BK / 4), kq = (e % (BK / 4)) * 4;
             const int64_t m = m0 + row;
             const int k = k0 + kq;
-            if (a.vec && m < M && k < K) {
-                const float4 v = sgkc_ld4(a.A + (size_t)m * K + k);
-                ra[l][0] = v.x; ra[l][1] = v.y; ra[l][2] = v.z; ra[l][3] = v.w;
+            float v[4];
+            if (full) {
+                const float4 t = sgkc_ld4(a.A + (size_t)m * K + k);
+                v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
             } else {
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    ra[l][i] = (m < M && k + i < K) ? __ldg(a.A + (size_t)m * K + k + i) : 0.0f;
+                    v[i] = (m < M && k + i < K) ? __ldg(a.A + (size_t)m * K + k + i) : 0.0f;
             }
-            if constexpr (LN) {
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    if (m < M && k + i < K)
-                        ra[l][i] = fmaf((ra[l][i] - s_mean[row]) * s_rstd[row], __ldg(a.gamma + k + i),
-                                        __ldg(a.beta + k + i));
-            }
+            ra[l] = make_float4(v[0], v[1], v[2], v[3]);
         }
 #pragma unroll
         for (int l = 0; l < LB; l++) {
             const int e = tid + l * NT;
             const int kb = k0 + e / (BN / 4), n = n0 + (e % (BN / 4)) * 4;
-            if (a.vec && kb < K && n < Nc) {
-                const float4 v = sgkc_ld4(a.Bt + (size_t)kb * Nc + n);
-                rb[l][0] = v.x; rb[l][1] = v.y; rb[l][2] = v.z; rb[l][3] = v.w;
+            if (full) {
+                rb[l] = sgkc_ld4(a.Bt + (size_t)kb * Nc + n);
             } else {
+                float v[4];
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    rb[l][i] = (kb < K && n + i < Nc) ? __ldg(a.Bt + (size_t)kb * Nc + n + i) : 0.0f;
+                    v[i] = (kb < K && n + i < Nc) ? __ldg(a.Bt + (size_t)kb * Nc + n + i) : 0.0f;
+                rb[l] = make_float4(v[0], v[1], v[2], v[3]);
             }
         }
     };
-    auto store_tile = [&](int buf) {
+    /* LayerNorm is applied here, after the compute of the previous tile, so
+     * that the global loads of ra stay in flight across it. Zero padding
+     * (rows past M, k past K) stays zero. */
+    auto store_tile = [&](int buf, int k0) {
 #pragma unroll
         for (int l = 0; l < LA; l++) {
             const int e = tid + l * NT;
             const int row = e / (BK / 4), kq = (e % (BK / 4)) * 4;
+            float v[4] = {ra[l].x, ra[l].y, ra[l].z, ra[l].w};
+            if constexpr (LN) {
+                const int k = k0 + kq;
+                const float mu = s_mean[row], rs = s_rstd[row];
+                if (full) {
+                    const float4 g = sgkc_ld4(a.gamma + k), b = sgkc_ld4(a.beta + k);
+                    v[0] = fmaf((v[0] - mu) * rs, g.x, b.x);
+                    v[1] = fmaf((v[1] - mu) * rs, g.y, b.y);
+                    v[2] = fmaf((v[2] - mu) * rs, g.z, b.z);
+                    v[3] = fmaf((v[3] - mu) * rs, g.w, b.w);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        if (m0 + row < M && k + i < K)
+                            v[i] = fmaf((v[i] - mu) * rs, __ldg(a.gamma + k + i), __ldg(a.beta + k + i));
+                }
+            }
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                As[buf][kq + i][row] = ra[l][i];
+                As[buf][kq + i][row] = v[i];
         }
 #pragma unroll
         for (int l = 0; l < LB; l++) {
             const int e = tid + l * NT;
-            *reinterpret_cast<float4 *>(&Bs[buf][e / (BN / 4)][(e % (BN / 4)) * 4]) =
-                make_float4(rb[l][0], rb[l][1], rb[l][2], rb[l][3]);
+            *reinterpret_cast<float4 *>(&Bs[buf][e / (BN / 4)][(e % (BN / 4)) * 4]) = rb[l];
         }
     };
 
@@ -159,8 +166,21 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
 
     const int ty = tid / TX, tx = tid % TX;
     const int ktiles = (K + BK - 1) / BK;
+    const bool vout = full && a.vec_out;
+    /* The residual is read before the main loop so that its latency hides
+     * behind the tiles instead of stalling the epilogue. */
+    float4 res[RES ? TM : 1][RES ? CN : 1];
+    if constexpr (RES) {
+        if (vout)
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int c = 0; c < CN; c++)
+                    res[i][c] = sgkc_ld4(a.residual + (size_t)(m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4)) * Nc +
+                                         n0 + c * (BN / CN) + tx * 4);
+    }
     load_tile(0);
-    store_tile(0);
+    store_tile(0, 0);
     __syncthreads();
     for (int kt = 0; kt < ktiles; kt++) {
         const int cur = kt & 1;
@@ -169,10 +189,14 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
 #pragma unroll
         for (int kk = 0; kk < BK; kk++) {
             float fa[TM], fb[TN];
-            sgkc_frag<HM>(fa, &As[cur][kk][ty * HM]);
-            sgkc_frag<HM>(fa + HM, &As[cur][kk][BM / 2 + ty * HM]);
-            sgkc_frag<HN>(fb, &Bs[cur][kk][tx * HN]);
-            sgkc_frag<HN>(fb + HN, &Bs[cur][kk][BN / 2 + tx * HN]);
+#pragma unroll
+            for (int c = 0; c < CM; c++)
+                *reinterpret_cast<float4 *>(fa + 4 * c) =
+                    *reinterpret_cast<const float4 *>(&As[cur][kk][c * (BM / CM) + ty * 4]);
+#pragma unroll
+            for (int c = 0; c < CN; c++)
+                *reinterpret_cast<float4 *>(fb + 4 * c) =
+                    *reinterpret_cast<const float4 *>(&Bs[cur][kk][c * (BN / CN) + tx * 4]);
 #pragma unroll
             for (int i = 0; i < TM; i++)
 #pragma unroll
@@ -180,26 +204,41 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
                     acc[i][j] = fmaf(fa[i], fb[j], acc[i][j]);
         }
         if (kt + 1 < ktiles)
-            store_tile(cur ^ 1);
+            store_tile(cur ^ 1, (kt + 1) * BK);
         __syncthreads();
     }
 
+    /* Epilogue: a chunk of 4 columns is all-Q or all-not when vec (D % 4 == 0). */
 #pragma unroll
     for (int i = 0; i < TM; i++) {
-        const int64_t m = m0 + (i < HM ? ty * HM + i : BM / 2 + ty * HM + (i - HM));
+        const int64_t m = m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4);
         if (m >= M)
             continue;
 #pragma unroll
-        for (int j = 0; j < TN; j++) {
-            const int n = n0 + (j < HN ? tx * HN + j : BN / 2 + tx * HN + (j - HN));
-            if (n >= Nc)
+        for (int c = 0; c < CN; c++) {
+            const int n = n0 + c * (BN / CN) + tx * 4;
+            float v[4] = {acc[i][4 * c], acc[i][4 * c + 1], acc[i][4 * c + 2], acc[i][4 * c + 3]};
+            if (vout) {
+                if (n < a.scale_cols)
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        v[j] *= a.scale;
+                if constexpr (RES) {
+                    v[0] += res[i][c].x; v[1] += res[i][c].y; v[2] += res[i][c].z; v[3] += res[i][c].w;
+                }
+                *reinterpret_cast<float4 *>(a.C + (size_t)m * Nc + n) = make_float4(v[0], v[1], v[2], v[3]);
                 continue;
-            float v = acc[i][j];
-            if (n < a.scale_cols)
-                v *= a.scale;
-            if (a.residual)
-                v += __ldg(a.residual + (size_t)m * Nc + n);
-            a.C[(size_t)m * Nc + n] = v;
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (n + j >= Nc)
+                    continue;
+                if (n + j < a.scale_cols)
+                    v[j] *= a.scale;
+                if constexpr (RES)
+                    v[j] += __ldg(a.residual + (size_t)m * Nc + n + j);
+                a.C[(size_t)m * Nc + n + j] = v[j];
+            }
         }
     }
 }

@@ -42,17 +42,10 @@ static float *ws_base(const sgkc_fwd *f)
     return (float *)p;
 }
 
-/* The GEMMs' grids (64 x 64 tiles at most; Q/K/V has Nc = 3D) fit CUDA's limits. */
+/* The GEMMs' grids (tiles of 32 rows at least; Q/K/V has Nc = 3D) fit CUDA's limits. */
 static bool gemm_fits(const sgkc_layer *L, int64_t M)
 {
-    return (M + 63) / 64 <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
-}
-
-template <bool LN>
-static void gemm64(const sgkc_gemm_args &g, cudaStream_t s)
-{
-    const dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
-    sgkc_sgemm_kernel<64, 64, 16, 4, 4, LN, 3><<<grid, 256, 0, s>>>(g);
+    return (M + 31) / 32 <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
 }
 
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
@@ -73,11 +66,13 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
-    /* 64x64 tiles (4x4 a thread), registers held to 80 so that three blocks
-     * share an SM: mid's 384 blocks then run in one wave (104 against 110 us
-     * with two blocks an SM), and large's Q/K/V ran faster in 768 such blocks
-     * than in 192 of 128x128 (567 against 574 us; dev/NOTES.md, run 12). */
-    gemm64<true>(g, f->stream);
+    g.vec_out = g.vec; /* qkv is workspace */
+    /* 64x64 tiles of 256 threads (4x4 a thread), registers held to 80 so
+     * that three blocks share an SM: mid's 384 blocks fill one wave. Tried
+     * and slower (dev/NOTES.md, run 17): 4x8 a thread in 128 threads and
+     * 8x8 in 64, whose fewer warps an SM left shared-memory latency exposed. */
+    const dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
+    sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, false, 3><<<grid, 256, 0, f->stream>>>(g);
     return cudaGetLastError();
 }
 
@@ -95,7 +90,11 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.K = D;
     g.residual = f->nodes;
     g.vec = D % 4 == 0;
-    gemm64<false>(g, f->stream);
+    g.vec_out = g.vec && sgkc_aligned16(f->out) && sgkc_aligned16(f->nodes);
+    /* 32x64 tiles (4x4 a thread): Nc = D gives few column blocks, so shorter
+     * row blocks put two or more blocks on each SM at mid and large. */
+    const dim3 grid((unsigned)((g.M + 31) / 32), (unsigned)((g.Nc + 63) / 64));
+    sgkc_sgemm_kernel<32, 64, 16, 4, 4, false, true, 4><<<grid, 128, 0, f->stream>>>(g);
     return cudaGetLastError();
 }
 

@@ -27,8 +27,8 @@ $NVCC $F -c ../generic.cu -o /tmp/sgkc_g.o 2> "$O/build_g.txt" &
 $NVCC $F -c "$ROOT/kernels/plan.c" -o /tmp/sgkc_p.o 2> "$O/build_p.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
 if [[ " $STEPS " == *" ab "* ]]; then
-  # the same harness with the tiled variant's previous attention dispatch
-  $NVCC $F -DSGKC_NO_ROWS -c ../variants.cu -o /tmp/sgkc_vo.o 2> "$O/build_vo.txt" &
+  # the same harness built with AB_FLAGS (default: the tiled variant's previous attention dispatch)
+  $NVCC $F ${AB_FLAGS:--DSGKC_NO_ROWS} -c ../variants.cu -o /tmp/sgkc_vo.o 2> "$O/build_vo.txt" &
 fi
 if [[ " $STEPS " == *" timeline "* ]]; then
   $NVCC $F -DSGKC_TIMELINE -c ../variants.cu -o /tmp/sgkc_vt.o 2> "$O/build_vt.txt" &
@@ -57,7 +57,14 @@ for s in $STEPS; do
         --section SpeedOfLight --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
         --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
         /tmp/harness profile ${PROFILE_PRESETS:-} > "$O/ncu.txt" 2>&1
-      echo "ncu rc=$?";;
+      echo "ncu rc=$?"
+      if [ -x /tmp/harness_old ]; then # and the ab build, with the same options
+        timeout 240 ncu --clock-control none ${PROFILE_KERNEL:+--kernel-name regex:$PROFILE_KERNEL --launch-count ${PROFILE_COUNT:-1}} \
+          --section SpeedOfLight --section Occupancy --section SchedulerStats --section LaunchStats \
+          --section WarpStateStats --section InstructionStats --print-details all \
+          /tmp/harness_old profile ${PROFILE_PRESETS:-} > "$O/ncu-old.txt" 2>&1
+        echo "ncu (ab build) rc=$?"
+      fi;;
     hot) # stall samples per SASS instruction of one kernel (default: fused at seed)
       timeout 240 ncu --kernel-name regex:${HOT_KERNEL:-fused_small} --launch-skip 1 --launch-count 1 --section SourceCounters \
         --section WarpStateStats --page source --csv --print-source sass /tmp/harness profile ${HOT_PRESET:-seed} > "$O/hot.csv" 2>&1
@@ -77,6 +84,7 @@ done
 echo "total: $(( $(date +%s) - t0 )) s"
 echo "== ptxas"; grep -A2 "Compiling entry" "$O/ptxas.txt" | grep -E "entry|Used|spill" | sed -E 's/ptxas info +: //; s/Compiling entry function //' | paste - - - | cut -c1-220
 [ -f "$O/ncu.txt" ] && { echo "== ncu"; python3 ncu_summary.py "$O/ncu.txt"; }
+[ -f "$O/ncu-old.txt" ] && { echo "== ncu (ab build)"; python3 ncu_summary.py "$O/ncu-old.txt"; }
 [ -f "$O/sass_hist.txt" ] && { echo "== sass (top opcodes of the preset kernels)"; grep -E "attn_tiled_kernelILi(32|16)ELi8|fused_small_kernelILi(16|32)ELi8|sgemm" "$O/sass_hist.txt" | awk '{c[$2]++; if (c[$2] <= 6) print}' | cut -c1-110; }
 for f in validate bench bench-old memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
 # pack: the device tool brings back at most 8 files, so fold the logs into one
