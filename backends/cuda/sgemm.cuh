@@ -95,16 +95,15 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
             const int row = e / (BK / 4), kq = (e % (BK / 4)) * 4;
             const int64_t m = m0 + row;
             const int k = k0 + kq;
-            float v[4];
             if (full) {
-                const float4 t = sgkc_ld4(a.A + (size_t)m * K + k);
-                v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+                ra[l] = sgkc_ld4(a.A + (size_t)m * K + k);
             } else {
+                float v[4];
 #pragma unroll
                 for (int i = 0; i < 4; i++)
                     v[i] = (m < M && k + i < K) ? __ldg(a.A + (size_t)m * K + k + i) : 0.0f;
+                ra[l] = make_float4(v[0], v[1], v[2], v[3]);
             }
-            ra[l] = make_float4(v[0], v[1], v[2], v[3]);
         }
 #pragma unroll
         for (int l = 0; l < LB; l++) {

@@ -102,25 +102,33 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
 /* general: any shape whose per-row block fits in shared memory.       */
 /* ------------------------------------------------------------------ */
 
-/* The fields the general and tiled attention kernels' arguments share:
- * inputs, the Q/K/V and ctx workspace, MLP weights and sizes. */
+/* The fields every attention kernel's arguments share (general, tiled and
+ * fused-small): the pair inputs and the sizes. */
 template <typename Args>
-static void fill_attn_args(Args &a, const sgkc_layer *L, const sgkc_fwd *f, const float *qkv, float *ctx)
+static void fill_input_args(Args &a, const sgkc_layer *L, const sgkc_fwd *f)
 {
-    a.qkv = qkv;
     a.pair = f->pair;
     a.mask = f->mask;
     a.mask_u8 = f->mask_u8;
-    a.w1 = L->w1;
-    a.b1 = L->b1;
-    a.w2t = L->w2t;
-    a.b2 = L->b2;
-    a.ctx = ctx;
     a.N = (int)f->N;
     a.D = L->D;
     a.H = L->H;
     a.P = L->P;
     a.hd = L->hd;
+}
+
+/* The general and tiled kernels' arguments: those inputs, the Q/K/V and
+ * ctx workspace and the MLP weights. */
+template <typename Args>
+static void fill_attn_args(Args &a, const sgkc_layer *L, const sgkc_fwd *f, const float *qkv, float *ctx)
+{
+    fill_input_args(a, L, f);
+    a.qkv = qkv;
+    a.w1 = L->w1;
+    a.b1 = L->b1;
+    a.w2t = L->w2t;
+    a.b2 = L->b2;
+    a.ctx = ctx;
 }
 
 static int general_kc(const sgkc_layer *L, int64_t N)
@@ -370,19 +378,12 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     if (!fused_plan(L, f->B, f->N, &c))
         return cudaErrorInvalidConfiguration;
     sgkc_fused_args a;
+    fill_input_args(a, L, f);
     a.nodes = f->nodes;
-    a.pair = f->pair;
-    a.mask = f->mask;
-    a.mask_u8 = f->mask_u8;
     a.img = L->fs_img;
     a.wo = L->fs_wo;
     a.img_floats = L->fs_img_floats;
     a.out = f->out;
-    a.N = (int)f->N;
-    a.D = L->D;
-    a.H = L->H;
-    a.P = L->P;
-    a.hd = L->hd;
     a.eps = L->eps;
     a.scale = 1.0f / sqrtf((float)L->hd);
     a.Ch = c.Ch;

@@ -48,22 +48,20 @@ for s in $STEPS; do
       for v in vt; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
     floors) /tmp/harness bench none > "$O/floors.txt" 2>&1; echo "floors rc=$?"; cat "$O/floors.txt";;
     bench) SGKC_FORCE=1 /tmp/harness bench ${BENCH_PRESETS:-} > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
-    ab) SGKC_FORCE=1 /tmp/harness_old bench ${BENCH_PRESETS:-} > "$O/bench-old.txt" 2>&1; echo "bench (old dispatch) rc=$?";;
+    ab) SGKC_FORCE=1 /tmp/harness_old bench ${BENCH_PRESETS:-} > "$O/bench-old.txt" 2>&1; echo "bench (ab build) rc=$?";;
     sanitize)
       timeout 200 compute-sanitizer --tool memcheck /tmp/harness sanitize > "$O/memcheck.txt" 2>&1; echo "memcheck rc=$?"
       timeout 200 compute-sanitizer --tool racecheck /tmp/harness sanitize > "$O/racecheck.txt" 2>&1; echo "racecheck rc=$?";;
     profile)
-      timeout 240 ncu --clock-control none ${PROFILE_KERNEL:+--kernel-name regex:$PROFILE_KERNEL --launch-count ${PROFILE_COUNT:-1}} \
-        --section SpeedOfLight --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
-        --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
-        /tmp/harness profile ${PROFILE_PRESETS:-} > "$O/ncu.txt" 2>&1
-      echo "ncu rc=$?"
-      if [ -x /tmp/harness_old ]; then # and the ab build, with the same options
+      ncu_profile() { # harness binary, output file
         timeout 240 ncu --clock-control none ${PROFILE_KERNEL:+--kernel-name regex:$PROFILE_KERNEL --launch-count ${PROFILE_COUNT:-1}} \
-          --section SpeedOfLight --section Occupancy --section SchedulerStats --section LaunchStats \
-          --section WarpStateStats --section InstructionStats --print-details all \
-          /tmp/harness_old profile ${PROFILE_PRESETS:-} > "$O/ncu-old.txt" 2>&1
-        echo "ncu (ab build) rc=$?"
+          --section SpeedOfLight --section Occupancy --section SchedulerStats --section MemoryWorkloadAnalysis \
+          --section LaunchStats --section WarpStateStats --section InstructionStats --print-details all \
+          "$1" profile ${PROFILE_PRESETS:-} > "$2" 2>&1
+      }
+      ncu_profile /tmp/harness "$O/ncu.txt"; echo "ncu rc=$?"
+      if [ -x /tmp/harness_old ]; then # and the ab build
+        ncu_profile /tmp/harness_old "$O/ncu-old.txt"; echo "ncu (ab build) rc=$?"
       fi;;
     hot) # stall samples per SASS instruction of one kernel (default: fused at seed)
       timeout 240 ncu --kernel-name regex:${HOT_KERNEL:-fused_small} --launch-skip 1 --launch-count 1 --section SourceCounters \
