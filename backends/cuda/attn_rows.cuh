@@ -37,6 +37,12 @@
 #define SGKC_AR_D 256 /* 8 heads x 32 columns */
 #define SGKC_AR_BRS 136 /* floats per head in a pair's B buffer: [4 rows][32] + 8 */
 #define SGKC_AR_BLD (8 * SGKC_AR_BRS)
+#ifndef SGKC_AR_STASH16
+#define SGKC_AR_STASH16 0
+#endif
+#ifndef SGKC_AR_JC16
+#define SGKC_AR_JC16 4
+#endif
 
 __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap)
 {
@@ -50,15 +56,6 @@ __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap)
  * V needs none: lane (h, t) reads chunk t of head h of one row. */
 __device__ __forceinline__ int sgkc_ar_q(int c) { return ((c & ~7) | ((c ^ (c >> 3)) & 7)) * 4; }
 __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((c ^ row) & 7)) * 4; }
-
-/* 2^x, the hardware approximation (a few ulp); results below 2^-126 flush to 0,
- * which a softmax term that small cannot notice next to the row's max (1). */
-__device__ __forceinline__ float sgkc_ex2(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
 
 template <int PCAP>
 __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn_args a)
@@ -155,21 +152,24 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
     }
     __syncthreads(); /* MLP weights in shared memory */
 
+    /* P == PCAP with aligned rows: whole float4s, no checks */
+    const bool pfull = a.pvec && P == PCAP;
     const int ktiles = (N + BK - 1) / BK;
     for (int kt = 0; kt < ktiles; kt++) {
         const int k0 = kt * BK;
+        const size_t pr0 = ((size_t)b * N + qm) * N; /* pair index of (qm, 0) */
 
         /* The next tile's features and mask rows into L2 (a line a lane):
          * the loads below then wait on L2, not HBM. */
         if (k0 + BK < N) {
+            const bool pf = lane * 32 < min(BK, N - k0 - BK) * P; /* a row's tile: P <= 32 lines */
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 if (qm + r >= N)
                     continue;
-                const size_t pi = ((size_t)b * N + qm + r) * N + k0 + BK;
-                const size_t fl = (size_t)min(BK, N - k0 - BK) * P; /* floats of the row's tile */
-                for (size_t o = (size_t)lane * 32; o < fl; o += 32 * 32)
-                    sgkc_prefetch_l2(a.pair + pi * P + o);
+                const size_t pi = pr0 + (size_t)r * N + k0 + BK;
+                if (pf)
+                    sgkc_prefetch_l2(a.pair + pi * P + lane * 32);
                 if (lane == 0)
                     sgkc_prefetch_l2(a.mask_u8 ? (const void *)((const unsigned char *)a.mask + pi)
                                                : (const void *)((const float *)a.mask + pi));
@@ -184,13 +184,37 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 const int qg = qm + r;
-                const size_t pi = ((size_t)b * N + qg) * N + kg;
+                const size_t pi = pr0 + (size_t)r * N + kg;
                 edge[r] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
-                sgkc_ld_feats<R4>(x[r], a.pair + pi * P, P, a.pvec, edge[r]);
+                if (pfull) {
+                    const float4 *src = reinterpret_cast<const float4 *>(a.pair + pi * PCAP);
+#pragma unroll
+                    for (int r4 = 0; r4 < R4; r4++)
+                        x[r][r4] = edge[r] ? __ldg(src + r4) : make_float4(0.f, 0.f, 0.f, 0.f);
+                } else {
+                    sgkc_ld_feats<R4>(x[r], a.pair + pi * P, P, a.pvec, edge[r]);
+                }
             }
             float acc[2][8] = {};
+            /* At PCAP = 32 the MLP needs the registers of O: O waits in the
+             * 16 B slots this lane fills after the MLP (the pair's B is free
+             * since the last barrier). At PCAP = 16 it fits without. */
+            constexpr bool STASH = PCAP > 16 || SGKC_AR_STASH16;
+            float *ost = Bp + (2 * half) * 32 + lane;
+            if constexpr (STASH) {
+#pragma unroll
+                for (int q = 0; q < 16; q++)
+                    ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
+                asm volatile("" ::: "memory"); /* the reload below is from memory */
+            }
             if (__any_sync(0xffffffffu, edge[0] || edge[1]))
-                sgkc_mlp_regs<PCAP, 8, 2>(x, W1t, acc);
+                sgkc_mlp_regs<PCAP, 8, 2, PCAP == 16 ? SGKC_AR_JC16 : 4>(x, W1t, acc);
+            if constexpr (STASH) {
+                asm volatile("" ::: "memory");
+#pragma unroll
+                for (int q = 0; q < 16; q++)
+                    O[q >> 2][q & 3] = ost[(q >> 1) * RS + (q & 1) * 32];
+            }
 #pragma unroll
             for (int r = 0; r < 2; r++)
 #pragma unroll

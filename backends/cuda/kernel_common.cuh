@@ -36,16 +36,35 @@ __device__ __forceinline__ float sgkc_silu(float t)
     return __fdividef(t, 1.0f + expf(-t));
 }
 
-/* The same with the hardware exp2 (__expf): about 6 instructions instead of
- * 12. Its relative error (a few ulp for moderate |t|, growing with |t|)
- * reaches the output only through the attention bias. The tiled and
- * fused-small kernels use it; across the dev harness's 20 validation cases
- * on the H200 the largest relative L2 error of any variant stayed at
- * 4.5e-7 with it as without it (budget 1e-5; dev/NOTES.md, runs 1 and 3).
- * For t < -88, __expf(-t) is inf and the quotient -0, as above. */
+/* 2^x and 1/x, the hardware approximations (a few ulp and 1 ulp); results
+ * below 2^-126 flush to 0. */
+__device__ __forceinline__ float sgkc_ex2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ float sgkc_rcp(float x)
+{
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* silu with the hardware exp2 and reciprocal: five instructions (two of
+ * them MUFU). __expf and __fdividef took eight, three of them for
+ * subnormal results that cannot matter here: exp(-t) below 2^-126 next to
+ * 1, or a reciprocal below 2^-126 times t > -88.8. Its relative error (a few
+ * ulp for moderate |t|, growing with |t|) reaches the output only through
+ * the attention bias. The tiled and fused-small kernels use it; across the
+ * dev harness's 20 validation cases on the H200 the largest relative L2
+ * error of any variant stayed at 4.5e-7 with the hardware exp2 as without
+ * it (budget 1e-5; dev/NOTES.md, runs 1 and 3). For t < -88, exp(-t) is
+ * inf and the result -0, as above; NaN stays NaN and +inf gives +inf. */
 __device__ __forceinline__ float sgkc_silu_fast(float t)
 {
-    return __fdividef(t, 1.0f + __expf(-t));
+    return t * sgkc_rcp(1.0f + sgkc_ex2(t * -1.4426950408889634f));
 }
 
 /* An edge is any nonzero mask value (NaN too); -0.0f is zero. */

@@ -26,16 +26,26 @@ $NVCC $F -Xptxas -v -c ../variants.cu -o /tmp/sgkc_v.o 2> "$O/ptxas.txt" &
 $NVCC $F -c ../generic.cu -o /tmp/sgkc_g.o 2> "$O/build_g.txt" &
 $NVCC $F -c "$ROOT/kernels/plan.c" -o /tmp/sgkc_p.o 2> "$O/build_p.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
+# ab: the same harness built once per flag set in AB_FLAGS (sets separated
+# by '|'; default: the tiled variant's previous attention dispatch), each
+# from the folder at the same place in AB_SRC (a copy of backends/cuda,
+# for example another commit's; default: this one)
+IFS='|' read -ra ABS <<< "${AB_FLAGS:--DSGKC_NO_ROWS}"
+IFS='|' read -ra ABSRC <<< "${AB_SRC:-}"
 if [[ " $STEPS " == *" ab "* ]]; then
-  # the same harness built with AB_FLAGS (default: the tiled variant's previous attention dispatch)
-  $NVCC $F ${AB_FLAGS:--DSGKC_NO_ROWS} -c ../variants.cu -o /tmp/sgkc_vo.o 2> "$O/build_vo.txt" &
+  for i in "${!ABS[@]}"; do
+    src=${ABSRC[$i]:-..}; [[ $src = /* || $src = .. ]] || src=$ROOT/$src
+    $NVCC $F ${ABS[$i]} -Xptxas -v -c "$src/variants.cu" -o /tmp/sgkc_vo$i.o 2> "$O/build_vo$i.txt" &
+  done
 fi
 if [[ " $STEPS " == *" timeline "* ]]; then
   $NVCC $F -DSGKC_TIMELINE -c ../variants.cu -o /tmp/sgkc_vt.o 2> "$O/build_vt.txt" &
   $NVCC $F -DSGKC_TIMELINE -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_ht.o 2> "$O/build_ht.txt" &
 fi
 wait
-[[ " $STEPS " == *" ab "* ]] && { $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_vo.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_old -lgomp 2>> "$O/build_vo.txt" || tail -20 "$O/build_vo.txt"; }
+[[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do
+  $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_vo$i.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_old$i -lgomp 2>> "$O/build_vo$i.txt" || tail -20 "$O/build_vo$i.txt"
+done
 [[ " $STEPS " == *" timeline "* ]] && for v in vt; do
   $NVCC -arch=sm_90 /tmp/sgkc_ht.o /tmp/sgkc_$v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_$v -lgomp 2>> "$O/build_ht.txt" || cat "$O/build_ht.txt" "$O/build_$v.txt" | tail -20
 done
@@ -48,7 +58,11 @@ for s in $STEPS; do
       for v in vt; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
     floors) /tmp/harness bench none > "$O/floors.txt" 2>&1; echo "floors rc=$?"; cat "$O/floors.txt";;
     bench) SGKC_FORCE=1 /tmp/harness bench ${BENCH_PRESETS:-} > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
-    ab) SGKC_FORCE=1 /tmp/harness_old bench ${BENCH_PRESETS:-} > "$O/bench-old.txt" 2>&1; echo "bench (ab build) rc=$?";;
+    ab) for i in "${!ABS[@]}"; do
+          echo "# ab build $i: ${ABS[$i]} ${ABSRC[$i]:-}" > "$O/bench-ab$i.txt"
+          SGKC_FORCE=1 /tmp/harness_old$i validate > "$O/validate-ab$i.txt" 2>&1; echo "validate (ab build $i) rc=$? $(tail -1 "$O/validate-ab$i.txt")"
+          SGKC_FORCE=1 /tmp/harness_old$i bench ${BENCH_PRESETS:-} >> "$O/bench-ab$i.txt" 2>&1; echo "bench (ab build $i) rc=$?"
+        done;;
     sanitize)
       timeout 200 compute-sanitizer --tool memcheck /tmp/harness sanitize > "$O/memcheck.txt" 2>&1; echo "memcheck rc=$?"
       timeout 200 compute-sanitizer --tool racecheck /tmp/harness sanitize > "$O/racecheck.txt" 2>&1; echo "racecheck rc=$?";;
@@ -60,8 +74,8 @@ for s in $STEPS; do
           "$1" profile ${PROFILE_PRESETS:-} > "$2" 2>&1
       }
       ncu_profile /tmp/harness "$O/ncu.txt"; echo "ncu rc=$?"
-      if [ -x /tmp/harness_old ]; then # and the ab build
-        ncu_profile /tmp/harness_old "$O/ncu-old.txt"; echo "ncu (ab build) rc=$?"
+      if [ -x /tmp/harness_old0 ]; then # and the first ab build
+        ncu_profile /tmp/harness_old0 "$O/ncu-old.txt"; echo "ncu (ab build 0) rc=$?"
       fi;;
     hot) # stall samples per SASS instruction of one kernel (default: fused at seed)
       timeout 240 ncu --kernel-name regex:${HOT_KERNEL:-fused_small} --launch-skip 1 --launch-count 1 --section SourceCounters \
@@ -80,11 +94,14 @@ for s in $STEPS; do
   esac
 done
 echo "total: $(( $(date +%s) - t0 )) s"
-echo "== ptxas"; grep -A2 "Compiling entry" "$O/ptxas.txt" | grep -E "entry|Used|spill" | sed -E 's/ptxas info +: //; s/Compiling entry function //' | paste - - - | cut -c1-220
+ptxas_summary() { grep -A2 "Compiling entry" "$1" | grep -E "entry|Used|spill" | sed -E 's/ptxas info +: //; s/Compiling entry function //' | paste - - - | cut -c1-220; }
+echo "== ptxas"; ptxas_summary "$O/ptxas.txt"
+for f in "$O"/build_vo*.txt; do [ -f "$f" ] && { echo "== ptxas, $(basename "$f") (attention kernels)"; ptxas_summary "$f" | grep attn_rows; }; done
 [ -f "$O/ncu.txt" ] && { echo "== ncu"; python3 ncu_summary.py "$O/ncu.txt"; }
 [ -f "$O/ncu-old.txt" ] && { echo "== ncu (ab build)"; python3 ncu_summary.py "$O/ncu-old.txt"; }
 [ -f "$O/sass_hist.txt" ] && { echo "== sass (top opcodes of the preset kernels)"; grep -E "attn_tiled_kernelILi(32|16)ELi8|fused_small_kernelILi(16|32)ELi8|sgemm" "$O/sass_hist.txt" | awk '{c[$2]++; if (c[$2] <= 6) print}' | cut -c1-110; }
-for f in validate bench bench-old memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
+for f in validate bench memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
+for f in "$O"/bench-ab*.txt; do [ -f "$f" ] && { echo "== $(basename "$f" .txt)"; tail -40 "$f"; }; done
 # pack: the device tool brings back at most 8 files, so fold the logs into one
 if [[ " $STEPS " == *" pack "* ]]; then
   (cd "$O" && tar czf /tmp/sgkc-logs.tgz --exclude=logs.tgz . && find . -maxdepth 1 -type f -delete && mv /tmp/sgkc-logs.tgz logs.tgz)
