@@ -37,12 +37,6 @@
 #define SGKC_AR_D 256 /* 8 heads x 32 columns */
 #define SGKC_AR_BRS 136 /* floats per head in a pair's B buffer: [4 rows][32] + 8 */
 #define SGKC_AR_BLD (8 * SGKC_AR_BRS)
-#ifndef SGKC_AR_STASH16
-#define SGKC_AR_STASH16 0
-#endif
-#ifndef SGKC_AR_JC16
-#define SGKC_AR_JC16 4
-#endif
 
 __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap)
 {
@@ -199,7 +193,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
             /* At PCAP = 32 the MLP needs the registers of O: O waits in the
              * 16 B slots this lane fills after the MLP (the pair's B is free
              * since the last barrier). At PCAP = 16 it fits without. */
-            constexpr bool STASH = PCAP > 16 || SGKC_AR_STASH16;
+            constexpr bool STASH = PCAP > 16;
             float *ost = Bp + (2 * half) * 32 + lane;
             if constexpr (STASH) {
 #pragma unroll
@@ -208,7 +202,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
                 asm volatile("" ::: "memory"); /* the reload below is from memory */
             }
             if (__any_sync(0xffffffffu, edge[0] || edge[1]))
-                sgkc_mlp_regs<PCAP, 8, 2, PCAP == 16 ? SGKC_AR_JC16 : 4>(x, W1t, acc);
+                sgkc_mlp_regs<PCAP, 8, 2>(x, W1t, acc);
             if constexpr (STASH) {
                 asm volatile("" ::: "memory");
 #pragma unroll

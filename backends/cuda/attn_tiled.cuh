@@ -78,10 +78,11 @@ __device__ __forceinline__ void sgkc_mlp_stage(float *W1t, const sgkc_attn_args 
  * weight load (a broadcast float4) feeds 4*NP independent FMAs and 8*NP
  * accumulators are in flight: the per-unit dot product it replaces was a
  * chain of P dependent FMAs per pair, latency bound at 8 warps an SM. */
-template <int PCAP, int HMAX, int NP, int JC = 4>
+template <int PCAP, int HMAX, int NP>
 __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], const float *W1t,
                                               float (&acc)[NP][HMAX])
 {
+    constexpr int JC = 4;
     static_assert(PCAP % JC == 0 && HMAX % 4 == 0, "whole chunks");
     const float *b1s = W1t + PCAP * PCAP, *W2s = b1s + PCAP;
 #pragma unroll
@@ -92,37 +93,30 @@ __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], c
 #pragma unroll 1
     for (int j0 = 0; j0 < PCAP; j0 += JC) {
         float hs[NP][JC];
+        const float4 bj = *reinterpret_cast<const float4 *>(b1s + j0);
 #pragma unroll
-        for (int c = 0; c < JC / 4; c++) {
-            const float4 bj = *reinterpret_cast<const float4 *>(b1s + j0 + 4 * c);
-#pragma unroll
-            for (int s = 0; s < NP; s++) {
-                hs[s][4 * c] = bj.x; hs[s][4 * c + 1] = bj.y; hs[s][4 * c + 2] = bj.z; hs[s][4 * c + 3] = bj.w;
-            }
+        for (int s = 0; s < NP; s++) {
+            hs[s][0] = bj.x; hs[s][1] = bj.y; hs[s][2] = bj.z; hs[s][3] = bj.w;
         }
 #pragma unroll
         for (int r4 = 0; r4 < PCAP / 4; r4++) {
             /* keeps the compiler from hoisting every weight load of the
              * unrolled loop (a register spill at PCAP = 32) */
             asm volatile("" ::: "memory");
-            float4 w[4][JC / 4];
+            float4 w[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
-#pragma unroll
-                for (int c = 0; c < JC / 4; c++)
-                    w[u][c] = *reinterpret_cast<const float4 *>(W1t + (4 * r4 + u) * PCAP + j0 + 4 * c);
+                w[u] = *reinterpret_cast<const float4 *>(W1t + (4 * r4 + u) * PCAP + j0);
 #pragma unroll
             for (int s = 0; s < NP; s++) {
                 const float xv[4] = {x[s][r4].x, x[s][r4].y, x[s][r4].z, x[s][r4].w};
 #pragma unroll
-                for (int u = 0; u < 4; u++)
-#pragma unroll
-                    for (int c = 0; c < JC / 4; c++) {
-                        hs[s][4 * c + 0] = fmaf(xv[u], w[u][c].x, hs[s][4 * c + 0]);
-                        hs[s][4 * c + 1] = fmaf(xv[u], w[u][c].y, hs[s][4 * c + 1]);
-                        hs[s][4 * c + 2] = fmaf(xv[u], w[u][c].z, hs[s][4 * c + 2]);
-                        hs[s][4 * c + 3] = fmaf(xv[u], w[u][c].w, hs[s][4 * c + 3]);
-                    }
+                for (int u = 0; u < 4; u++) {
+                    hs[s][0] = fmaf(xv[u], w[u].x, hs[s][0]);
+                    hs[s][1] = fmaf(xv[u], w[u].y, hs[s][1]);
+                    hs[s][2] = fmaf(xv[u], w[u].z, hs[s][2]);
+                    hs[s][3] = fmaf(xv[u], w[u].w, hs[s][3]);
+                }
             }
         }
 #pragma unroll
