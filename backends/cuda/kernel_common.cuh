@@ -54,8 +54,9 @@ __device__ __forceinline__ float sgkc_rcp(float x)
 
 /* silu with the hardware exp2 and reciprocal: five instructions (two of
  * them MUFU). __expf and __fdividef took eight, three of them for
- * subnormal results that cannot matter here: exp(-t) below 2^-126 next to
- * 1, or a reciprocal below 2^-126 times t > -88.8. Its relative error (a few
+ * subnormal results that cannot matter here: exp(-t) below 2^-126 beside
+ * 1, or 1 / (1 + exp(-t)) below 2^-126 (t < -87.3), where silu is within
+ * 1e-36 of 0 and comes out -0. Its relative error (a few
  * ulp for moderate |t|, growing with |t|) reaches the output only through
  * the attention bias. The tiled and fused-small kernels use it; across the
  * dev harness's 20 validation cases on the H200 the largest relative L2
