@@ -151,7 +151,9 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
     const int ktiles = (N + BK - 1) / BK;
     for (int kt = 0; kt < ktiles; kt++) {
         const int k0 = kt * BK;
-        const size_t pr0 = ((size_t)b * N + qm) * N; /* pair index of (qm, 0) */
+        /* pair index of (qm, 0), recomputed each tile: held across the loop
+         * it costs PCAP = 32 a spill */
+        const size_t pr0 = ((size_t)b * N + qm) * N;
 
         /* The next tile's features and mask rows into L2 (a line a lane):
          * the loads below then wait on L2, not HBM. */
@@ -180,14 +182,10 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
                 const int qg = qm + r;
                 const size_t pi = pr0 + (size_t)r * N + kg;
                 edge[r] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
-                if (pfull) {
-                    const float4 *src = reinterpret_cast<const float4 *>(a.pair + pi * PCAP);
-#pragma unroll
-                    for (int r4 = 0; r4 < R4; r4++)
-                        x[r][r4] = edge[r] ? __ldg(src + r4) : make_float4(0.f, 0.f, 0.f, 0.f);
-                } else {
+                if (pfull) /* the checks fold away with P and vec known */
+                    sgkc_ld_feats<R4>(x[r], a.pair + pi * PCAP, PCAP, true, edge[r]);
+                else
                     sgkc_ld_feats<R4>(x[r], a.pair + pi * P, P, a.pvec, edge[r]);
-                }
             }
             float acc[2][8] = {};
             /* At PCAP = 32 the MLP needs the registers of O: O waits in the

@@ -316,11 +316,11 @@ static int fused_hmax(int H)
 
 static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
 {
-    if (L->cc_major < 9 || N > 128 || L->P > 64 || L->H > 16 || L->D % 4 != 0)
+    /* fs_img exists for exactly the layers fused-small can take at some N
+     * (sgkc_layer_pack: Hopper, P <= 64, H <= 16, a head split) */
+    if (N > 128 || !L->fs_img)
         return false;
     c->Ch = fused_heads(L->D, L->H);
-    if (c->Ch == 0 || !L->fs_img)
-        return false;
     /* More row slices while the grid is under two blocks per SM. */
     c->Cr = 1;
     while (c->Ch * c->Cr * 2 <= 8 && B * c->Ch * c->Cr * 2 <= 2 * (int64_t)L->sm_count &&
