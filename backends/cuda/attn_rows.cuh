@@ -81,6 +81,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
 
     /* ---- prologue: MLP weights, Q tile, K/V tile 0 ---- */
     sgkc_mlp_stage<PCAP, 8>(W1t, a, 0, 8, tid, NT);
+    sgkc_grid_wait(); /* qkv is the previous kernel's output */
     for (int i = tid; i < BQ * (D / 4); i += NT) {
         const int r = i >> 6, c = i & 63;
         float *dst = Qs + r * D + sgkc_ar_q(c);
@@ -225,7 +226,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
 #pragma unroll
             for (int u = 0; u < 4; u++)
                 S[r][u] = 0.0f;
-#pragma unroll 2
+#pragma unroll 4
         for (int d4 = 0; d4 < 8; d4++) {
             float4 qv[4], kv[4];
 #pragma unroll
@@ -275,7 +276,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
         auto pv = [&](auto guard) {
             constexpr bool G = decltype(guard)::value;
             const float *pl = Bp + h * RS;
-#pragma unroll 2
+#pragma unroll 4
             for (int j4 = 0; j4 < BK / 4; j4++) {
                 float4 pr[4], vv[4];
 #pragma unroll
@@ -306,6 +307,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
         if (kt + 1 < ktiles)
             load_kv(k0 + BK);
     }
+
+    sgkc_grid_trigger();
 
     /* ---- ctx = O / l, l summed over the head's 8 lanes; 0 if no edge ---- */
 #pragma unroll

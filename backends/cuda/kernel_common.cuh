@@ -253,4 +253,24 @@ static inline bool sgkc_aligned16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* Programmatic dependent launch (Hopper). A kernel launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+ * kernel before it on the stream is still running: its blocks do their
+ * independent setup, then sgkc_grid_wait() blocks until that kernel has
+ * finished and its writes are visible. sgkc_grid_trigger() lets the next
+ * kernel start before this one ends. Launched without the attribute (or
+ * below sm_90), neither does anything. */
+__device__ __forceinline__ void sgkc_grid_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void sgkc_grid_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 #endif

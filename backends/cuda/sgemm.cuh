@@ -178,6 +178,7 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
                     res[i][c] = sgkc_ld4(a.residual + (size_t)(m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4)) * Nc +
                                          n0 + c * (BN / CN) + tx * 4);
     }
+    sgkc_grid_wait(); /* A may be the previous kernel's output */
     load_tile(0);
     store_tile(0, 0);
     __syncthreads();
@@ -206,6 +207,8 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
             store_tile(cur ^ 1, (kt + 1) * BK);
         __syncthreads();
     }
+
+    sgkc_grid_trigger();
 
     /* Epilogue: a chunk of 4 columns is all-Q or all-not when vec (D % 4 == 0). */
 #pragma unroll

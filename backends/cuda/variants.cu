@@ -48,6 +48,32 @@ static bool gemm_fits(const sgkc_layer *L, int64_t M)
     return (M + 31) / 32 <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
 }
 
+/* A launch that may begin while the kernel before it on the stream ends
+ * (programmatic dependent launch, Hopper): the kernel's blocks do their
+ * independent setup and then wait for that kernel (sgkc_grid_wait), so
+ * the launch and the setup hide behind its last blocks. Only kernels that
+ * call sgkc_grid_wait before reading earlier output may be launched so. */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), dim3 grid, unsigned nt, size_t smem,
+                                cudaStream_t s, Args... args)
+{
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(nt);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = L->cc_major >= 9 ? 1 : 0;
+#ifdef SGKC_NO_PDL /* dev A/B builds */
+    cfg.numAttrs = 0;
+#endif
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
 static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
 {
@@ -94,8 +120,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     /* 32x64 tiles (4x4 a thread): Nc = D gives few column blocks, so shorter
      * row blocks put two or more blocks on each SM at mid and large. */
     const dim3 grid((unsigned)((g.M + 31) / 32), (unsigned)((g.Nc + 63) / 64));
-    sgkc_sgemm_kernel<32, 64, 16, 4, 4, false, true, 4><<<grid, 128, 0, f->stream>>>(g);
-    return cudaGetLastError();
+    return launch_after(L, sgkc_sgemm_kernel<32, 64, 16, 4, 4, false, true, 4>, grid, 128, 0, f->stream, g);
 }
 
 /* ------------------------------------------------------------------ */
@@ -224,10 +249,10 @@ static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t s
 }
 
 template <int PCAP>
-static cudaError_t rows_attn(const sgkc_attn_args &a, unsigned blocks, size_t smem, cudaStream_t s)
+static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
+                             cudaStream_t s)
 {
-    sgkc_attn_rows_kernel<PCAP><<<blocks, SGKC_AR_NT, smem, s>>>(a);
-    return cudaGetLastError();
+    return launch_after(L, sgkc_attn_rows_kernel<PCAP>, dim3(blocks), SGKC_AR_NT, smem, s, a);
 }
 
 template <int PCAP, int HMAX>
@@ -255,8 +280,8 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
     if (c.rows) {
         a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles);
-        e = c.pcap == 16 ? rows_attn<16>(a, blocks, c.smem_rows, f->stream)
-                         : rows_attn<32>(a, blocks, c.smem_rows, f->stream);
+        e = c.pcap == 16 ? rows_attn<16>(L, a, blocks, c.smem_rows, f->stream)
+                         : rows_attn<32>(L, a, blocks, c.smem_rows, f->stream);
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
