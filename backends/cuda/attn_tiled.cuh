@@ -45,7 +45,8 @@ __host__ __device__ constexpr int sgkc_at_bk(int pcap)
 /* The relation MLP's weights in shared memory, zero padded to PCAP so that
  * every loop over features and hidden units has a compile-time length:
  * W1t [PCAP r][PCAP j] = w1[j][r] (input-major), b1 [PCAP], W2 [PCAP j][HMAX]
- * (the block's heads h0.. only), b2 [HMAX]. Padded hidden units have zero
+ * (the block's heads h0.. only), b2 [HMAX]. W1t and b1 are scaled by
+ * -log2(e) and W2 by -ln(2) for sgkc_silu_u. Padded hidden units have zero
  * weights and bias, so silu(0) = 0 times a zero row of W2 adds nothing. */
 __host__ __device__ constexpr size_t sgkc_mlp_floats(int pcap, int hmax)
 {
@@ -60,13 +61,13 @@ __device__ __forceinline__ void sgkc_mlp_stage(float *W1t, const sgkc_attn_args 
     const int P = a.P;
     for (int i = tid; i < PCAP * PCAP; i += nt) {
         const int r = i / PCAP, j = i % PCAP;
-        W1t[i] = r < P && j < P ? __ldg(a.w1 + j * P + r) : 0.0f;
+        W1t[i] = r < P && j < P ? __ldg(a.w1 + j * P + r) * SGKC_MLP_U : 0.0f;
     }
     for (int i = tid; i < PCAP; i += nt)
-        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
+        b1s[i] = i < P ? __ldg(a.b1 + i) * SGKC_MLP_U : 0.0f;
     for (int i = tid; i < PCAP * HMAX; i += nt) {
         const int j = i / HMAX, h = i % HMAX;
-        W2s[i] = j < P && h < nh ? __ldg(a.w2t + (size_t)j * a.H + h0 + h) : 0.0f;
+        W2s[i] = j < P && h < nh ? __ldg(a.w2t + (size_t)j * a.H + h0 + h) * SGKC_MLP_W2 : 0.0f;
     }
     for (int i = tid; i < HMAX; i += nt)
         b2s[i] = i < nh ? __ldg(a.b2 + h0 + i) : 0.0f;
@@ -124,7 +125,7 @@ __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], c
             const float4 *w2r = reinterpret_cast<const float4 *>(W2s + (j0 + u) * HMAX);
 #pragma unroll
             for (int s = 0; s < NP; s++) {
-                const float hv = sgkc_silu_fast(hs[s][u]);
+                const float hv = sgkc_silu_u(hs[s][u]);
 #pragma unroll
                 for (int h4 = 0; h4 < HMAX / 4; h4++) {
                     const float4 w = w2r[h4];

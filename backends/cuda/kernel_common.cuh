@@ -68,6 +68,19 @@ __device__ __forceinline__ float sgkc_silu_fast(float t)
     return t * sgkc_rcp(1.0f + sgkc_ex2(t * -1.4426950408889634f));
 }
 
+/* The same on the scaled argument u = -t log2(e), for weights staged with
+ * that factor folded in (sgkc_mlp_stage): u / (1 + 2^u) = -log2(e) silu(t),
+ * one multiply fewer; the second layer's weights carry -ln(2) to undo it.
+ * Limits as above: u -> +inf (t -> -inf) gives 0, u = -inf gives -inf.
+ * A first-layer weight or bias beyond FLT_MAX / log2(e) (2.4e38) would
+ * overflow to inf when scaled. */
+#define SGKC_MLP_U (-1.4426950408889634f)  /* -log2(e): on w1, b1 */
+#define SGKC_MLP_W2 (-0.6931471805599453f) /* -ln(2): on w2 */
+__device__ __forceinline__ float sgkc_silu_u(float u)
+{
+    return u * sgkc_rcp(1.0f + sgkc_ex2(u));
+}
+
 /* An edge is any nonzero mask value (NaN too); -0.0f is zero. */
 __device__ __forceinline__ bool sgkc_edge(const void *mask, int u8, size_t idx)
 {
