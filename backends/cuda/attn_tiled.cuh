@@ -45,9 +45,18 @@ __host__ __device__ constexpr int sgkc_at_bk(int pcap)
 /* The relation MLP's weights in shared memory, zero padded to PCAP so that
  * every loop over features and hidden units has a compile-time length:
  * W1t [PCAP r][PCAP j] = w1[j][r] (input-major), b1 [PCAP], W2 [PCAP j][HMAX]
- * (the block's heads h0.. only), b2 [HMAX]. W1t and b1 are scaled by
- * -log2(e) and W2 by -ln(2) for sgkc_silu_u. Padded hidden units have zero
- * weights and bias, so silu(0) = 0 times a zero row of W2 adds nothing. */
+ * (the block's heads h0.. only), b2 [HMAX]. Padded hidden units have zero
+ * weights and bias, so silu(0) = 0 times a zero row of W2 adds nothing.
+ *
+ * Where sgkc_mlp_fold(PCAP), W1t and b1 are scaled by -log2(e) and W2 by
+ * -ln(2), and the MLP takes silu as sgkc_silu_u, a multiply fewer a hidden
+ * unit. On the H200 that made xl (PCAP 16) 0.9 % faster (711.6 -> 705.2 us)
+ * and large (PCAP 32) 1.2 % slower (385.1 -> 389.6; dev/NOTES.md, run 27),
+ * so it is on for PCAP 16 only. Stage and MLP read the same switch. */
+__host__ __device__ constexpr bool sgkc_mlp_fold(int pcap)
+{
+    return pcap <= 16;
+}
 __host__ __device__ constexpr size_t sgkc_mlp_floats(int pcap, int hmax)
 {
     return (size_t)pcap * pcap + pcap + (size_t)pcap * hmax + hmax;
@@ -57,17 +66,18 @@ template <int PCAP, int HMAX>
 __device__ __forceinline__ void sgkc_mlp_stage(float *W1t, const sgkc_attn_args &a, int h0, int nh, int tid,
                                                int nt)
 {
+    constexpr float U = sgkc_mlp_fold(PCAP) ? SGKC_MLP_U : 1.0f, V = sgkc_mlp_fold(PCAP) ? SGKC_MLP_W2 : 1.0f;
     float *b1s = W1t + PCAP * PCAP, *W2s = b1s + PCAP, *b2s = W2s + PCAP * HMAX;
     const int P = a.P;
     for (int i = tid; i < PCAP * PCAP; i += nt) {
         const int r = i / PCAP, j = i % PCAP;
-        W1t[i] = r < P && j < P ? __ldg(a.w1 + j * P + r) * SGKC_MLP_U : 0.0f;
+        W1t[i] = r < P && j < P ? __ldg(a.w1 + j * P + r) * U : 0.0f;
     }
     for (int i = tid; i < PCAP; i += nt)
-        b1s[i] = i < P ? __ldg(a.b1 + i) * SGKC_MLP_U : 0.0f;
+        b1s[i] = i < P ? __ldg(a.b1 + i) * U : 0.0f;
     for (int i = tid; i < PCAP * HMAX; i += nt) {
         const int j = i / HMAX, h = i % HMAX;
-        W2s[i] = j < P && h < nh ? __ldg(a.w2t + (size_t)j * a.H + h0 + h) * SGKC_MLP_W2 : 0.0f;
+        W2s[i] = j < P && h < nh ? __ldg(a.w2t + (size_t)j * a.H + h0 + h) * V : 0.0f;
     }
     for (int i = tid; i < HMAX; i += nt)
         b2s[i] = i < nh ? __ldg(a.b2 + h0 + i) : 0.0f;
@@ -125,7 +135,7 @@ __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], c
             const float4 *w2r = reinterpret_cast<const float4 *>(W2s + (j0 + u) * HMAX);
 #pragma unroll
             for (int s = 0; s < NP; s++) {
-                const float hv = sgkc_silu_u(hs[s][u]);
+                const float hv = sgkc_mlp_fold(PCAP) ? sgkc_silu_u(hs[s][u]) : sgkc_silu_fast(hs[s][u]);
 #pragma unroll
                 for (int h4 = 0; h4 < HMAX / 4; h4++) {
                     const float4 w = w2r[h4];
