@@ -56,7 +56,6 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
 {
     constexpr int NT = SGKC_AR_NT, BQ = SGKC_AR_BQ, BK = SGKC_AR_BK, D = SGKC_AR_D, RS = SGKC_AR_BRS;
     constexpr int R4 = PCAP / 4;
-    constexpr float LOG2E = 1.4426950408889634f;
     static_assert(PCAP % 4 == 0 && PCAP <= 32, "features in registers");
 
     extern __shared__ __align__(16) float smem[];
@@ -135,16 +134,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
     const float *k_lane = Ks + t * D + h * 32;
     const float *v_lane = Vs + h * 32 + 4 * t;
     float *b_lane = Bp + h * RS + t; /* row r, key t + 8u at + 32r + 8u */
-    float O[4][4]; /* row r, columns h*32 + 4t + c */
-    float mrow[4], lrow[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        mrow[r] = SGKC_NEG_INF;
-        lrow[r] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            O[r][c] = 0.0f;
-    }
+    float O[4][4] = {}; /* row r, columns h*32 + 4t + c */
+    float mrow[4] = {SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF}, lrow[4] = {};
     __syncthreads(); /* MLP weights in shared memory */
 
     /* P == PCAP with aligned rows: whole float4s, no checks */
@@ -220,12 +211,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
         const bool v_nonfinite = __syncthreads_or(v_nonfinite_mine());
 
         /* ---- S = Q.K^T + B for keys t + 8u of head h, the pair's 4 rows ---- */
-        float S[4][4];
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                S[r][u] = 0.0f;
+        float S[4][4] = {};
 #pragma unroll 4
         for (int d4 = 0; d4 < 8; d4++) {
             float4 qv[4], kv[4];
@@ -256,11 +242,11 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
             tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
             const float m_new = fmaxf(mrow[r], tmax);
             const float m_use = m_new == SGKC_NEG_INF ? 0.0f : m_new;
-            const float alpha = sgkc_ex2((mrow[r] - m_use) * LOG2E);
+            const float alpha = sgkc_ex2((mrow[r] - m_use) * SGKC_LOG2E);
             float l = 0.0f;
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                const float p = sgkc_ex2((S[r][u] - m_use) * LOG2E);
+                const float p = sgkc_ex2((S[r][u] - m_use) * SGKC_LOG2E);
                 br[8 * u] = p;
                 l += p;
             }

@@ -306,12 +306,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
             const int ntile = nh * (BQ / 4) * (BK / 4);
             for (int t = tid; t < ntile; t += NT) {
                 const int k4 = t % (BK / 4), q4 = (t / (BK / 4)) % (BQ / 4), h = t / ((BK / 4) * (BQ / 4));
-                float s[4][4];
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        s[i][j] = 0.0f;
+                float s[4][4] = {};
                 const float *qb = Qs + q4 * 4 * LD + h * hd;
                 const float *kb = Kc + k4 * 4 * LD + h * hd;
                 if ((hd & 3) == 0) {

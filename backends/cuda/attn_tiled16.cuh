@@ -104,12 +104,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
             Qs[q * LD + d] = __ldg(qkv_b + (size_t)(q0 + q) * row3 + d0 + d);
     }
 
-    float O[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            O[i][c] = 0.0f;
+    float O[4][4] = {};
 
     const int ktiles = (N + BK - 1) / BK;
     for (int kt = 0; kt < ktiles; kt++) {
@@ -219,12 +214,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
             const int ntile = nh * (BQ / 4) * (BK / 4);
             for (int t = tid; t < ntile; t += NT) {
                 const int k4 = t % 8, q4 = (t / 8) % (BQ / 4), h = t / (8 * (BQ / 4));
-                float s[4][4];
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        s[i][j] = 0.0f;
+                float s[4][4] = {};
                 const float *qb = Qs + q4 * 4 * LD + h * hd;
                 const float *kb = Ks + k4 * LD + h * hd;
                 if ((hd & 3) == 0) {

@@ -36,6 +36,8 @@ __device__ __forceinline__ float sgkc_silu(float t)
     return __fdividef(t, 1.0f + expf(-t));
 }
 
+#define SGKC_LOG2E 1.4426950408889634f
+
 /* 2^x and 1/x, the hardware approximations (a few ulp and 1 ulp); results
  * below 2^-126 flush to 0. */
 __device__ __forceinline__ float sgkc_ex2(float x)
@@ -65,7 +67,7 @@ __device__ __forceinline__ float sgkc_rcp(float x)
  * inf and the result -0, as above; NaN stays NaN and +inf gives +inf. */
 __device__ __forceinline__ float sgkc_silu_fast(float t)
 {
-    return t * sgkc_rcp(1.0f + sgkc_ex2(t * -1.4426950408889634f));
+    return t * sgkc_rcp(1.0f + sgkc_ex2(t * -SGKC_LOG2E));
 }
 
 /* The same on the scaled argument u = -t log2(e), for weights staged with
@@ -74,7 +76,7 @@ __device__ __forceinline__ float sgkc_silu_fast(float t)
  * Limits as above: u -> +inf (t -> -inf) gives 0, u = -inf gives -inf.
  * A first-layer weight or bias beyond FLT_MAX / log2(e) (2.4e38) would
  * overflow to inf when scaled. */
-#define SGKC_MLP_U (-1.4426950408889634f)  /* -log2(e): on w1, b1 */
+#define SGKC_MLP_U (-SGKC_LOG2E)            /* -log2(e): on w1, b1 */
 #define SGKC_MLP_W2 (-0.6931471805599453f) /* -ln(2): on w2 */
 __device__ __forceinline__ float sgkc_silu_u(float u)
 {

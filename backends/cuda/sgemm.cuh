@@ -164,6 +164,10 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
             acc[i][j] = 0.0f;
 
     const int ty = tid / TX, tx = tid % TX;
+    /* This thread's outputs: row i (0..TM) of C, and 4-column chunk c
+     * (0..CN) as an offset in the block's tile. */
+    auto out_m = [&](int i) { return m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4); };
+    auto out_col = [&](int c) { return c * (BN / CN) + tx * 4; };
     const int ktiles = (K + BK - 1) / BK;
     const bool vout = full && a.vec_out;
     /* The residual is read before the main loop so that its latency hides
@@ -175,8 +179,7 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
             for (int i = 0; i < TM; i++)
 #pragma unroll
                 for (int c = 0; c < CN; c++)
-                    res[i][c] = sgkc_ld4(a.residual + (size_t)(m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4)) * Nc +
-                                         n0 + c * (BN / CN) + tx * 4);
+                    res[i][c] = sgkc_ld4(a.residual + (size_t)out_m(i) * Nc + n0 + out_col(c));
     }
     sgkc_grid_wait(); /* A may be the previous kernel's output */
     load_tile(0);
@@ -195,8 +198,7 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
                     *reinterpret_cast<const float4 *>(&As[cur][kk][c * (BM / CM) + ty * 4]);
 #pragma unroll
             for (int c = 0; c < CN; c++)
-                *reinterpret_cast<float4 *>(fb + 4 * c) =
-                    *reinterpret_cast<const float4 *>(&Bs[cur][kk][c * (BN / CN) + tx * 4]);
+                *reinterpret_cast<float4 *>(fb + 4 * c) = *reinterpret_cast<const float4 *>(&Bs[cur][kk][out_col(c)]);
 #pragma unroll
             for (int i = 0; i < TM; i++)
 #pragma unroll
@@ -213,12 +215,12 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
     /* Epilogue: a chunk of 4 columns is all-Q or all-not when vec (D % 4 == 0). */
 #pragma unroll
     for (int i = 0; i < TM; i++) {
-        const int64_t m = m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4);
+        const int64_t m = out_m(i);
         if (m >= M)
             continue;
 #pragma unroll
         for (int c = 0; c < CN; c++) {
-            const int n = n0 + c * (BN / CN) + tx * 4;
+            const int n = n0 + out_col(c);
             float v[4] = {acc[i][4 * c], acc[i][4 * c + 1], acc[i][4 * c + 2], acc[i][4 * c + 3]};
             if (vout) {
                 if (n < a.scale_cols)
