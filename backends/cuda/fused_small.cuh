@@ -264,6 +264,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * shared memory: every block of the cluster has started by then, and the
      * barrier's latency hides behind the loads below. */
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    /* The next call's kernel may be launched now: its blocks take SMs this
+     * grid leaves idle and wait (below) until this one has finished. */
+    sgkc_grid_trigger();
 
     extern __shared__ __align__(16) float smem[];
     constexpr bool FIX = SN > 0;
@@ -289,6 +292,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 
     /* ---- 0. every load at once ---- */
     unsigned long long *bar = reinterpret_cast<unsigned long long *>(smem + L.mb);
+    sgkc_grid_wait(); /* the inputs may be the previous kernel's output */
     if (tid == 0) {
         /* gamma, beta, the Q/K/V slice and the MLP weights in one copy */
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sgkc_smem_addr(bar)) : "memory");

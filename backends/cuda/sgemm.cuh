@@ -53,6 +53,13 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
     const int64_t M = a.M;
     const bool full = a.vec && m0 + BM <= M && n0 + BN <= Nc && K % BK == 0;
 
+    /* Launched after another kernel (sgkc_grid_wait): the LayerNorm
+     * instance is a call's first kernel, so its A (the caller's nodes) may
+     * be what the kernel before it wrote; the output projection's A is the
+     * attention's ctx, while its residual rows (the nodes again) were
+     * complete before the call's first kernel passed its wait. */
+    if constexpr (LN)
+        sgkc_grid_wait();
     if constexpr (LN) {
         const int warp = tid >> 5, lane = tid & 31;
         constexpr int RPW = BM / (NT / 32); /* rows per warp */
@@ -181,7 +188,8 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
                 for (int c = 0; c < CN; c++)
                     res[i][c] = sgkc_ld4(a.residual + (size_t)out_m(i) * Nc + n0 + out_col(c));
     }
-    sgkc_grid_wait(); /* A may be the previous kernel's output */
+    if constexpr (!LN)
+        sgkc_grid_wait();
     load_tile(0);
     store_tile(0, 0);
     __syncthreads();

@@ -52,10 +52,11 @@ static bool gemm_fits(const sgkc_layer *L, int64_t M)
  * (programmatic dependent launch, Hopper): the kernel's blocks do their
  * independent setup and then wait for that kernel (sgkc_grid_wait), so
  * the launch and the setup hide behind its last blocks. Only kernels that
- * call sgkc_grid_wait before reading earlier output may be launched so. */
+ * call sgkc_grid_wait before touching memory an earlier kernel may write
+ * may be launched so. cluster > 0 launches in clusters of that many. */
 template <typename... KArgs, typename... Args>
 static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), dim3 grid, unsigned nt, size_t smem,
-                                cudaStream_t s, Args... args)
+                                cudaStream_t s, unsigned cluster, Args... args)
 {
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -63,14 +64,24 @@ static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), d
     cfg.blockDim = dim3(nt);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = L->cc_major >= 9 ? 1 : 0;
-#ifdef SGKC_NO_PDL /* dev A/B builds */
-    cfg.numAttrs = 0;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (cluster > 0) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster;
+        attr[n].val.clusterDim.y = 1;
+        attr[n].val.clusterDim.z = 1;
+        n++;
+    }
+#ifndef SGKC_NO_PDL /* dev A/B builds */
+    if (L->cc_major >= 9) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
 #endif
+    cfg.attrs = attr;
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
@@ -98,8 +109,7 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
      * and slower (dev/NOTES.md, run 17): 4x8 a thread in 128 threads and
      * 8x8 in 64, whose fewer warps an SM left shared-memory latency exposed. */
     const dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
-    sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, false, 3><<<grid, 256, 0, f->stream>>>(g);
-    return cudaGetLastError();
+    return launch_after(L, sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, false, 3>, grid, 256, 0, f->stream, 0, g);
 }
 
 /* out = nodes + ctx Wo^T */
@@ -120,7 +130,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     /* 32x64 tiles (4x4 a thread): Nc = D gives few column blocks, so shorter
      * row blocks put two or more blocks on each SM at mid and large. */
     const dim3 grid((unsigned)((g.M + 31) / 32), (unsigned)((g.Nc + 63) / 64));
-    return launch_after(L, sgkc_sgemm_kernel<32, 64, 16, 4, 4, false, true, 4>, grid, 128, 0, f->stream, g);
+    return launch_after(L, sgkc_sgemm_kernel<32, 64, 16, 4, 4, false, true, 4>, grid, 128, 0, f->stream, 0, g);
 }
 
 /* ------------------------------------------------------------------ */
@@ -252,7 +262,7 @@ template <int PCAP>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
                              cudaStream_t s)
 {
-    return launch_after(L, sgkc_attn_rows_kernel<PCAP>, dim3(blocks), SGKC_AR_NT, smem, s, a);
+    return launch_after(L, sgkc_attn_rows_kernel<PCAP>, dim3(blocks), SGKC_AR_NT, smem, s, 0, a);
 }
 
 template <int PCAP, int HMAX>
@@ -377,24 +387,11 @@ static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t)
 }
 
 template <int PCAP, int HMAX, int... SHAPE>
-static cudaError_t fused_go(const sgkc_fused_args &a, unsigned blocks, unsigned cluster, size_t smem,
-                            cudaStream_t s)
+static cudaError_t fused_go(const sgkc_layer *L, const sgkc_fused_args &a, unsigned blocks, unsigned cluster,
+                            size_t smem, cudaStream_t s)
 {
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(blocks);
-    cfg.blockDim = dim3(SGKC_FS_NT);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    SGKC_RETURN_IF(cudaLaunchKernelEx(&cfg, sgkc_fused_small_kernel<PCAP, HMAX, SHAPE...>, a));
-    return cudaGetLastError();
+    return launch_after(L, sgkc_fused_small_kernel<PCAP, HMAX, SHAPE...>, dim3(blocks), SGKC_FS_NT, smem, s, cluster,
+                        a);
 }
 
 static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
@@ -422,14 +419,14 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     const unsigned blocks = (unsigned)(f->B * C);
     /* the seed preset's shape, compiled in (fused_small.cuh) */
     if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && c.Cr == 2)
-        return fused_go<16, 8, 24, 96, 4, 16, 4, 2>(a, blocks, C, c.smem, f->stream);
+        return fused_go<16, 8, 24, 96, 4, 16, 4, 2>(L, a, blocks, C, c.smem, f->stream);
     switch (c.pcap * 100 + c.hmax) {
-    case 1608: return fused_go<16, 8>(a, blocks, C, c.smem, f->stream);
-    case 1616: return fused_go<16, 16>(a, blocks, C, c.smem, f->stream);
-    case 3208: return fused_go<32, 8>(a, blocks, C, c.smem, f->stream);
-    case 3216: return fused_go<32, 16>(a, blocks, C, c.smem, f->stream);
-    case 6408: return fused_go<64, 8>(a, blocks, C, c.smem, f->stream);
-    default: return fused_go<64, 16>(a, blocks, C, c.smem, f->stream);
+    case 1608: return fused_go<16, 8>(L, a, blocks, C, c.smem, f->stream);
+    case 1616: return fused_go<16, 16>(L, a, blocks, C, c.smem, f->stream);
+    case 3208: return fused_go<32, 8>(L, a, blocks, C, c.smem, f->stream);
+    case 3216: return fused_go<32, 16>(L, a, blocks, C, c.smem, f->stream);
+    case 6408: return fused_go<64, 8>(L, a, blocks, C, c.smem, f->stream);
+    default: return fused_go<64, 16>(L, a, blocks, C, c.smem, f->stream);
     }
 }
 
