@@ -58,9 +58,8 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
      * be what the kernel before it wrote; the output projection's A is the
      * attention's ctx, while its residual rows (the nodes again) were
      * complete before the call's first kernel passed its wait. */
-    if constexpr (LN)
-        sgkc_grid_wait();
     if constexpr (LN) {
+        sgkc_grid_wait();
         const int warp = tid >> 5, lane = tid & 31;
         constexpr int RPW = BM / (NT / 32); /* rows per warp */
         constexpr int SR = 4;               /* rows whose loads are in flight at once */
