@@ -169,7 +169,19 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
         for (int j = 0; j < TN; j++)
             acc[i][j] = 0.0f;
 
-    const int ty = tid / TX, tx = tid % TX;
+    /* A warp holds 8 x 4 of the thread grid (tx, ty), lane bits 1-3 giving
+     * tx and bits 0 and 4 giving ty. A k step's fragment loads are then
+     * 64 bytes of A and 128 bytes of B a warp, and the lanes that share an
+     * address come in the pairs the shared-memory pipe returns at twice
+     * the rate (lane n and n ^ 2 read the same A, n and n ^ 1 the same B).
+     * Row-major over the grid (16 threads a row) a warp read 2 A and 16 B
+     * chunks, B at the single rate, and the GEMMs were bound by that pipe
+     * (MIO Throttle and Short Scoreboard the top stalls, dev/NOTES.md). */
+    constexpr int WX = 8, WY = 4;
+    static_assert(TX % WX == 0 && (NT / TX) % WY == 0, "whole warps of 8 x 4 threads");
+    const int wid = tid >> 5, wl = tid & 31;
+    const int tx = (wid % (TX / WX)) * WX + ((wl >> 1) & 7);
+    const int ty = (wid / (TX / WX)) * WY + ((wl & 1) | (wl >> 4) << 1);
     /* This thread's outputs: row i (0..TM) of C, and 4-column chunk c
      * (0..CN) as an offset in the block's tile. */
     auto out_m = [&](int i) { return m0 + (i / 4) * (BM / CM) + ty * 4 + (i % 4); };
