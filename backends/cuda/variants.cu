@@ -85,6 +85,23 @@ static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), d
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/* A GEMM's grid and block follow from its tile: BM x BN outputs a block,
+ * TM x TN a thread. The two projections' tiles can be overridden for dev
+ * A/B builds (dev/NOTES.md: -DSGKC_QKV_TILE=BM,BN,BK,TM,TN,MINB). */
+#ifndef SGKC_QKV_TILE
+#define SGKC_QKV_TILE 64, 64, 16, 4, 4, 3
+#endif
+#ifndef SGKC_OUT_TILE
+#define SGKC_OUT_TILE 32, 64, 16, 4, 4, 4
+#endif
+template <bool LN, bool RES, int BM, int BN, int BK, int TM, int TN, int MINB>
+static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+{
+    const dim3 grid((unsigned)((g.M + BM - 1) / BM), (unsigned)((g.Nc + BN - 1) / BN));
+    return launch_after(L, sgkc_sgemm_kernel<BM, BN, BK, TM, TN, LN, RES, MINB>, grid, (BM / TM) * (BN / TN), 0, s,
+                        0, g);
+}
+
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
 static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
 {
@@ -108,8 +125,7 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
      * that three blocks share an SM: mid's 384 blocks fill one wave. Tried
      * and slower (dev/NOTES.md, run 17): 4x8 a thread in 128 threads and
      * 8x8 in 64, whose fewer warps an SM left shared-memory latency exposed. */
-    const dim3 grid((unsigned)((g.M + 63) / 64), (unsigned)((g.Nc + 63) / 64));
-    return launch_after(L, sgkc_sgemm_kernel<64, 64, 16, 4, 4, true, false, 3>, grid, 256, 0, f->stream, 0, g);
+    return launch_gemm<true, false, SGKC_QKV_TILE>(L, f->stream, g);
 }
 
 /* out = nodes + ctx Wo^T */
@@ -129,8 +145,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.vec_out = g.vec && sgkc_aligned16(f->out) && sgkc_aligned16(f->nodes);
     /* 32x64 tiles (4x4 a thread): Nc = D gives few column blocks, so shorter
      * row blocks put two or more blocks on each SM at mid and large. */
-    const dim3 grid((unsigned)((g.M + 31) / 32), (unsigned)((g.Nc + 63) / 64));
-    return launch_after(L, sgkc_sgemm_kernel<32, 64, 16, 4, 4, false, true, 4>, grid, 128, 0, f->stream, 0, g);
+    return launch_gemm<false, true, SGKC_OUT_TILE>(L, f->stream, g);
 }
 
 /* ------------------------------------------------------------------ */
