@@ -18,6 +18,9 @@ const sgkt_case sgkt_cases[] = {
     {"n1_masked", 2, 1, 16, 2, 4, SGKT_MASK_ALL_ZERO, 0.0, SGK_MASK_U8, 0},
     {"n2", 3, 2, 8, 2, 3, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
     {"batch_64", 64, 3, 16, 2, 2, SGKT_MASK_RANDOM, 0.6, SGK_MASK_U8, 0},
+    /* 18000 rows: enough for CUDA's wide Q/K/V GEMM tiles (two blocks an
+     * SM on up to 140 SMs) in a quick run under compute-sanitizer */
+    {"batch_18000_n1", 18000, 1, 16, 2, 2, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
     {"n300", 1, 300, 64, 4, 8, SGKT_MASK_RANDOM, 0.3, SGK_MASK_F32, 0},
     {"n1000", 1, 1000, 32, 2, 4, SGKT_MASK_RANDOM, 0.1, SGK_MASK_U8, 0},
     {"n4096", 1, 4096, 8, 2, 2, SGKT_MASK_RANDOM, 0.02, SGK_MASK_U8, 0},

@@ -86,14 +86,7 @@ static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), d
 }
 
 /* A GEMM's grid and block follow from its tile: BM x BN outputs a block,
- * TM x TN a thread. The two projections' tiles can be overridden for dev
- * A/B builds (dev/NOTES.md: -DSGKC_QKV_TILE=BM,BN,BK,TM,TN,MINB). */
-#ifndef SGKC_QKV_TILE
-#define SGKC_QKV_TILE 64, 64, 16, 4, 4, 3
-#endif
-#ifndef SGKC_OUT_TILE
-#define SGKC_OUT_TILE 32, 64, 16, 4, 4, 4
-#endif
+ * TM x TN a thread. */
 template <bool LN, bool RES, int BM, int BN, int BK, int TM, int TN, int MINB>
 static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
@@ -121,11 +114,17 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
     g.vec_out = g.vec; /* qkv is workspace */
-    /* 64x64 tiles of 256 threads (4x4 a thread), registers held to 80 so
-     * that three blocks share an SM: mid's 384 blocks fill one wave. Tried
-     * and slower (dev/NOTES.md, run 17): 4x8 a thread in 128 threads and
-     * 8x8 in 64, whose fewer warps an SM left shared-memory latency exposed. */
-    return launch_gemm<true, false, SGKC_QKV_TILE>(L, f->stream, g);
+    /* 64x128 tiles of 8x8 a thread (128 threads, 168 registers, three
+     * blocks an SM) wherever they give every SM two blocks or more: each
+     * 16-byte shared-memory load then feeds 16 FMAs, not 8 (large 375.8 -> 367.2 us,
+     * xl 696.1 -> 687.1). Otherwise 64x64 tiles of 4x4 (256 threads, 80
+     * registers, three blocks an SM): mid's 2048 rows make only 192 of the
+     * larger tiles for 396 block slots, and ran 98.0 us against 72.5 (dev/
+     * NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
+    const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
+    if (wide >= 2 * (int64_t)L->sm_count)
+        return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, f->stream, g);
+    return launch_gemm<true, false, 64, 64, 16, 4, 4, 3>(L, f->stream, g);
 }
 
 /* out = nodes + ctx Wo^T */
@@ -144,8 +143,9 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.vec = D % 4 == 0;
     g.vec_out = g.vec && sgkc_aligned16(f->out) && sgkc_aligned16(f->nodes);
     /* 32x64 tiles (4x4 a thread): Nc = D gives few column blocks, so shorter
-     * row blocks put two or more blocks on each SM at mid and large. */
-    return launch_gemm<false, true, SGKC_OUT_TILE>(L, f->stream, g);
+     * row blocks put two or more blocks on each SM at mid and large (32x32
+     * and 8x4 a thread were slower at every preset: run 33). */
+    return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, f->stream, g);
 }
 
 /* ------------------------------------------------------------------ */
