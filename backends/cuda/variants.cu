@@ -116,11 +116,11 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.vec_out = g.vec; /* qkv is workspace */
     /* 64x128 tiles of 8x8 a thread (128 threads, 168 registers, three
      * blocks an SM) wherever they give every SM two blocks or more: each
-     * 16-byte shared-memory load then feeds 16 FMAs, not 8 (large 375.8 -> 367.2 us,
-     * xl 696.1 -> 687.1). Otherwise 64x64 tiles of 4x4 (256 threads, 80
-     * registers, three blocks an SM): mid's 2048 rows make only 192 of the
-     * larger tiles for 396 block slots, and ran 98.0 us against 72.5 (dev/
-     * NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
+     * 16-byte shared-memory load then feeds 16 FMAs, not 8 (large 375.8 ->
+     * 367.2 us, xl 696.1 -> 687.1). Otherwise 64x64 tiles of 4x4 (256
+     * threads, 80 registers, three blocks an SM): mid's 2048 rows make only
+     * 192 of the larger tiles for 396 block slots, and ran 98.0 us against
+     * 72.5 (dev/NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
         return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, f->stream, g);
