@@ -33,6 +33,9 @@ struct sgkc_layer {
     int sm_count;
     int cc_major, cc_minor;
     size_t smem_optin; /* largest dynamic shared memory a block may opt in to */
+    /* fused-small clusters of 16 blocks (one an SM) that run at once; 0
+     * where the device does not allow clusters past the portable 8 */
+    int clusters16;
 };
 
 struct sgkc_fwd {

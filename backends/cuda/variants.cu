@@ -371,9 +371,14 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     if (N > 128 || !L->fs_img)
         return false;
     c->Ch = fused_heads(L->D, L->H);
-    /* More row slices while the grid is under two blocks per SM. */
+    /* More row slices while the grid is under two blocks per SM, in
+     * clusters of up to 8 blocks, or 16 where every batch entry's cluster
+     * of 16 runs at once: the chain of phases is the time, and each block
+     * then holds fewer rows (seed: 16.6k cycles against 18.1k a block,
+     * dev/NOTES.md, run 10). */
+    const int cmax = B <= L->clusters16 ? 16 : 8;
     c->Cr = 1;
-    while (c->Ch * c->Cr * 2 <= 8 && B * c->Ch * c->Cr * 2 <= 2 * (int64_t)L->sm_count &&
+    while (c->Ch * c->Cr * 2 <= cmax && B * c->Ch * c->Cr * 2 <= 2 * (int64_t)L->sm_count &&
            N >= 8 * c->Cr)
         c->Cr *= 2;
     const int C = c->Ch * c->Cr;
@@ -433,6 +438,8 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     const unsigned C = (unsigned)(c.Ch * c.Cr);
     const unsigned blocks = (unsigned)(f->B * C);
     /* the seed preset's shape, compiled in (fused_small.cuh) */
+    if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && c.Cr == 4)
+        return fused_go<16, 8, 24, 96, 4, 16, 4, 4>(L, a, blocks, C, c.smem, f->stream);
     if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && c.Cr == 2)
         return fused_go<16, 8, 24, 96, 4, 16, 4, 2>(L, a, blocks, C, c.smem, f->stream);
     switch (c.pcap * 100 + c.hmax) {
@@ -474,10 +481,51 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
         (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,
         (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 2>,
+        (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 4>,
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         SGKC_RETURN_IF(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     return sgkc_generic_prepare(limit);
+}
+
+/* How many clusters of 16 fused-small blocks the device runs at once (one
+ * block an SM: the H200's GPCs hold 7), after allowing every fused-small
+ * instance clusters past the portable 8. 0 before Hopper, or where the
+ * device refuses: the plan then keeps to clusters of 8. */
+static int fused_clusters16(const sgkc_layer *L)
+{
+    if (L->cc_major < 9)
+        return 0;
+    const void *fns[] = {
+        (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
+        (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
+        (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,
+        (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 2>,
+        (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 4>,
+    };
+    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
+        if (cudaFuncSetAttribute(fns[i], cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;
+        }
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(16);
+    cfg.blockDim = dim3(SGKC_FS_NT);
+    cfg.dynamicSmemBytes = L->smem_optin; /* one block an SM, whatever N */
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 16;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, (const void *)sgkc_fused_small_kernel<16, 8>, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
 }
 
 /* Head group hg's images for fused-small: img is the kernel's shared
@@ -542,6 +590,7 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->cc_minor = prop.minor;
     L->smem_optin = prop.sharedMemPerBlockOptin;
     SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
+    L->clusters16 = fused_clusters16(L);
 
     const size_t d = (size_t)D;
     const size_t o_gamma = 0, o_beta = o_gamma + up64(d), o_qkv = o_beta + up64(d);
