@@ -4,7 +4,9 @@
  * Usage: test_conformance BACKEND (or SGK_TEST_BACKEND); SGK_TEST_SKIP_THREADS=1
  * leaves out the concurrent-callers test; SGK_TEST_DEVICE adds
  * a device besides 0; SGK_TEST_SEED changes the base seed; SGK_TEST_XL=1 adds
- * the xl preset. Exits 77 when the backend cannot run here. */
+ * the xl preset; SGK_TEST_FILTER runs only the tests whose names match its
+ * pattern (CMocka's: * and ?), for example mask_* under a slow sanitizer.
+ * Exits 77 when the backend cannot run here. */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -401,6 +403,9 @@ int main(int argc, char **argv)
     tests[n++] = conc;
     tests[n++] = sum;
 
+    const char *filter = getenv("SGK_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     int devices[2], n_dev = sgkt_test_devices(devices), failed = 0;
     for (int d = 0; d < n_dev; d++) {
         device = devices[d];
