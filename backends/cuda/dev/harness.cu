@@ -4,6 +4,7 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp -I.. harness.cu ../variants.cu -o harness -lgomp
  *   ./harness validate          all edge cases, every variant that supports each
  *   ./harness bench [preset..]  seed mid large xl: stream and graph timings
+ *                               (SGKC_VARIANT=tiled times that variant alone)
  *   ./harness sanitize          a few small cases, one call each (for compute-sanitizer)
  *
  * Versions: v1 = general, v2 = tiled, v3 = fused-small (the variant table of
@@ -415,9 +416,13 @@ static void bench(const Shape &s)
     /* SGKC_FORCE=1 also times variants whose supports() declines the shape
      * by policy (fused-small past one wave), when their launch can run it. */
     const bool force = getenv("SGKC_FORCE") && atoi(getenv("SGKC_FORCE"));
+    /* SGKC_VARIANT=name times that variant alone (A/B calls on a budget). */
+    const char *only = getenv("SGKC_VARIANT");
     for (int v = 0; v < sgkc_variant_count; v++) {
         const sgkc_variant &var = sgkc_variants[v];
         const int vnum = v == 0 ? 3 : v == 1 ? 2 : 1;
+        if (only && *only && strcmp(only, var.name) != 0)
+            continue;
         const bool sup = var.supports(&L, s.B, s.N);
         if (!sup && !force) {
             printf("  v%d %-12s unsupported\n", vnum, var.name);
