@@ -465,6 +465,16 @@ const int sgkc_variant_count = (int)(sizeof sgkc_variants / sizeof sgkc_variants
 
 /* Lets every kernel that may take more than 48 KB of dynamic shared memory
  * use up to the device's opt-in limit. */
+/* Every fused-small instance: their shared memory limit and their
+ * cluster size are raised together. */
+static const void *const fused_fns[] = {
+    (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
+    (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
+    (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,
+    (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 2>,
+    (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 4>,
+};
+
 static cudaError_t raise_smem_limits(int limit)
 {
     const void *fns[] = {
@@ -477,14 +487,11 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
         (const void *)sgkc_attn_rows_kernel<16>, (const void *)sgkc_attn_rows_kernel<32>,
-        (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
-        (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
-        (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,
-        (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 2>,
-        (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 4>,
     };
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
         SGKC_RETURN_IF(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    for (size_t i = 0; i < sizeof fused_fns / sizeof fused_fns[0]; i++)
+        SGKC_RETURN_IF(cudaFuncSetAttribute(fused_fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     return sgkc_generic_prepare(limit);
 }
 
@@ -496,15 +503,8 @@ static int fused_clusters16(const sgkc_layer *L)
 {
     if (L->cc_major < 9)
         return 0;
-    const void *fns[] = {
-        (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
-        (const void *)sgkc_fused_small_kernel<32, 8>, (const void *)sgkc_fused_small_kernel<32, 16>,
-        (const void *)sgkc_fused_small_kernel<64, 8>, (const void *)sgkc_fused_small_kernel<64, 16>,
-        (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 2>,
-        (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 4>,
-    };
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
-        if (cudaFuncSetAttribute(fns[i], cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
+    for (size_t i = 0; i < sizeof fused_fns / sizeof fused_fns[0]; i++)
+        if (cudaFuncSetAttribute(fused_fns[i], cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
             (void)cudaGetLastError();
             return 0;
         }
