@@ -48,6 +48,18 @@ static bool gemm_fits(const sgkc_layer *L, int64_t M)
     return (M + 31) / 32 <= INT_MAX && (3 * (int64_t)L->D + 63) / 64 <= 65535;
 }
 
+/* A launch attribute grouping the grid's blocks in clusters of n along x. */
+static cudaLaunchAttribute cluster_attr(unsigned n)
+{
+    cudaLaunchAttribute a;
+    memset(&a, 0, sizeof a);
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = n;
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+    return a;
+}
+
 /* A launch that may begin while the kernel before it on the stream ends
  * (programmatic dependent launch, Hopper): the kernel's blocks do their
  * independent setup and then wait for that kernel (sgkc_grid_wait), so
@@ -66,13 +78,8 @@ static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), d
     cfg.stream = s;
     cudaLaunchAttribute attr[2];
     unsigned n = 0;
-    if (cluster > 0) {
-        attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = cluster;
-        attr[n].val.clusterDim.y = 1;
-        attr[n].val.clusterDim.z = 1;
-        n++;
-    }
+    if (cluster > 0)
+        attr[n++] = cluster_attr(cluster);
 #ifndef SGKC_NO_PDL /* dev A/B builds */
     if (L->cc_major >= 9) {
         attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -463,8 +470,6 @@ const sgkc_variant sgkc_variants[] = {
 };
 const int sgkc_variant_count = (int)(sizeof sgkc_variants / sizeof sgkc_variants[0]);
 
-/* Lets every kernel that may take more than 48 KB of dynamic shared memory
- * use up to the device's opt-in limit. */
 /* Every fused-small instance: their shared memory limit and their
  * cluster size are raised together. */
 static const void *const fused_fns[] = {
@@ -475,6 +480,8 @@ static const void *const fused_fns[] = {
     (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 4>,
 };
 
+/* Lets every kernel that may take more than 48 KB of dynamic shared memory
+ * use up to the device's opt-in limit. */
 static cudaError_t raise_smem_limits(int limit)
 {
     const void *fns[] = {
@@ -513,11 +520,7 @@ static int fused_clusters16(const sgkc_layer *L)
     cfg.gridDim = dim3(16);
     cfg.blockDim = dim3(SGKC_FS_NT);
     cfg.dynamicSmemBytes = L->smem_optin; /* one block an SM, whatever N */
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 16;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
+    cudaLaunchAttribute attr = cluster_attr(16);
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int n = 0;
