@@ -345,18 +345,18 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     for (int r = warp; r < nr; r += NT / 32) {
         const float *row = Ns + r * L.ldx;
         float s = 0.0f;
-#pragma unroll 1
+#pragma unroll(FIX ? 8 : 1)
         for (int k = lane; k < D; k += 32)
             s += row[k];
         const float mean = sgkc_warp_sum(s) / (float)D;
         float v = 0.0f;
-#pragma unroll 1
+#pragma unroll(FIX ? 8 : 1)
         for (int k = lane; k < D; k += 32) {
             const float t = row[k] - mean;
             v = fmaf(t, t, v);
         }
         const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
-#pragma unroll 1
+#pragma unroll(FIX ? 8 : 1)
         for (int k = lane; k < D; k += 32)
             Xs[r * L.ldx + k] = fmaf((row[k] - mean) * rstd, Gs[k], Gs[D + k]);
     }
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         for (int h = 0; h < HMAX; h++)
             acc[h] = 0.0f;
         if (edge) {
-#pragma unroll 1
+#pragma unroll(FIX ? 4 : 1)
             for (int p = s; p < P; p += S) {
                 const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * (PCAP + 4));
                 float pa[4] = {b1s[p], 0.0f, 0.0f, 0.0f};
@@ -471,7 +471,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             float s0 = 0.0f, s1 = 0.0f;
             if ((hd & 3) == 0) {
                 int d = 0;
-#pragma unroll 1
+#pragma unroll(FIX ? 8 : 1)
                 for (; d + 8 <= hd; d += 8) {
                     sgkc_fma4(s0, *reinterpret_cast<const float4 *>(q + d), *reinterpret_cast<const float4 *>(kr + d));
                     sgkc_fma4(s1, *reinterpret_cast<const float4 *>(q + d + 4),
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             const float *vcol = Vs + hl * hd + d;
             float o0 = 0.0f, o1 = 0.0f;
             int j = 0;
-#pragma unroll 1
+#pragma unroll(FIX ? 16 : 1)
             for (; j + 2 <= N; j += 2) {
                 o0 = sgkc_pv<true>(ps[j], vcol[(size_t)j * L.ldh], o0);
                 o1 = sgkc_pv<true>(ps[j + 1], vcol[(size_t)(j + 1) * L.ldh], o1);
