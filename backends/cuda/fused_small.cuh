@@ -115,31 +115,43 @@ __device__ __forceinline__ unsigned sgkc_smem_addr(const void *p)
 {
     return (unsigned)__cvta_generic_to_shared(p);
 }
-__device__ __forceinline__ void sgkc_bulk_load(void *dst, const void *src, unsigned bytes, unsigned long long *bar)
+/* This thread's arrival on bar, which then also waits for `bytes` more. */
+__device__ __forceinline__ void sgkc_mbar_expect(unsigned long long *bar, unsigned bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sgkc_smem_addr(bar)), "r"(bytes)
                  : "memory");
+}
+__device__ __forceinline__ void sgkc_bulk_load(void *dst, const void *src, unsigned bytes, unsigned long long *bar)
+{
+    sgkc_mbar_expect(bar, bytes);
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                      sgkc_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(sgkc_smem_addr(bar))
                  : "memory");
 }
+/* Waits for phase `parity` of bar. CLUSTER: other blocks' pushes count on
+ * bar (sgkc_push1/4), and acquire at cluster scope makes their data
+ * visible here; otherwise only this block's bulk copies do. */
+#define SGKC_TRY_WAIT(sem)                                                                             \
+    "{\n .reg .pred p;\n mbarrier.try_wait.parity" sem ".shared::cta.b64 p, [%1], %2;\n"               \
+    " selp.u32 %0, 1, 0, p;\n}\n"
+template <bool CLUSTER = false>
 __device__ __forceinline__ void sgkc_mbar_wait(unsigned long long *bar, unsigned parity)
 {
     unsigned done = 0;
     do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(sgkc_smem_addr(bar)), "r"(parity)
-                     : "memory");
+        if constexpr (CLUSTER)
+            asm volatile(SGKC_TRY_WAIT(".acquire.cluster") : "=r"(done) : "r"(sgkc_smem_addr(bar)), "r"(parity) : "memory");
+        else
+            asm volatile(SGKC_TRY_WAIT("") : "=r"(done) : "r"(sgkc_smem_addr(bar)), "r"(parity) : "memory");
     } while (!done);
 }
+#undef SGKC_TRY_WAIT
 
 /* Pushes into another block's shared memory (its rank in the cluster):
  * st.async lands the value and counts its bytes on the receiver's own
  * mbarrier, so the receiver waits for exactly the data it needs
- * (sgkc_mbar_wait_cluster) instead of a cluster barrier, whose release
+ * (sgkc_mbar_wait<true>) instead of a cluster barrier, whose release
  * compiles to a GPU-scope fence that drains every outstanding remote store
  * (ncu at seed: the two cluster barriers were 3,300 of 15,600 cycles). */
 __device__ __forceinline__ unsigned sgkc_cluster_addr(const void *p, int rank)
@@ -162,19 +174,6 @@ __device__ __forceinline__ void sgkc_push4(const float *dst, float4 v, const uns
                  "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
                  "r"(__float_as_uint(v.w)), "r"(sgkc_cluster_addr(bar, rank))
                  : "memory");
-}
-/* Waits for phase `parity` of a barrier that other blocks' pushes count on:
- * acquire at cluster scope makes their data visible here. */
-__device__ __forceinline__ void sgkc_mbar_wait_cluster(unsigned long long *bar, unsigned parity)
-{
-    unsigned done = 0;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(sgkc_smem_addr(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
 }
 
 /* One GEMM of the kernel, C(M x ncols) = A(M x K) W(K x ncols), both in
@@ -335,12 +334,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 #pragma unroll
         for (int i = 0; i < 3; i++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sgkc_smem_addr(bar + i)) : "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sgkc_smem_addr(kvb)),
-                     "r"(kv_bytes)
-                     : "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sgkc_smem_addr(ctxb)),
-                     "r"(ctx_bytes)
-                     : "memory");
+        sgkc_mbar_expect(kvb, kv_bytes);
+        sgkc_mbar_expect(ctxb, ctx_bytes);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     /* Arrive now, wait just before the first push into another block:
@@ -512,7 +507,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         sgkc_bulk_load(Wc, a.wo + (size_t)hg * D * L.ldw, (unsigned)((size_t)D * L.ldw * sizeof(float)), bar);
     }
-    sgkc_mbar_wait_cluster(kvb, 0); /* this block's biases, K and V rows have landed */
+    sgkc_mbar_wait<true>(kvb, 0); /* this block's biases, K and V rows have landed */
     SGKC_TL(7);
 
     /* ---- 4. one warp per (head, row): scores, softmax, ctx ---- */
@@ -578,7 +573,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         __syncwarp(); /* ps is rewritten by the next task */
     }
     SGKC_TL(8);
-    sgkc_mbar_wait_cluster(ctxb, 0); /* this block's ctx rows have landed */
+    sgkc_mbar_wait<true>(ctxb, 0); /* this block's ctx rows have landed */
     sgkc_mbar_wait(bar, 1);          /* Wo's slice staged */
     SGKC_TL(9);
 
