@@ -184,6 +184,7 @@ __device__ __forceinline__ void sgkc_push4(const float *dst, float4 v, const uns
 struct sgkc_fs_gemm_job {
     const float *A, *W;
     int lda, ldw, M, K, ncols;
+    int mvalid; /* rows of A that hold data and of C that are stored (<= M) */
     int qkv;
     float *Qs, *Ks, *Vs;
     const unsigned long long *kvbar; /* K/V pushes count on it (every receiver's copy) */
@@ -194,15 +195,20 @@ struct sgkc_fs_gemm_job {
     int ldres, ldo;
 };
 
-/* A thread owns 4 rows x 4 columns (4 of A's float4 and 4 of W's per 16
- * FMAs: shared-memory bandwidth, not FMA, is what such small GEMMs run
+/* A thread owns TM rows x 4 columns (TM of A's float4 and 4 of W's per
+ * 4 TM FMAs: shared-memory bandwidth, not FMA, is what such small GEMMs run
  * into). When those tiles are fewer than threads, each tile's K is split
  * over ks lanes (interleaved by 4) and summed by shuffles, which also cuts
- * the dependent FMA chain by ks. */
+ * the dependent FMA chain by ks.
+ *
+ * FIX: the caller's M, K, ncols, lda and ldw are compile-time constants
+ * (the kernel's compiled-in shapes), so the split, the tile map and the
+ * loops fold and unroll; rows past mvalid are computed from row
+ * mvalid - 1 and not stored. */
+template <bool FIX = false, int TM = 4>
 __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters */
-    constexpr int TM = 4;
     const int ncg = j.ncols / 4, ntiles = ((j.M + TM - 1) / TM) * ncg, K4 = j.K / 4;
     int lks = 0; /* log2 ks; each lane keeps at least 2 steps of 4 */
     while (lks < 3 && (ntiles << (lks + 1)) <= SGKC_FS_NT && K4 >= (4 << lks))
@@ -223,7 +229,7 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
         const float *arow[TM];
 #pragma unroll
         for (int i = 0; i < TM; i++)
-            arow[i] = j.A + (size_t)min(rt * TM + i, j.M - 1) * j.lda;
+            arow[i] = j.A + (size_t)min(rt * TM + i, j.mvalid - 1) * j.lda;
         const float *wcol = j.W + c;
         float acc[TM][4];
 #pragma unroll
@@ -231,8 +237,15 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 #pragma unroll
             for (int u = 0; u < 4; u++)
                 acc[i][u] = 0.0f;
-#pragma unroll 1
-        for (int k4 = active ? s : K4; k4 < K4; k4 += 1 << lks) {
+        /* Under FIX every lane runs the same steps (an idle tile repeats
+         * the last one and is not stored), so the loop unrolls; otherwise
+         * idle tiles skip it. */
+        const int nsteps = FIX || active ? (K4 + (1 << lks) - 1) >> lks : 0;
+#pragma unroll(FIX ? 8 : 1)
+        for (int it = 0; it < nsteps; it++) {
+            const int k4 = s + (it << lks);
+            if (K4 % (1 << lks) != 0 && k4 >= K4)
+                break;
             float4 bv[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
@@ -250,7 +263,7 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
                 }
             }
         }
-#pragma unroll 1
+#pragma unroll(FIX ? 5 : 1)
         for (int o = tpw; o < 32; o <<= 1)
 #pragma unroll
             for (int i = 0; i < TM; i++)
@@ -262,7 +275,7 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 #pragma unroll
         for (int i = 0; i < TM; i++) {
             const int r = rt * TM + i;
-            if (r >= j.M)
+            if (r >= j.mvalid)
                 break;
             float4 v = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
             if (j.qkv) {
@@ -272,7 +285,7 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
                     *reinterpret_cast<float4 *>(j.Qs + r * j.ldh + cc) = v;
                 } else {
                     const float *dst = (seg == 1 ? j.Ks : j.Vs) + (size_t)(j.r0 + r) * j.ldh + cc;
-#pragma unroll 1
+#pragma unroll(FIX ? 16 : 1)
                     for (int q = 0; q < j.Cr; q++)
                         sgkc_push4(dst, v, j.kvbar, j.hg * j.Cr + q);
                 }
@@ -480,7 +493,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     job.lda = L.ldx;
     job.W = Wc;
     job.ldw = L.ldw;
-    job.M = nr;
+    /* the compiled-in shapes compute whole slices of rows_r rows */
+    job.M = FIX ? rows_r : nr;
+    job.mvalid = nr;
     job.K = D;
     job.ncols = 3 * hs;
     job.qkv = 1;
@@ -498,8 +513,11 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     job.res = Ns + hg * hs;
     job.ldres = L.ldx;
     job.ldo = D;
+    /* 2-row tiles where rows_r is even but not a multiple of 4 (seed: 6) */
+    constexpr int FROWS = FIX ? (SN + SCR - 1) / (SCR > 0 ? SCR : 1) : 0;
+    constexpr int FTM = FIX && FROWS % 4 != 0 && FROWS % 2 == 0 ? 2 : 4;
     if (nr > 0)
-        sgkc_fs_gemm(job);
+        sgkc_fs_gemm<FIX, FTM>(job);
     __syncthreads(); /* Wc free: bring in Wo's slice while attention runs */
     SGKC_TL(6);
     if (tid == 0) {
@@ -582,7 +600,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     job.ncols = hs;
     job.qkv = 0;
     if (nr > 0)
-        sgkc_fs_gemm(job);
+        sgkc_fs_gemm<FIX, FTM>(job);
     SGKC_TL(10);
 #endif
 }
