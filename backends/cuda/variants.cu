@@ -444,6 +444,12 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     a.nvec = sgkc_aligned16(f->nodes);
     const unsigned C = (unsigned)(c.Ch * c.Cr);
     const unsigned blocks = (unsigned)(f->B * C);
+    /* One block an SM, as the cluster plan assumes: a block small enough
+     * to pair up (64 registers, 46 KB at seed) lets the scheduler put two
+     * blocks of a cluster, or this call's blocks and the next call's
+     * waiting ones, on one SM. Asking for over half the SM's shared
+     * memory rules that out. */
+    c.smem = c.smem > L->smem_optin / 2 ? c.smem : L->smem_optin / 2 + 16;
     /* the seed preset's shape, compiled in (fused_small.cuh) */
     if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && c.Cr == 4)
         return fused_go<16, 8, 24, 96, 4, 16, 4, 4>(L, a, blocks, C, c.smem, f->stream);
