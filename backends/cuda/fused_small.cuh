@@ -560,6 +560,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             mx = fmaxf(mx, sc);
         }
         mx = sgkc_warp_max(mx);
+        SGKC_TL(11);
         const float m_use = mx == SGKC_NEG_INF ? 0.0f : mx;
         float l = 0.0f;
 #pragma unroll 1
@@ -569,6 +570,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             l += e;
         }
         l = sgkc_warp_sum(l);
+        SGKC_TL(12);
         const float inv = l == 0.0f ? 0.0f : 1.0f / l;
         __syncwarp();
 #pragma unroll 1
@@ -588,6 +590,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             for (int g = 0; g < Ch; g++)
                 sgkc_push1(Cs + il * L.ldx + hg * hs + hl * hd + d, o, ctxb, g * Cr + rg);
         }
+        SGKC_TL(13);
         __syncwarp(); /* ps is rewritten by the next task */
     }
     SGKC_TL(8);

@@ -739,6 +739,15 @@ int main(int argc, char **argv)
                     printf(" %6lld", (long long)(tl[b * 16 + k] - tl[b * 16 + k - 1]));
                 printf("  total %lld\n", (long long)(tl[b * 16 + 10] - tl[b * 16]));
             }
+            /* thread 0's last attention task (warp 0's), inside phase 8 */
+            printf("  block  phase 8 of its last task: Q.K and max, exp and sum, P.V and ctx push, after\n");
+            for (int b : {0, 1, 7, 8, 15, nb - 1}) {
+                printf("  %5d          ", b);
+                const int ks[5] = {7, 11, 12, 13, 8};
+                for (int k = 1; k < 5; k++)
+                    printf(" %6lld", tl[b * 16 + ks[k]] ? (long long)(tl[b * 16 + ks[k]] - tl[b * 16 + ks[k - 1]]) : -1ll);
+                printf("\n");
+            }
         }
         return 0;
     }
