@@ -41,12 +41,18 @@ fi
 if [[ " $STEPS " == *" timeline "* ]]; then
   $NVCC $F -DSGKC_TIMELINE -c ../variants.cu -o /tmp/sgkc_vt.o 2> "$O/build_vt.txt" &
   $NVCC $F -DSGKC_TIMELINE -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_ht.o 2> "$O/build_ht.txt" &
+  # with ab, a timeline build of each AB_SRC folder too
+  [[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do
+    src=${ABSRC[$i]:-..}; [[ $src = /* || $src = .. ]] || src=$ROOT/$src
+    $NVCC $F ${ABS[$i]} -DSGKC_TIMELINE -c "$src/variants.cu" -o /tmp/sgkc_vt$i.o 2> "$O/build_vt$i.txt" &
+  done
 fi
 wait
 [[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do
   $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_vo$i.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_old$i -lgomp 2>> "$O/build_vo$i.txt" || tail -20 "$O/build_vo$i.txt"
 done
-[[ " $STEPS " == *" timeline "* ]] && for v in vt; do
+TLV=vt; [[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do TLV="$TLV vt$i"; done
+[[ " $STEPS " == *" timeline "* ]] && for v in $TLV; do
   $NVCC -arch=sm_90 /tmp/sgkc_ht.o /tmp/sgkc_$v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_$v -lgomp 2>> "$O/build_ht.txt" || cat "$O/build_ht.txt" "$O/build_$v.txt" | tail -20
 done
 $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness -lgomp 2>> "$O/build_h.txt" || { cat "$O/build_h.txt" "$O/build_g.txt" "$O/ptxas.txt" | tail -30; exit 1; }
@@ -55,7 +61,14 @@ for s in $STEPS; do
   case $s in
     validate) SGKC_FORCE=1 /tmp/harness validate > "$O/validate.txt" 2>&1; echo "validate rc=$?";;
     timeline)
-      for v in vt; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
+      for v in $TLV; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
+    rounds) # ROUNDS (default 3) of this build and each ab build in turn, one variant (ROUNDS_VARIANT, default fused-small)
+      for r in $(seq ${ROUNDS:-3}); do
+        echo "round $r: this build: $(SGKC_VARIANT=${ROUNDS_VARIANT:-fused-small} SGKC_FORCE=1 /tmp/harness bench ${BENCH_PRESETS:-seed} 2>&1 | grep -E '^ +v[0-9]' | cut -c1-110 | tr '\n' ' ')"
+        for i in "${!ABS[@]}"; do
+          [ -x /tmp/harness_old$i ] && echo "round $r: ab build $i: $(SGKC_VARIANT=${ROUNDS_VARIANT:-fused-small} SGKC_FORCE=1 /tmp/harness_old$i bench ${BENCH_PRESETS:-seed} 2>&1 | grep -E '^ +v[0-9]' | cut -c1-110 | tr '\n' ' ')"
+        done
+      done | tee "$O/rounds.txt";;
     floors) /tmp/harness bench none > "$O/floors.txt" 2>&1; echo "floors rc=$?"; cat "$O/floors.txt";;
     bench) SGKC_FORCE=1 /tmp/harness bench ${BENCH_PRESETS:-} > "$O/bench.txt" 2>&1; echo "bench rc=$?";;
     ab) for i in "${!ABS[@]}"; do
