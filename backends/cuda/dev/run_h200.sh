@@ -62,11 +62,15 @@ for s in $STEPS; do
     validate) SGKC_FORCE=1 /tmp/harness validate > "$O/validate.txt" 2>&1; echo "validate rc=$?";;
     timeline)
       for v in $TLV; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
-    rounds) # ROUNDS (default 3) of this build and each ab build in turn, one variant (ROUNDS_VARIANT, default fused-small)
+    rounds) # ROUNDS (default 3) of this build and each ab build in turn, each preset of BENCH_PRESETS
+            # (default seed) with one variant: ROUNDS_VARIANT, default fused-small at seed and tiled otherwise
       for r in $(seq ${ROUNDS:-3}); do
-        echo "round $r: this build: $(SGKC_VARIANT=${ROUNDS_VARIANT:-fused-small} SGKC_FORCE=1 /tmp/harness bench ${BENCH_PRESETS:-seed} 2>&1 | grep -E '^ +v[0-9]' | cut -c1-110 | tr '\n' ' ')"
-        for i in "${!ABS[@]}"; do
-          [ -x /tmp/harness_old$i ] && echo "round $r: ab build $i: $(SGKC_VARIANT=${ROUNDS_VARIANT:-fused-small} SGKC_FORCE=1 /tmp/harness_old$i bench ${BENCH_PRESETS:-seed} 2>&1 | grep -E '^ +v[0-9]' | cut -c1-110 | tr '\n' ' ')"
+        for p in ${BENCH_PRESETS:-seed}; do
+          v=${ROUNDS_VARIANT:-$([ "$p" = seed ] && echo fused-small || echo tiled)}
+          for i in x "${!ABS[@]}"; do
+            h=/tmp/harness_old$i; name="ab build $i"; [ "$i" = x ] && { h=/tmp/harness; name="this build"; }
+            [ -x $h ] && echo "round $r, $p, $name: $(SGKC_VARIANT=$v $h bench $p 2>&1 | grep -E '^ +v[0-9]' | cut -c1-100)"
+          done
         done
       done | tee "$O/rounds.txt";;
     floors) /tmp/harness bench none > "$O/floors.txt" 2>&1; echo "floors rc=$?"; cat "$O/floors.txt";;
