@@ -78,6 +78,7 @@ for s in $STEPS; do
     ab) for i in "${!ABS[@]}"; do
           echo "# ab build $i: ${ABS[$i]} ${ABSRC[$i]:-}" > "$O/bench-ab$i.txt"
           SGKC_FORCE=1 /tmp/harness_old$i validate > "$O/validate-ab$i.txt" 2>&1; echo "validate (ab build $i) rc=$? $(tail -1 "$O/validate-ab$i.txt")"
+          [ "${AB_BENCH:-1}" = 1 ] || continue # AB_BENCH=0: validate only (rounds times them)
           SGKC_FORCE=1 /tmp/harness_old$i bench ${BENCH_PRESETS:-} >> "$O/bench-ab$i.txt" 2>&1; echo "bench (ab build $i) rc=$?"
         done;;
     sanitize)
