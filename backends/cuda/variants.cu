@@ -349,7 +349,7 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
 
 struct fused_cfg {
     int Ch, Cr, rows_r, prow, lmsplit, pcap, hmax;
-    size_t smem;
+    size_t smem; /* what a launch asks for: over half the SM, one block an SM */
 };
 
 /* Head groups of a cluster (the most, up to 8, that divide H with whole
@@ -395,8 +395,14 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     c->pcap = fused_pcap(L->P);
     c->hmax = fused_hmax(L->H);
     const sgkc_fs_layout lay = sgkc_fs_plan((int)N, L->D, L->H, L->P, c->Ch, c->rows_r, c->pcap, c->hmax);
-    c->smem = lay.total * sizeof(float);
-    return c->smem <= L->smem_optin;
+    const size_t need = lay.total * sizeof(float);
+    /* One block an SM, as the cluster plan assumes (fused_clusters16): a
+     * block small enough to pair up (64 registers, 46 KB at seed) lets the
+     * scheduler put two blocks of a cluster, or this call's blocks and the
+     * next call's waiting ones, on one SM. Asking for over half the SM's
+     * shared memory rules that out. */
+    c->smem = need > L->smem_optin / 2 ? need : L->smem_optin / 2 + 16;
+    return need <= L->smem_optin;
 }
 
 /* One wave of clusters at most (one block per SM): past that the per-block
@@ -444,17 +450,10 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     a.nvec = sgkc_aligned16(f->nodes);
     const unsigned C = (unsigned)(c.Ch * c.Cr);
     const unsigned blocks = (unsigned)(f->B * C);
-    /* One block an SM, as the cluster plan assumes: a block small enough
-     * to pair up (64 registers, 46 KB at seed) lets the scheduler put two
-     * blocks of a cluster, or this call's blocks and the next call's
-     * waiting ones, on one SM. Asking for over half the SM's shared
-     * memory rules that out. */
-    c.smem = c.smem > L->smem_optin / 2 ? c.smem : L->smem_optin / 2 + 16;
     /* the seed preset's shape, compiled in (fused_small.cuh) */
-    if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && c.Cr == 4)
-        return fused_go<16, 8, 24, 96, 4, 16, 4, 4>(L, a, blocks, C, c.smem, f->stream);
-    if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && c.Cr == 2)
-        return fused_go<16, 8, 24, 96, 4, 16, 4, 2>(L, a, blocks, C, c.smem, f->stream);
+    if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && (c.Cr == 4 || c.Cr == 2))
+        return c.Cr == 4 ? fused_go<16, 8, 24, 96, 4, 16, 4, 4>(L, a, blocks, C, c.smem, f->stream)
+                         : fused_go<16, 8, 24, 96, 4, 16, 4, 2>(L, a, blocks, C, c.smem, f->stream);
     switch (c.pcap * 100 + c.hmax) {
     case 1608: return fused_go<16, 8>(L, a, blocks, C, c.smem, f->stream);
     case 1616: return fused_go<16, 16>(L, a, blocks, C, c.smem, f->stream);
