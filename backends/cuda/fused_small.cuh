@@ -382,24 +382,26 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     sgkc_cp_commit();
 
     /* Pair w of step 2 is (pair w / S, hidden slice w % S); its mask and
-     * features are loaded together, with no dependence between them. */
+     * features are loaded together, with no dependence between them: the
+     * mask's bits are tested where the MLP starts, not here, so that the
+     * feature loads issue before the mask value arrives. */
     const int lS = FIX ? sgkc_fs_lmsplit((SN + SCH * SCR - 1) / (SCH * SCR), SN, SP) : a.lmsplit;
     const int S = 1 << lS;
     const int pr0 = rank * prow;
     const int npairs = max(0, min(prow, N - pr0)) * N;
     const int mtotal = prow * N * S; /* the same for every block: whole lane groups */
-    auto load_pair = [&](int w, float4(&x)[R4]) -> bool {
+    auto load_pair = [&](int w, float4(&x)[R4]) -> unsigned {
         const int t = w >> lS;
         const bool valid = t < npairs;
         const int ti = t / N;
         const int i = pr0 + ti, j = t - ti * N;
         const size_t pi = ((size_t)b * N + i) * N + j;
-        const bool edge = valid && sgkc_edge(a.mask, a.mask_u8, pi);
+        const unsigned m = valid ? sgkc_mask_bits(a.mask, a.mask_u8, pi) : 0u;
         sgkc_ld_feats<R4>(x, a.pair + pi * P, P, a.pvec, valid);
-        return edge;
+        return m;
     };
     float4 x[R4];
-    bool edge = load_pair(tid, x);
+    unsigned mbits = load_pair(tid, x);
     SGKC_TL(1);
     sgkc_cp_wait<0>();
     __syncthreads(); /* also orders the mbarrier's initialisation before the waits */
@@ -434,7 +436,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     for (int base = 0; base < mtotal; base += NT) {
         const int w = base + tid, s = w & (S - 1);
         if (base > 0)
-            edge = load_pair(w, x);
+            mbits = load_pair(w, x);
+        const bool edge = sgkc_bits_edge(mbits);
         float acc[HMAX];
 #pragma unroll
         for (int h = 0; h < HMAX; h++)
