@@ -405,10 +405,13 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     SGKC_TL(1);
     sgkc_cp_wait<0>();
     __syncthreads(); /* also orders the mbarrier's initialisation before the waits */
-    sgkc_mbar_wait(bar, 0);
     SGKC_TL(2);
 
-    /* ---- 1. LayerNorm of this block's rows: Ns -> Xs ---- */
+    /* ---- 1. LayerNorm of this block's rows: Ns -> Xs ----
+     * Normalized before gamma and beta arrive: the node rows land well
+     * before the bulk copy that brings gamma and beta with the weights, and
+     * the statistics' shuffle chains fill that wait. Each warp then scales
+     * its own rows; the rounding is that of fmaf((x - mean) * rstd, g, b). */
 #pragma unroll 1
     for (int r = warp; r < nr; r += NT / 32) {
         const float *row = Ns + r * L.ldx;
@@ -426,7 +429,14 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
 #pragma unroll(FIX ? 8 : 1)
         for (int k = lane; k < D; k += 32)
-            Xs[r * L.ldx + k] = fmaf((row[k] - mean) * rstd, Gs[k], Gs[D + k]);
+            Xs[r * L.ldx + k] = (row[k] - mean) * rstd;
+    }
+    sgkc_mbar_wait(bar, 0); /* gamma, beta, the Q/K/V slice and the MLP weights */
+#pragma unroll 1
+    for (int r = warp; r < nr; r += NT / 32) {
+#pragma unroll(FIX ? 8 : 1)
+        for (int k = lane; k < D; k += 32)
+            Xs[r * L.ldx + k] = fmaf(Xs[r * L.ldx + k], Gs[k], Gs[D + k]);
     }
     SGKC_TL(3);
 
