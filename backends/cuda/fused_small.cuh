@@ -578,7 +578,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         float l = 0.0f;
 #pragma unroll 1
         for (int j = lane; j < N; j += 32) {
-            const float e = expf(ps[j] - m_use); /* masked keys: exp(-inf) = 0 */
+            /* ex2.approx as in attn_rows (masked keys: 2^-inf = 0);
+             * expf's range reduction sat on the task's dependent chain */
+            const float e = sgkc_ex2((ps[j] - m_use) * SGKC_LOG2E);
             ps[j] = e;
             l += e;
         }
