@@ -545,7 +545,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     float *ps = smem + L.ps + (size_t)warp * ((N + 3) & ~3);
 #pragma unroll 1
     for (int task = warp; task < hpc * nr; task += NT / 32) {
-        const int hl = task / nr, il = task - hl * nr;
+        /* one head a block (seed: 4 heads over 4 head groups) needs no
+         * division, whose chain opened every task */
+        const int hl = hpc == 1 ? 0 : task / nr, il = task - hl * nr;
         const float *q = Qs + il * L.ldh + hl * hd;
         const float *brow = Bs + (hl * rows_r + il) * L.ldn;
         float mx = SGKC_NEG_INF;
@@ -601,7 +603,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             if (j < N)
                 o0 = sgkc_pv<true>(ps[j], vcol[(size_t)j * L.ldh], o0);
             const float o = (o0 + o1) * inv;
-#pragma unroll 1
+#pragma unroll(FIX ? 16 : 1)
             for (int g = 0; g < Ch; g++)
                 sgkc_push1(Cs + il * L.ldx + hg * hs + hl * hd + d, o, ctxb, g * Cr + rg);
         }
