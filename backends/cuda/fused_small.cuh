@@ -218,10 +218,16 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
      * ldw), and a slice's partial sums meet by shuffles tpw lanes apart. */
     const int ltpw = 5 - lks, tpw = 1 << ltpw;
     const int total = ((ntiles + tpw - 1) >> ltpw) << 5;
-    /* the loop is uniform over the block, so whole lane groups shuffle */
+    /* the loop is uniform over the block, so whole lane groups shuffle;
+     * warps past the last tile group leave (total is whole warps): under
+     * FIX they would repeat the last tile's steps, and at seed the output
+     * GEMM's 5 warps of work ran on all 16 (ncu run 44: every FFMA of both
+     * GEMMs executed by 16 warps a block) */
 #pragma unroll 1
     for (int base = 0; base < total; base += SGKC_FS_NT) {
         const int w = base + (int)threadIdx.x, lane = w & 31;
+        if (w >= total)
+            break;
         const int tt = ((w >> 5) << ltpw) + (lane & (tpw - 1)), s = lane >> ltpw;
         const bool active = tt < ntiles;
         const int t = min(tt, ntiles - 1);
