@@ -39,6 +39,12 @@
 #include <cooperative_groups.h>
 
 #define SGKC_FS_NT 512
+/* Most K slices a block GEMM tile is split into: 2^SGKC_FS_LKS. More
+ * slices shorten each lane's FMA chain and add shuffle rounds and warps;
+ * a dev build may set it (-DSGKC_FS_LKS=2) to weigh the two. */
+#ifndef SGKC_FS_LKS
+#define SGKC_FS_LKS 3
+#endif
 
 struct sgkc_fused_args {
     const float *nodes, *pair;
@@ -211,17 +217,23 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters */
     const int ncg = j.ncols / 4, ntiles = ((j.M + TM - 1) / TM) * ncg, K4 = j.K / 4;
     int lks = 0; /* log2 ks; each lane keeps at least 2 steps of 4 */
-    while (lks < 3 && (ntiles << (lks + 1)) <= SGKC_FS_NT && K4 >= (4 << lks))
+    while (lks < SGKC_FS_LKS && (ntiles << (lks + 1)) <= SGKC_FS_NT && K4 >= (4 << lks))
         lks++;
     /* A warp holds tpw tiles x ks slices, slice-major: lanes next to each
      * other read W columns next to each other (no bank conflicts, whatever
      * ldw), and a slice's partial sums meet by shuffles tpw lanes apart. */
     const int ltpw = 5 - lks, tpw = 1 << ltpw;
     const int total = ((ntiles + tpw - 1) >> ltpw) << 5;
-    /* the loop is uniform over the block, so whole lane groups shuffle */
+    /* the loop is uniform over the block, so whole lane groups shuffle;
+     * warps past the last tile group leave (total is whole warps): under
+     * FIX they would repeat the last tile's steps, and at seed the output
+     * GEMM's 5 warps of work ran on all 16 (ncu run 44: every FFMA of both
+     * GEMMs executed by 16 warps a block) */
 #pragma unroll 1
     for (int base = 0; base < total; base += SGKC_FS_NT) {
         const int w = base + (int)threadIdx.x, lane = w & 31;
+        if (w >= total)
+            break;
         const int tt = ((w >> 5) << ltpw) + (lane & (tpw - 1)), s = lane >> ltpw;
         const bool active = tt < ntiles;
         const int t = min(tt, ntiles - 1);
