@@ -39,6 +39,12 @@
 #include <cooperative_groups.h>
 
 #define SGKC_FS_NT 512
+/* Most K slices a block GEMM tile is split into: 2^SGKC_FS_LKS. More
+ * slices shorten each lane's FMA chain and add shuffle rounds and warps;
+ * a dev build may set it (-DSGKC_FS_LKS=2) to weigh the two. */
+#ifndef SGKC_FS_LKS
+#define SGKC_FS_LKS 3
+#endif
 
 struct sgkc_fused_args {
     const float *nodes, *pair;
@@ -211,17 +217,23 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters */
     const int ncg = j.ncols / 4, ntiles = ((j.M + TM - 1) / TM) * ncg, K4 = j.K / 4;
     int lks = 0; /* log2 ks; each lane keeps at least 2 steps of 4 */
-    while (lks < 3 && (ntiles << (lks + 1)) <= SGKC_FS_NT && K4 >= (4 << lks))
+    while (lks < SGKC_FS_LKS && (ntiles << (lks + 1)) <= SGKC_FS_NT && K4 >= (4 << lks))
         lks++;
     /* A warp holds tpw tiles x ks slices, slice-major: lanes next to each
      * other read W columns next to each other (no bank conflicts, whatever
      * ldw), and a slice's partial sums meet by shuffles tpw lanes apart. */
     const int ltpw = 5 - lks, tpw = 1 << ltpw;
     const int total = ((ntiles + tpw - 1) >> ltpw) << 5;
-    /* the loop is uniform over the block, so whole lane groups shuffle */
+    /* the loop is uniform over the block, so whole lane groups shuffle;
+     * warps past the last tile group leave (total is whole warps): under
+     * FIX they would repeat the last tile's steps, and at seed the output
+     * GEMM's 5 warps of work ran on all 16 (ncu run 44: every FFMA of both
+     * GEMMs executed by 16 warps a block) */
 #pragma unroll 1
     for (int base = 0; base < total; base += SGKC_FS_NT) {
         const int w = base + (int)threadIdx.x, lane = w & 31;
+        if (w >= total)
+            break;
         const int tt = ((w >> 5) << ltpw) + (lane & (tpw - 1)), s = lane >> ltpw;
         const bool active = tt < ntiles;
         const int t = min(tt, ntiles - 1);
@@ -382,31 +394,36 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     sgkc_cp_commit();
 
     /* Pair w of step 2 is (pair w / S, hidden slice w % S); its mask and
-     * features are loaded together, with no dependence between them. */
+     * features are loaded together, with no dependence between them: the
+     * mask's bits are tested where the MLP starts, not here, so that the
+     * feature loads issue before the mask value arrives. */
     const int lS = FIX ? sgkc_fs_lmsplit((SN + SCH * SCR - 1) / (SCH * SCR), SN, SP) : a.lmsplit;
     const int S = 1 << lS;
     const int pr0 = rank * prow;
     const int npairs = max(0, min(prow, N - pr0)) * N;
     const int mtotal = prow * N * S; /* the same for every block: whole lane groups */
-    auto load_pair = [&](int w, float4(&x)[R4]) -> bool {
+    auto load_pair = [&](int w, float4(&x)[R4]) -> unsigned {
         const int t = w >> lS;
         const bool valid = t < npairs;
         const int ti = t / N;
         const int i = pr0 + ti, j = t - ti * N;
         const size_t pi = ((size_t)b * N + i) * N + j;
-        const bool edge = valid && sgkc_edge(a.mask, a.mask_u8, pi);
+        const unsigned m = valid ? sgkc_mask_bits(a.mask, a.mask_u8, pi) : 0u;
         sgkc_ld_feats<R4>(x, a.pair + pi * P, P, a.pvec, valid);
-        return edge;
+        return m;
     };
     float4 x[R4];
-    bool edge = load_pair(tid, x);
+    unsigned mbits = load_pair(tid, x);
     SGKC_TL(1);
     sgkc_cp_wait<0>();
     __syncthreads(); /* also orders the mbarrier's initialisation before the waits */
-    sgkc_mbar_wait(bar, 0);
     SGKC_TL(2);
 
-    /* ---- 1. LayerNorm of this block's rows: Ns -> Xs ---- */
+    /* ---- 1. LayerNorm of this block's rows: Ns -> Xs ----
+     * Normalized before gamma and beta arrive: the node rows land well
+     * before the bulk copy that brings gamma and beta with the weights, and
+     * the statistics' shuffle chains fill that wait. Each warp then scales
+     * its own rows; the rounding is that of fmaf((x - mean) * rstd, g, b). */
 #pragma unroll 1
     for (int r = warp; r < nr; r += NT / 32) {
         const float *row = Ns + r * L.ldx;
@@ -424,7 +441,14 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
 #pragma unroll(FIX ? 8 : 1)
         for (int k = lane; k < D; k += 32)
-            Xs[r * L.ldx + k] = fmaf((row[k] - mean) * rstd, Gs[k], Gs[D + k]);
+            Xs[r * L.ldx + k] = (row[k] - mean) * rstd;
+    }
+    sgkc_mbar_wait(bar, 0); /* gamma, beta, the Q/K/V slice and the MLP weights */
+#pragma unroll 1
+    for (int r = warp; r < nr; r += NT / 32) {
+#pragma unroll(FIX ? 8 : 1)
+        for (int k = lane; k < D; k += 32)
+            Xs[r * L.ldx + k] = fmaf(Xs[r * L.ldx + k], Gs[k], Gs[D + k]);
     }
     SGKC_TL(3);
 
@@ -434,7 +458,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     for (int base = 0; base < mtotal; base += NT) {
         const int w = base + tid, s = w & (S - 1);
         if (base > 0)
-            edge = load_pair(w, x);
+            mbits = load_pair(w, x);
+        const bool edge = sgkc_bits_edge(mbits);
         float acc[HMAX];
 #pragma unroll
         for (int h = 0; h < HMAX; h++)
@@ -532,7 +557,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     float *ps = smem + L.ps + (size_t)warp * ((N + 3) & ~3);
 #pragma unroll 1
     for (int task = warp; task < hpc * nr; task += NT / 32) {
-        const int hl = task / nr, il = task - hl * nr;
+        /* one head a block (seed: 4 heads over 4 head groups) needs no
+         * division, whose chain opened every task */
+        const int hl = hpc == 1 ? 0 : task / nr, il = task - hl * nr;
         const float *q = Qs + il * L.ldh + hl * hd;
         const float *brow = Bs + (hl * rows_r + il) * L.ldn;
         float mx = SGKC_NEG_INF;
@@ -565,7 +592,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         float l = 0.0f;
 #pragma unroll 1
         for (int j = lane; j < N; j += 32) {
-            const float e = expf(ps[j] - m_use); /* masked keys: exp(-inf) = 0 */
+            /* ex2.approx as in attn_rows (masked keys: 2^-inf = 0);
+             * expf's range reduction sat on the task's dependent chain */
+            const float e = sgkc_ex2((ps[j] - m_use) * SGKC_LOG2E);
             ps[j] = e;
             l += e;
         }
@@ -586,7 +615,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             if (j < N)
                 o0 = sgkc_pv<true>(ps[j], vcol[(size_t)j * L.ldh], o0);
             const float o = (o0 + o1) * inv;
-#pragma unroll 1
+#pragma unroll(FIX ? 16 : 1)
             for (int g = 0; g < Ch; g++)
                 sgkc_push1(Cs + il * L.ldx + hg * hs + hl * hd + d, o, ctxb, g * Cr + rg);
         }

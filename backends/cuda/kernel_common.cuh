@@ -83,12 +83,24 @@ __device__ __forceinline__ float sgkc_silu_u(float u)
     return u * sgkc_rcp(1.0f + sgkc_ex2(u));
 }
 
-/* An edge is any nonzero mask value (NaN too); -0.0f is zero. */
+/* A mask value's bits: the byte, or the float's. Loaded apart from the
+ * test, so that a kernel can issue its other loads before the mask value
+ * arrives (the test, not the load, waits for it). */
+__device__ __forceinline__ unsigned sgkc_mask_bits(const void *mask, int u8, size_t idx)
+{
+    return u8 ? (unsigned)__ldg((const unsigned char *)mask + idx) : __float_as_uint(__ldg((const float *)mask + idx));
+}
+
+/* An edge is any nonzero mask value (NaN too); -0.0f is zero: a bit other
+ * than the float's sign (a byte never reaches it). */
+__device__ __forceinline__ bool sgkc_bits_edge(unsigned m)
+{
+    return (m << 1) != 0u;
+}
+
 __device__ __forceinline__ bool sgkc_edge(const void *mask, int u8, size_t idx)
 {
-    if (u8)
-        return __ldg((const unsigned char *)mask + idx) != 0;
-    return __ldg((const float *)mask + idx) != 0.0f;
+    return sgkc_bits_edge(sgkc_mask_bits(mask, u8, idx));
 }
 
 __device__ __forceinline__ float4 sgkc_ld4(const float *p)
