@@ -5,7 +5,9 @@
  * leaves out the concurrent-callers test; SGK_TEST_DEVICE adds
  * a device besides 0; SGK_TEST_SEED changes the base seed; SGK_TEST_XL=1 adds
  * the xl preset; SGK_TEST_FILTER runs only the tests whose names match its
- * pattern (CMocka's: * and ?), for example mask_* under a slow sanitizer.
+ * pattern (CMocka's: * and ?), for example mask_* under a slow sanitizer;
+ * SGK_TEST_VARIANTS (names separated by commas) runs only those variants
+ * beside the automatic choice, for a sanitizer run over one changed kernel.
  * Exits 77 when the backend cannot run here. */
 #include <math.h>
 #include <pthread.h>
@@ -27,7 +29,7 @@
 
 typedef struct variant_stats {
     char name[64];
-    int passed, failed, unsupported;
+    int passed, failed, unsupported, filtered;
 } variant_stats;
 
 static const char *backend;
@@ -48,6 +50,23 @@ static variant_stats *stats_for(const char *name)
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", name);
     return s;
+}
+
+/* SGK_TEST_VARIANTS: unset or empty runs every variant. */
+static int variant_selected(const char *name)
+{
+    const char *list = getenv("SGK_TEST_VARIANTS");
+    if (!list || !*list)
+        return 1;
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, name, n) == 0)
+            return 1;
+        p += n + (end != NULL);
+    }
+    return 0;
 }
 
 static void describe_index(const sgkt_inputs *in, size_t idx, char *buf, size_t len)
@@ -168,6 +187,10 @@ static void test_case(void **state)
 
     for (int v = 0; v < count && st == SGK_OK; v++) {
         variant_stats *s = stats_for(names[v]);
+        if (!variant_selected(names[v])) {
+            s->filtered++;
+            continue;
+        }
         sgk_status sv = sgk_layer_set_variant(layer, names[v]);
         if (sv != SGK_OK) {
             printf("FAIL case=%s: sgk_layer_set_variant(%s): %s %s\n", c->name, names[v],
@@ -349,8 +372,9 @@ static void test_summary(void **state)
     int total = 0;
     for (int i = 0; i < n_stats; i++) {
         variant_stats *s = &stats[i];
-        printf("conformance: backend=%s variant=%s cases=%d passed=%d failed=%d unsupported=%d\n",
-               backend, s->name, s->passed + s->failed, s->passed, s->failed, s->unsupported);
+        printf("conformance: backend=%s variant=%s cases=%d passed=%d failed=%d unsupported=%d%s\n",
+               backend, s->name, s->passed + s->failed, s->passed, s->failed, s->unsupported,
+               s->filtered ? " (left out by SGK_TEST_VARIANTS)" : "");
         total += s->passed + s->failed;
     }
     fflush(stdout);

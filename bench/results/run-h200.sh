@@ -6,7 +6,8 @@
 #   bash bench/results/run-h200.sh sanitize [TOOLS]  compute-sanitizer over the quick case table
 #                                                    (SAN_TIMEOUT s a tool, default 450: racecheck
 #                                                    takes about 350; SGK_TEST_FILTER runs a part;
-#                                                    SAN_QUICK=0 runs the whole table but the xl preset)
+#                                                    SAN_QUICK=0 runs the whole table but the xl preset;
+#                                                    SGK_TEST_VARIANTS=a,b only those variants)
 #   bash bench/results/run-h200.sh bench             sgk-bench on every preset, cuda and opencl
 #   bash bench/results/run-h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options)
 # Each mode builds first (a no-op when build/ is up to date).
