@@ -6,8 +6,9 @@
  * a device besides 0; SGK_TEST_SEED changes the base seed; SGK_TEST_XL=1 adds
  * the xl preset; SGK_TEST_FILTER runs only the tests whose names match its
  * pattern (CMocka's: * and ?), for example mask_* under a slow sanitizer;
- * SGK_TEST_VARIANTS (names separated by commas) runs only those variants
- * beside the automatic choice, for a sanitizer run over one changed kernel.
+ * SGK_TEST_VARIANTS (names separated by commas) runs only those variants,
+ * and the automatic choice only where it picks one of them: a sanitizer
+ * run over one changed kernel.
  * Exits 77 when the backend cannot run here. */
 #include <math.h>
 #include <pthread.h>
@@ -227,7 +228,8 @@ static void test_case(void **state)
                    chosen ? chosen : "(null)", sgk_status_string(sc));
             all_ok = 0;
         }
-        all_ok &= run_variant(c, &p, layer, NULL);
+        if (chosen_ok && variant_selected(chosen))
+            all_ok &= run_variant(c, &p, layer, NULL);
     }
 
     sgk_layer_destroy(layer);
