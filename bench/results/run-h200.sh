@@ -7,7 +7,8 @@
 #                                                    (SAN_TIMEOUT s a tool, default 450: racecheck
 #                                                    takes about 350; SGK_TEST_FILTER runs a part;
 #                                                    SAN_QUICK=0 runs the whole table but the xl preset;
-#                                                    SGK_TEST_VARIANTS=a,b only those variants)
+#                                                    SGK_TEST_VARIANTS=a,b only those variants;
+#                                                    SAN_SKIP_THREADS=0 keeps concurrent_forward)
 #   bash bench/results/run-h200.sh bench             sgk-bench on every preset, cuda and opencl
 #   bash bench/results/run-h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options)
 # Each mode builds first (a no-op when build/ is up to date).
@@ -60,7 +61,7 @@ sanitize)
   shift
   tools=${*:-memcheck racecheck synccheck initcheck}
   for tool in $tools; do
-    SGK_TEST_QUICK=${SAN_QUICK:-1} SGK_TEST_SKIP_THREADS=1 timeout ${SAN_TIMEOUT:-450} compute-sanitizer --tool $tool --error-exitcode 9 \
+    SGK_TEST_QUICK=${SAN_QUICK:-1} SGK_TEST_SKIP_THREADS=${SAN_SKIP_THREADS:-1} timeout ${SAN_TIMEOUT:-450} compute-sanitizer --tool $tool --error-exitcode 9 \
         build/tests/test_conformance cuda > "$O/sanitize-$tool.txt" 2>&1
     rc=$?
     stamp "compute-sanitizer $tool rc=$rc: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/sanitize-$tool.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/sanitize-$tool.txt") tests ok; $(grep '^conformance: backend=cuda variant' "$O/sanitize-$tool.txt" | tr '\n' ' ')"
