@@ -444,6 +444,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         for (int k = lane; k < D; k += 32)
             Xs[r * L.ldx + k] = (row[k] - mean) * rstd;
     }
+    SGKC_TL(14);
     sgkc_mbar_wait(bar, 0); /* gamma, beta, the Q/K/V slice and the MLP weights */
 #pragma unroll 1
     for (int r = warp; r < nr; r += NT / 32) {

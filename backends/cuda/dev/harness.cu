@@ -739,6 +739,14 @@ int main(int argc, char **argv)
                     printf(" %6lld", (long long)(tl[b * 16 + k] - tl[b * 16 + k - 1]));
                 printf("  total %lld\n", (long long)(tl[b * 16 + 10] - tl[b * 16]));
             }
+            /* phase 3: warp 0's LayerNorm statistics, then its wait for the
+             * weight image's bulk copy and the gamma/beta pass */
+            printf("  block  phase 3: statistics, then weight wait and gamma/beta\n");
+            for (int b : {0, 1, 7, 8, 15, nb - 1}) {
+                printf("  %5d          ", b);
+                printf(" %6lld %6lld\n", (long long)(tl[b * 16 + 14] - tl[b * 16 + 2]),
+                       (long long)(tl[b * 16 + 3] - tl[b * 16 + 14]));
+            }
             /* thread 0's last attention task (warp 0's), inside phase 8 */
             printf("  block  phase 8 of its last task: Q.K and max, exp and sum, P.V and ctx push, after\n");
             for (int b : {0, 1, 7, 8, 15, nb - 1}) {
