@@ -485,6 +485,15 @@ static const void *const fused_fns[] = {
     (const void *)sgkc_fused_small_kernel<16, 8, 24, 96, 4, 16, 4, 4>,
 };
 
+/* One attribute, one value, on each of n kernels; the first failure. */
+static cudaError_t set_func_attr(const void *const *fns, size_t n, cudaFuncAttribute attr, int value)
+{
+    for (size_t i = 0; i < n; i++)
+        SGKC_RETURN_IF(cudaFuncSetAttribute(fns[i], attr, value));
+    return cudaSuccess;
+}
+#define SGKC_NFNS(fns) (sizeof fns / sizeof fns[0])
+
 /* Lets every kernel that may take more than 48 KB of dynamic shared memory
  * use up to the device's opt-in limit. */
 static cudaError_t raise_smem_limits(int limit)
@@ -500,10 +509,8 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
         (const void *)sgkc_attn_rows_kernel<16>, (const void *)sgkc_attn_rows_kernel<32>,
     };
-    for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++)
-        SGKC_RETURN_IF(cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
-    for (size_t i = 0; i < sizeof fused_fns / sizeof fused_fns[0]; i++)
-        SGKC_RETURN_IF(cudaFuncSetAttribute(fused_fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    SGKC_RETURN_IF(set_func_attr(fused_fns, SGKC_NFNS(fused_fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     return sgkc_generic_prepare(limit);
 }
 
@@ -515,11 +522,11 @@ static int fused_clusters16(const sgkc_layer *L)
 {
     if (L->cc_major < 9)
         return 0;
-    for (size_t i = 0; i < sizeof fused_fns / sizeof fused_fns[0]; i++)
-        if (cudaFuncSetAttribute(fused_fns[i], cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-            (void)cudaGetLastError();
-            return 0;
-        }
+    if (set_func_attr(fused_fns, SGKC_NFNS(fused_fns), cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+        cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = dim3(16);
