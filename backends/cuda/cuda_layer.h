@@ -36,6 +36,8 @@ struct sgkc_layer {
     /* fused-small clusters of 16 blocks (one an SM) that run at once; 0
      * where the device does not allow clusters past the portable 8 */
     int clusters16;
+    /* shared memory of an SM, and what the device keeps back per block */
+    size_t smem_sm, smem_rsv;
 };
 
 struct sgkc_fwd {

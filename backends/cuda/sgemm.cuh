@@ -1,6 +1,8 @@
 /* Register-tiled fp32 GEMM, C = op(A) * Bt (+ residual), used for the Q/K/V
  * projection (with LayerNorm applied to A while tiles are loaded) and for the
- * output projection (with the residual added in the epilogue).
+ * output projection (with the residual added in the epilogue), where
+ * gemm_panel.cuh does not take the shape (D != 256, misaligned inputs,
+ * and the output projection past one wave).
  *
  * A is (M, K) row-major, Bt is (K, Nc) row-major (weights packed transposed at
  * layer creation so tile loads are coalesced), C is (M, Nc). Tiles are double

@@ -9,6 +9,7 @@
 #include "attn_tiled16.cuh"
 #include "attn_rows.cuh"
 #include "fused_small.cuh"
+#include "gemm_panel.cuh"
 #include "sgemm.cuh"
 
 #include <limits.h>
@@ -92,6 +93,25 @@ static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), d
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/* The dynamic shared memory to launch a kernel of per_max blocks an SM with
+ * (need, at least), so that a grid of fewer than per_max blocks an SM
+ * spreads over every SM. A kernel launched early (launch_after) has its
+ * blocks placed on the SMs that free up first, as many to an SM as fit,
+ * while other SMs idle: asking for more than 1 / (per + 1) of an SM's
+ * shared memory caps each SM at the grid's per blocks. */
+static size_t spread_smem(const sgkc_layer *L, size_t need, int64_t blocks, int per_max)
+{
+#ifdef SGKC_NO_SPREAD /* dev A/B builds */
+    return need;
+#endif
+    const int64_t per = (blocks + L->sm_count - 1) / L->sm_count;
+    if (per >= per_max || L->smem_sm == 0)
+        return need;
+    size_t s = L->smem_sm / (size_t)(per + 1) + 16;
+    s = s > L->smem_rsv ? ((s - L->smem_rsv + 15) & ~(size_t)15) : 0;
+    return s > need && s <= L->smem_optin ? s : need;
+}
+
 /* A GEMM's grid and block follow from its tile: BM x BN outputs a block,
  * TM x TN a thread. */
 template <bool LN, bool RES, int BM, int BN, int BK, int TM, int TN, int MINB>
@@ -101,6 +121,22 @@ static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_g
     return launch_after(L, sgkc_sgemm_kernel<BM, BN, BK, TM, TN, LN, RES, MINB>, grid, (BM / TM) * (BN / TN), 0, s,
                         0, g);
 }
+
+/* The same for gemm_panel.cuh's kernel: STAGES ring slots of B, MINB blocks
+ * an SM. */
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
+static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+{
+    const dim3 grid((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN));
+    const size_t smem = spread_smem(L, sgkc_gp_smem_bytes(BM, BN, STAGES), (int64_t)grid.x * grid.y, MINB);
+    return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB>, grid,
+                        (BM / TM) * (BN / TN), smem, s, 0, g);
+}
+/* gemm_panel.cuh's two instances: Q/K/V in 64x96 tiles of 8x6 a thread
+ * (128 threads, 203 registers, two blocks an SM), the output projection in
+ * 32x64 tiles of 4x4 (128 threads, 106 registers, three an SM). */
+#define SGKC_GP_QKV true, false, 64, 96, 8, 6, 3, 2
+#define SGKC_GP_OUT false, true, 32, 64, 4, 4, 3, 3
 
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
 static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
@@ -121,13 +157,20 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
     g.vec_out = g.vec; /* qkv is workspace */
-    /* 64x128 tiles of 8x8 a thread (128 threads, 168 registers, three
-     * blocks an SM) wherever they give every SM two blocks or more: each
+    /* D = 256: gemm_panel.cuh (dev/NOTES.md, runs 49-51: mid 72.6 -> 66.9
+     * us with the output panel off, large 369.1 -> 365.4, xl 688.9 ->
+     * 686.0). Otherwise sgemm.cuh, in 64x128 tiles of 8x8 a thread (128
+     * threads, 168 registers, three blocks an SM) wherever they give every
+     * SM two blocks or more: each
      * 16-byte shared-memory load then feeds 16 FMAs, not 8 (large 375.8 ->
      * 367.2 us, xl 696.1 -> 687.1). Otherwise 64x64 tiles of 4x4 (256
      * threads, 80 registers, three blocks an SM): mid's 2048 rows make only
      * 192 of the larger tiles for 396 block slots, and ran 98.0 us against
      * 72.5 (dev/NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
+#ifndef SGKC_NO_PANEL /* dev A/B builds */
+    if (sgkc_gp_fits(g, 96))
+        return launch_panel<SGKC_GP_QKV>(L, f->stream, g);
+#endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
         return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, f->stream, g);
@@ -149,9 +192,17 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.residual = f->nodes;
     g.vec = D % 4 == 0;
     g.vec_out = g.vec && sgkc_aligned16(f->out) && sgkc_aligned16(f->nodes);
-    /* 32x64 tiles (4x4 a thread): Nc = D gives few column blocks, so shorter
-     * row blocks put two or more blocks on each SM at mid and large (32x32
-     * and 8x4 a thread were slower at every preset: run 33). */
+    /* D = 256 and the grid in one wave of three blocks an SM: gemm_panel.cuh
+     * (mid 66.9 -> 64.8 us). Past one wave it lost: large's 512 blocks ran
+     * 1.3 waves there against one of sgemm.cuh's four an SM (large 365.4 ->
+     * 369.8, xl 686.0 -> 691.3; dev/NOTES.md, run 51). Otherwise 32x64
+     * tiles (4x4 a thread): Nc = D gives few column blocks, so shorter row
+     * blocks put two or more blocks on each SM at mid and large (32x32 and
+     * 8x4 a thread were slower at every preset: run 33). */
+#ifndef SGKC_NO_PANEL
+    if (sgkc_gp_fits(g, 64) && ((g.M + 31) / 32) * (D / 64) <= 3 * (int64_t)L->sm_count)
+        return launch_panel<SGKC_GP_OUT>(L, f->stream, g);
+#endif
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, f->stream, g);
 }
 
@@ -312,8 +363,8 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
     if (c.rows) {
         a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles);
-        e = c.pcap == 16 ? rows_attn<16>(L, a, blocks, c.smem_rows, f->stream)
-                         : rows_attn<32>(L, a, blocks, c.smem_rows, f->stream);
+        const size_t smem = spread_smem(L, c.smem_rows, blocks, 2);
+        e = c.pcap == 16 ? rows_attn<16>(L, a, blocks, smem, f->stream) : rows_attn<32>(L, a, blocks, smem, f->stream);
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
@@ -508,6 +559,7 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
         (const void *)sgkc_attn_rows_kernel<16>, (const void *)sgkc_attn_rows_kernel<32>,
+        (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
     };
     SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     SGKC_RETURN_IF(set_func_attr(fused_fns, SGKC_NFNS(fused_fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
@@ -606,6 +658,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->smem_optin = prop.sharedMemPerBlockOptin;
     SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
     L->clusters16 = fused_clusters16(L);
+    L->smem_sm = prop.sharedMemPerMultiprocessor;
+    L->smem_rsv = prop.reservedSharedMemPerBlock;
 
     const size_t d = (size_t)D;
     const size_t o_gamma = 0, o_beta = o_gamma + up64(d), o_qkv = o_beta + up64(d);
