@@ -21,9 +21,9 @@
  * output sums its K terms in order k = 0, 1, ..., as sgemm.cuh does.
  *
  * At mid, ncu put the Q/K/V GEMM at 28.9 us against sgemm.cuh's 34.2, at
- * 0.68 issued a scheduler-cycle with 8 warps an SM (the main loop is 85 %
+ * 0.66 issued a scheduler-cycle with 8 warps an SM (the main loop is 85 %
  * FFMA). The A panel (66.5 KB at BM = 64) is what caps a block's SM at
- * two blocks. dev/NOTES.md, runs 49-51. */
+ * two blocks. dev/NOTES.md, runs 49-52. */
 #ifndef SGK_CUDA_GEMM_PANEL_CUH
 #define SGK_CUDA_GEMM_PANEL_CUH
 
@@ -43,6 +43,55 @@ __host__ __device__ constexpr size_t sgkc_gp_smem_bytes(int BM, int BN, int STAG
 static inline bool sgkc_gp_fits(const sgkc_gemm_args &g, int BN)
 {
     return g.K == SGKC_GP_K && g.Nc % BN == 0 && g.vec && g.vec_out;
+}
+
+/* LayerNorm of a panel's BM rows in place (row stride K + 4): warp w of
+ * NW takes rows 8w .. 8w + 7, then 8 (w + NW) .., eight at a time so that
+ * the reductions' shuffle chains overlap; lane l holds columns l + 32 u.
+ * Two passes, mean then centred squares, as sgkc_rows_stats4. */
+template <int BM, int NW>
+__device__ __forceinline__ void sgkc_gp_layernorm(float *As, const sgkc_gemm_args &a, int wid, int lane)
+{
+    constexpr int K = SGKC_GP_K, LDA = K + 4, RB = 8, KU = K / 32;
+    static_assert(BM % (NW * RB) == 0, "whole row batches per warp");
+    float g[KU], bt[KU];
+#pragma unroll
+    for (int u = 0; u < KU; u++) {
+        g[u] = __ldg(a.gamma + lane + 32 * u);
+        bt[u] = __ldg(a.beta + lane + 32 * u);
+    }
+#pragma unroll 1
+    for (int r0 = wid * RB; r0 < BM; r0 += NW * RB) {
+        float x[RB][KU], mu[RB], rs[RB];
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            mu[r] = 0.0f;
+#pragma unroll
+            for (int u = 0; u < KU; u++) {
+                x[r][u] = As[(r0 + r) * LDA + lane + 32 * u];
+                mu[r] += x[r][u];
+            }
+        }
+        sgkc_warp_sums(mu);
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            mu[r] *= 1.0f / (float)K;
+            rs[r] = 0.0f;
+#pragma unroll
+            for (int u = 0; u < KU; u++) {
+                const float d = x[r][u] - mu[r];
+                rs[r] = fmaf(d, d, rs[r]);
+            }
+        }
+        sgkc_warp_sums(rs);
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const float rstd = 1.0f / sqrtf(rs[r] * (1.0f / (float)K) + a.eps);
+#pragma unroll
+            for (int u = 0; u < KU; u++)
+                As[(r0 + r) * LDA + lane + 32 * u] = fmaf((x[r][u] - mu[r]) * rstd, g[u], bt[u]);
+        }
+    }
 }
 
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
@@ -123,12 +172,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_k
     for (int c = 1; c < STAGES - 1; c++)
         sgkc_cp_commit();
 
-    float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; i++)
-#pragma unroll
-        for (int j = 0; j < TN; j++)
-            acc[i][j] = 0.0f;
+    float acc[TM][TN] = {};
 
     const float *a_th = As + ty * LDA;
     for (int c = 0; c < NCK; c++) {
@@ -136,59 +180,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_k
         __syncthreads(); /* slice c (and at c = 0 the A panel) landed; slot (c - 1) % STAGES free */
         if constexpr (LN) {
             if (c == 0) {
-                /* LayerNorm of the panel's rows in place: warp w takes rows
-                 * w, w + NW, ..., eight at a time so that the reductions'
-                 * shuffle chains overlap; lane l holds columns l + 32 u. */
-                constexpr int NW = NT / 32, RB = 8, KU = K / 32;
-                static_assert(BM % (NW * RB) == 0, "whole row batches per warp");
-                float g[KU], bt[KU];
-#pragma unroll
-                for (int u = 0; u < KU; u++) {
-                    g[u] = __ldg(a.gamma + lane + 32 * u);
-                    bt[u] = __ldg(a.beta + lane + 32 * u);
-                }
-#pragma unroll 1
-                for (int r0 = wid * RB; r0 < BM; r0 += NW * RB) {
-                    float x[RB][KU], mu[RB], rs[RB];
-#pragma unroll
-                    for (int r = 0; r < RB; r++) {
-                        float s = 0.0f;
-#pragma unroll
-                        for (int u = 0; u < KU; u++) {
-                            x[r][u] = As[(r0 + r) * LDA + lane + 32 * u];
-                            s += x[r][u];
-                        }
-                        mu[r] = s;
-                    }
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-                        for (int r = 0; r < RB; r++)
-                            mu[r] += __shfl_xor_sync(0xffffffffu, mu[r], o);
-#pragma unroll
-                    for (int r = 0; r < RB; r++) {
-                        mu[r] *= 1.0f / (float)K;
-                        float q = 0.0f;
-#pragma unroll
-                        for (int u = 0; u < KU; u++) {
-                            const float d = x[r][u] - mu[r];
-                            q = fmaf(d, d, q);
-                        }
-                        rs[r] = q;
-                    }
-#pragma unroll
-                    for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-                        for (int r = 0; r < RB; r++)
-                            rs[r] += __shfl_xor_sync(0xffffffffu, rs[r], o);
-#pragma unroll
-                    for (int r = 0; r < RB; r++) {
-                        const float rstd = 1.0f / sqrtf(rs[r] * (1.0f / (float)K) + a.eps);
-#pragma unroll
-                        for (int u = 0; u < KU; u++)
-                            As[(r0 + r) * LDA + lane + 32 * u] = fmaf((x[r][u] - mu[r]) * rstd, g[u], bt[u]);
-                    }
-                }
+                sgkc_gp_layernorm<BM, NT / 32>(As, a, wid, lane);
                 __syncthreads();
             }
         }

@@ -149,6 +149,18 @@ __device__ __forceinline__ float sgkc_warp_sum(float v)
     return v;
 }
 
+/* Each of R values summed over the warp; the R butterflies interleave, so
+ * their shuffle latencies overlap instead of adding up. */
+template <int R>
+__device__ __forceinline__ void sgkc_warp_sums(float (&v)[R])
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            v[r] += __shfl_xor_sync(0xffffffffu, v[r], o);
+}
+
 __device__ __forceinline__ float sgkc_warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1)
