@@ -132,6 +132,15 @@ static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_
     return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB>, grid,
                         (BM / TM) * (BN / TN), smem, s, 0, g);
 }
+
+/* Whether the panel kernel takes g's shape on this device: its shared
+ * memory is over the opt-in limit of some GPUs (99 KB on sm_86 and sm_89). */
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
+static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g)
+{
+    return sgkc_gp_fits(g, BN) && sgkc_gp_smem_bytes(BM, BN, STAGES) <= L->smem_optin;
+}
+
 /* gemm_panel.cuh's two instances: Q/K/V in 64x96 tiles of 8x6 a thread
  * (128 threads, 203 registers, two blocks an SM), the output projection in
  * 32x64 tiles of 4x4 (128 threads, 106 registers, three an SM). */
@@ -168,7 +177,7 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
      * 192 of the larger tiles for 396 block slots, and ran 98.0 us against
      * 72.5 (dev/NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
 #ifndef SGKC_NO_PANEL /* dev A/B builds */
-    if (sgkc_gp_fits(g, 96))
+    if (panel_fits<SGKC_GP_QKV>(L, g))
         return launch_panel<SGKC_GP_QKV>(L, f->stream, g);
 #endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
@@ -200,7 +209,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
      * blocks put two or more blocks on each SM at mid and large (32x32 and
      * 8x4 a thread were slower at every preset: run 33). */
 #ifndef SGKC_NO_PANEL
-    if (sgkc_gp_fits(g, 64) && ((g.M + 31) / 32) * (D / 64) <= 3 * (int64_t)L->sm_count)
+    if (panel_fits<SGKC_GP_OUT>(L, g) && ((g.M + 31) / 32) * (D / 64) <= 3 * (int64_t)L->sm_count)
         return launch_panel<SGKC_GP_OUT>(L, f->stream, g);
 #endif
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, f->stream, g);
