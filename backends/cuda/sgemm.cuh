@@ -2,7 +2,8 @@
  * projection (with LayerNorm applied to A while tiles are loaded) and for the
  * output projection (with the residual added in the epilogue), where
  * gemm_panel.cuh does not take the shape (D != 256, misaligned inputs,
- * and the output projection past one wave).
+ * the output projection past one wave, a device whose shared memory is
+ * too small for the panels).
  *
  * A is (M, K) row-major, Bt is (K, Nc) row-major (weights packed transposed at
  * layer creation so tile loads are coalesced), C is (M, Nc). Tiles are double
