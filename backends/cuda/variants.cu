@@ -93,23 +93,32 @@ static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), d
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
+/* The dynamic shared memory (need, at least) with which at most n blocks
+ * of a kernel share an SM: over 1 / (n + 1) of the SM's shared memory, with
+ * what the device keeps back per block. need where that is past the opt-in
+ * limit. */
+static size_t smem_for_per_sm(const sgkc_layer *L, size_t need, int64_t n)
+{
+    if (L->smem_sm == 0)
+        return need;
+    size_t s = L->smem_sm / (size_t)(n + 1) + 16;
+    s = s > L->smem_rsv ? ((s - L->smem_rsv + 15) & ~(size_t)15) : 0;
+    return s > need && s <= L->smem_optin ? s : need;
+}
+
 /* The dynamic shared memory to launch a kernel of per_max blocks an SM with
  * (need, at least), so that a grid of fewer than per_max blocks an SM
  * spreads over every SM. A kernel launched early (launch_after) has its
  * blocks placed on the SMs that free up first, as many to an SM as fit,
- * while other SMs idle: asking for more than 1 / (per + 1) of an SM's
- * shared memory caps each SM at the grid's per blocks. */
+ * while other SMs idle: capping each SM at the grid's per blocks rules
+ * that out. */
 static size_t spread_smem(const sgkc_layer *L, size_t need, int64_t blocks, int per_max)
 {
 #ifdef SGKC_NO_SPREAD /* dev A/B builds */
     return need;
 #endif
     const int64_t per = (blocks + L->sm_count - 1) / L->sm_count;
-    if (per >= per_max || L->smem_sm == 0)
-        return need;
-    size_t s = L->smem_sm / (size_t)(per + 1) + 16;
-    s = s > L->smem_rsv ? ((s - L->smem_rsv + 15) & ~(size_t)15) : 0;
-    return s > need && s <= L->smem_optin ? s : need;
+    return per >= per_max ? need : smem_for_per_sm(L, need, per);
 }
 
 /* A GEMM's grid and block follow from its tile: BM x BN outputs a block,
@@ -125,20 +134,30 @@ static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_g
 /* The same for gemm_panel.cuh's kernel: STAGES ring slots of B, MINB blocks
  * an SM. */
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
+static dim3 panel_grid(const sgkc_gemm_args &g)
+{
+    return dim3((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN));
+}
+
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
 static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const dim3 grid((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN));
+    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB>(g);
     const size_t smem = spread_smem(L, sgkc_gp_smem_bytes(BM, BN, STAGES), (int64_t)grid.x * grid.y, MINB);
     return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB>, grid,
                         (BM / TM) * (BN / TN), smem, s, 0, g);
 }
 
 /* Whether the panel kernel takes g's shape on this device: its shared
- * memory is over the opt-in limit of some GPUs (99 KB on sm_86 and sm_89). */
+ * memory is over the opt-in limit of some GPUs (99 KB on sm_86 and sm_89).
+ * one_wave: and its grid is one wave of MINB blocks an SM. */
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
-static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g)
+static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g, bool one_wave)
 {
-    return sgkc_gp_fits(g, BN) && sgkc_gp_smem_bytes(BM, BN, STAGES) <= L->smem_optin;
+    if (!sgkc_gp_fits(g, BN) || sgkc_gp_smem_bytes(BM, BN, STAGES) > L->smem_optin)
+        return false;
+    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB>(g);
+    return !one_wave || (int64_t)grid.x * grid.y <= (int64_t)MINB * L->sm_count;
 }
 
 /* gemm_panel.cuh's two instances: Q/K/V in 64x96 tiles of 8x6 a thread
@@ -177,7 +196,7 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
      * 192 of the larger tiles for 396 block slots, and ran 98.0 us against
      * 72.5 (dev/NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
 #ifndef SGKC_NO_PANEL /* dev A/B builds */
-    if (panel_fits<SGKC_GP_QKV>(L, g))
+    if (panel_fits<SGKC_GP_QKV>(L, g, false))
         return launch_panel<SGKC_GP_QKV>(L, f->stream, g);
 #endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
@@ -209,7 +228,7 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
      * blocks put two or more blocks on each SM at mid and large (32x32 and
      * 8x4 a thread were slower at every preset: run 33). */
 #ifndef SGKC_NO_PANEL
-    if (panel_fits<SGKC_GP_OUT>(L, g) && ((g.M + 31) / 32) * (D / 64) <= 3 * (int64_t)L->sm_count)
+    if (panel_fits<SGKC_GP_OUT>(L, g, true))
         return launch_panel<SGKC_GP_OUT>(L, f->stream, g);
 #endif
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, f->stream, g);
@@ -459,9 +478,8 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     /* One block an SM, as the cluster plan assumes (fused_clusters16): a
      * block small enough to pair up (64 registers, 46 KB at seed) lets the
      * scheduler put two blocks of a cluster, or this call's blocks and the
-     * next call's waiting ones, on one SM. Asking for over half the SM's
-     * shared memory rules that out. */
-    c->smem = need > L->smem_optin / 2 ? need : L->smem_optin / 2 + 16;
+     * next call's waiting ones, on one SM. */
+    c->smem = smem_for_per_sm(L, need, 1);
     return need <= L->smem_optin;
 }
 
@@ -665,10 +683,10 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->cc_major = prop.major;
     L->cc_minor = prop.minor;
     L->smem_optin = prop.sharedMemPerBlockOptin;
-    SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
-    L->clusters16 = fused_clusters16(L);
     L->smem_sm = prop.sharedMemPerMultiprocessor;
     L->smem_rsv = prop.reservedSharedMemPerBlock;
+    SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
+    L->clusters16 = fused_clusters16(L);
 
     const size_t d = (size_t)D;
     const size_t o_gamma = 0, o_beta = o_gamma + up64(d), o_qkv = o_beta + up64(d);
