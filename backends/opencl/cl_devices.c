@@ -140,7 +140,6 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info)
           &info->max_alloc },
         { CL_DEVICE_COMPILER_AVAILABLE, "CL_DEVICE_COMPILER_AVAILABLE", sizeof info->compiler,
           &info->compiler },
-        { CL_DEVICE_TYPE, "CL_DEVICE_TYPE", sizeof info->type, &info->type },
         { CL_DEVICE_OPENCL_C_VERSION, "CL_DEVICE_OPENCL_C_VERSION", sizeof cver - 1, cver },
     };
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {

@@ -42,7 +42,6 @@ typedef struct sgk_cl_devinfo {
     cl_uint address_bits;   /* bounds the global size (size_t on the device) */
     cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     cl_bool compiler;       /* CL_DEVICE_COMPILER_AVAILABLE */
-    cl_device_type type;    /* CL_DEVICE_TYPE: orders the variants */
     int c_major, c_minor;   /* from CL_DEVICE_OPENCL_C_VERSION */
     char label[256];
 } sgk_cl_devinfo;
@@ -99,15 +98,12 @@ typedef struct sgk_cl_layer {
     cl_mem w[SGK_CL_W_COUNT];
 } sgk_cl_layer;
 
-enum { SGK_CL_V_SMALL, SGK_CL_V_TILED, SGK_CL_V_COUNT };
+/* In order of preference: small's one group per batch entry leaves most of
+ * a device idle at the batch sizes robots use (README.md). */
+enum { SGK_CL_V_TILED, SGK_CL_V_SMALL, SGK_CL_V_COUNT };
 
-/* Variant v of the layer's device (the core's index, in order of
- * preference) as SGK_CL_V_SMALL or SGK_CL_V_TILED, and its name. */
-int sgk_cl_variant_kind(const sgk_cl_layer *l, int v);
-const char *sgk_cl_variant_name(const sgk_cl_layer *l, int v);
-
-/* Fills plan and returns 1 when variant v (the core's index) runs (B, N)
- * within the device's limits as queried for the built kernels. */
+/* Fills plan and returns 1 when variant v runs (B, N) within the device's
+ * limits as queried for the built kernels. */
 int sgk_cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan);
 
 /* ---- cl_forward.c ---------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* The opencl backend: a plugin (libsgk-opencl.so) that reaches devices only
  * through the OpenCL ICD loader. It runs the kernels generated from
  * kernels/relation.sgk, compiled per device at run time, with the variants
- * "small" and "tiled" of kernels/plan.h sized to what each device reports. */
+ * "tiled" and "small" of kernels/plan.h sized to what each device reports. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,26 +12,7 @@ SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 
 const sgk_host *sgk_cl_host;
 
-static const char *const k_variants[SGK_CL_V_COUNT] = { "small", "tiled" };
-
-/* The order of preference, by device type. small runs one group per batch
- * entry, so on a GPU it leaves most compute units idle at the batch sizes
- * robots use: on the H200 at the seed preset (B = 4) small took 215.1 us
- * and tiled 120.5 (bench/results/h200-sgk-db1cf3c.txt). On a CPU device
- * each group is a thread's whole entry and small is the faster one (pocl,
- * 2 cores: seed 1357 against 1588 us, mid 251 against 297 ms). */
-static const int k_order_cpu[SGK_CL_V_COUNT] = { SGK_CL_V_SMALL, SGK_CL_V_TILED };
-static const int k_order_gpu[SGK_CL_V_COUNT] = { SGK_CL_V_TILED, SGK_CL_V_SMALL };
-
-int sgk_cl_variant_kind(const sgk_cl_layer *l, int v)
-{
-    return (l->ctx->info.type & CL_DEVICE_TYPE_CPU) ? k_order_cpu[v] : k_order_gpu[v];
-}
-
-const char *sgk_cl_variant_name(const sgk_cl_layer *l, int v)
-{
-    return k_variants[sgk_cl_variant_kind(l, v)];
-}
+static const char *const k_variants[SGK_CL_V_COUNT] = { [SGK_CL_V_TILED] = "tiled", [SGK_CL_V_SMALL] = "small" };
 
 static void *host_alloc(size_t bytes)
 {
@@ -216,7 +197,7 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
 /* ---- variants ----------------------------------------------------------- */
 
 static int cl_variant_count(void *bl) { (void)bl; return SGK_CL_V_COUNT; }
-static const char *cl_variant_name(void *bl, int v) { return sgk_cl_variant_name(bl, v); }
+static const char *cl_variant_name(void *bl, int v) { (void)bl; return k_variants[v]; }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -224,7 +205,7 @@ int sgk_cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *pl
 {
     const sgk_cl_program *pr = &l->ctx->prog;
     sgk_limits lim;
-    if (sgk_cl_variant_kind(l, v) == SGK_CL_V_SMALL) {
+    if (v == SGK_CL_V_SMALL) {
         const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
         lim.local_bytes = k->local_bytes;
         lim.max_groups = k->max_groups;
