@@ -78,10 +78,11 @@ struct Inputs {
     std::vector<unsigned char> masku8;
 };
 
-/* mask kinds: 0 = density 0.7 with self edges; 1 = same plus a few fully
- * masked rows; 2 = all edges */
+/* mask kinds: 0 = density 0.7 (SGKC_DENSITY sets another) with self edges;
+ * 1 = same plus a few fully masked rows; 2 = all edges */
 static Inputs make_inputs(int B, int N, int D, int P, int kind)
 {
+    const double density = getenv("SGKC_DENSITY") ? atof(getenv("SGKC_DENSITY")) : 0.7;
     Inputs in;
     in.B = B; in.N = N; in.D = D; in.P = P;
     in.nodes.resize((size_t)B * N * D);
@@ -94,7 +95,7 @@ static Inputs make_inputs(int B, int N, int D, int P, int kind)
         for (int i = 0; i < N; i++)
             for (int j = 0; j < N; j++) {
                 size_t idx = ((size_t)b * N + i) * N + j;
-                bool e = kind == 2 || i == j || urand() < 0.7;
+                bool e = kind == 2 || i == j || urand() < density;
                 if (kind == 1 && (i % 7 == 3))
                     e = false;
                 /* any nonzero is an edge: use odd values */
