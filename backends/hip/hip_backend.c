@@ -1,7 +1,7 @@
 /* The hip backend: a plugin (libsgk-hip.so) for AMD GPUs through the HIP
  * runtime (libamdhip64). It runs the kernels generated from
  * kernels/relation.sgk, compiled ahead of time by hipcc for the targets of
- * the meson option amdgpu_targets, with the variants "small" and "tiled" of
+ * the meson option amdgpu_targets, with the variants "tiled" and "small" of
  * kernels/plan.h sized to what each device and kernel report. This file:
  * the entry point, devices, contexts and device memory. */
 #include <limits.h>
