@@ -36,8 +36,8 @@ const sgkt_case sgkt_cases[] = {
      * tiles, features not a multiple of 4 */
     {"heads_8_dim_256_n21", 2, 21, 256, 8, 5, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
     {"heads_8_dim_256_n45_pair_20", 1, 45, 256, 8, 20, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
-    /* attn_rows hands a tile's edges to its warps by count: every pair an
-     * edge (four units a tile), and few (one or none) */
+    /* attn_rows runs a warp's MLP unless none of its 64 pairs is an edge:
+     * every pair an edge, and one pair in ten (tail tiles often hold none) */
     {"heads_8_dim_256_dense_n40", 2, 40, 256, 8, 32, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
     {"heads_8_dim_256_sparse_n70", 1, 70, 256, 8, 32, SGKT_MASK_RANDOM, 0.1, SGK_MASK_U8, 0},
     /* pair-feature widths */
