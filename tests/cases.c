@@ -12,6 +12,9 @@ const sgkt_case sgkt_cases[] = {
     /* the seed shape with another batch, mask kind and empty rows: CUDA
      * compiles that shape into its own kernel instance */
     {"seed_shape_b7", 7, 24, 96, 4, 16, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0},
+    /* and with more batch entries than the H200 runs clusters of 16 at
+     * once (7): clusters of 8, the instance with 12 rows a block */
+    {"seed_shape_b12", 12, 24, 96, 4, 16, SGKT_MASK_RANDOM, 0.3, SGK_MASK_F32, 0},
     /* sizes off every power of two and tile edge */
     {"odd_sizes", 3, 13, 30, 5, 7, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
     {"n1", 2, 1, 16, 2, 4, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},

@@ -26,6 +26,9 @@ struct sgkc_layer {
      * layer's shape cannot take that variant. */
     const float *fs_img, *fs_wo;
     int fs_img_floats;
+    /* Its compiled-in shape's Q/K/V and Wo slices in thread order
+     * (sgkc_fs_rw_pack); NULL unless the layer has that shape. */
+    const float *fs_rw, *fs_rwo;
     /* The same weights as the generated kernels take them (kernels/plan.h). */
     const float *gen;
     sgk_packed gen_off;

@@ -11,7 +11,8 @@
  * chain short:
  *   0. every global load is issued at once: LayerNorm's weights, the Q/K/V
  *      weight slice and the MLP weights in one bulk copy of an image packed
- *      at layer creation in this kernel's shared-memory layout, node rows
+ *      at layer creation in this kernel's shared-memory layout (two for the
+ *      compiled-in shapes; before the wait for the previous kernel), node rows
  *      (cp.async), and each thread's pair features and mask value
  *      (registers). One memory latency in all.
  *   1. LayerNorm of its rows, from the raw rows (kept for the residual).
@@ -19,7 +20,9 @@
  *      over adjacent lanes; each bias (or -inf where masked) goes straight
  *      into the shared memory of the block that owns (head, row).
  *   3. Q/K/V of its rows for its head group, split-K over lanes; K and V
- *      rows are pushed to every block of the same head group.
+ *      rows are pushed to every block of the same head group (the
+ *      compiled-in shapes write their own in place and push them to the
+ *      others; their weights come to registers: sgkc_fs_rw_gemm).
  *   wait until this block's biases, K and V have landed (an mbarrier that
  *   counts the pushed bytes; no cluster barrier)
  *   4. One warp per (row, head): scores in registers (a lane per key),
@@ -36,16 +39,9 @@
 #define SGK_CUDA_FUSED_SMALL_CUH
 
 #include "kernel_common.cuh"
+#include "fused_gemm.cuh"
 #include <cooperative_groups.h>
 
-#define SGKC_FS_NT 512
-/* Most K slices a block GEMM tile is split into: 2^SGKC_FS_LKS. More
- * slices shorten each lane's FMA chain and add shuffle rounds and warps.
- * H200 run 45 at seed: 4 slices 5.01 us a call, 8 slices 5.19, 2 slices
- * 5.34; a dev build may set it (-DSGKC_FS_LKS=3) to weigh them again. */
-#ifndef SGKC_FS_LKS
-#define SGKC_FS_LKS 2
-#endif
 
 struct sgkc_fused_args {
     const float *nodes, *pair;
@@ -53,10 +49,14 @@ struct sgkc_fused_args {
     int mask_u8;
     /* Per head group, the block's layer-constant shared memory as packed
      * at layer creation (fused_pack_images in variants.cu): img = [gamma |
-     * beta | Q/K/V weight slice | MLP weights], img_floats apart; wo =
+     * beta | MLP weights | Q/K/V weight slice], img_floats apart; wo =
      * Wo's slice, D * ldw floats apart. */
     const float *img, *wo;
     int img_floats;
+    /* The compiled-in shapes' Q/K/V and Wo slices in the order their
+     * threads load them (sgkc_fs_rw_pack), D * 3hs and D * hs floats a head
+     * group; null for other layers. */
+    const float *rw, *rwo;
     float *out;
     int N, D, H, P, hd;
     float eps, scale;
@@ -82,7 +82,7 @@ __host__ __device__ constexpr int sgkc_fs_lmsplit(int prow, int N, int P)
  * 16-byte boundary. */
 struct sgkc_fs_layout {
     int ldx, ldh, ldn, ldw;
-    size_t ns, xs, qs, ks, vs, bs, ps, cs, gb, wc, w1, b1, w2, b2, mb, total; /* [gb, mb): the image */
+    size_t ns, xs, qs, ks, vs, bs, ps, cs, gb, w1, b1, w2, b2, wc, mb, total; /* [gb, mb): the image */
 };
 
 __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int P, int Ch,
@@ -104,215 +104,16 @@ __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int 
     l.ps = up4(l.bs + (size_t)hpc * rows_r * l.ldn);
     l.cs = l.ps + (size_t)(SGKC_FS_NT / 32) * up4(N);
     l.gb = l.cs + (size_t)rows_r * l.ldx;
-    l.wc = l.gb + 2 * (size_t)D;
-    l.w1 = l.wc + (size_t)D * l.ldw; /* the Q/K/V weight slice, later Wo's */
+    l.w1 = l.gb + 2 * (size_t)D;
     l.b1 = l.w1 + (size_t)P * (pcap + 4);
     l.w2 = up4(l.b1 + P);
     l.b2 = l.w2 + (size_t)P * hmax;
-    l.mb = up4(l.b2 + hmax); /* three mbarriers (8 bytes each): bulk copies, K/V and biases, ctx */
+    /* the Q/K/V weight slice, later Wo's; last, so that the compiled-in
+     * shapes, which hold these weights in registers, copy [gb, wc) only */
+    l.wc = up4(l.b2 + hmax);
+    l.mb = l.wc + (size_t)D * l.ldw; /* three mbarriers (8 bytes each): bulk copies, K/V and biases, ctx */
     l.total = l.mb + 8;
     return l;
-}
-
-/* One bulk copy (the copy engine moves the whole span: one instruction
- * from one thread instead of a cp.async per 16 bytes from every thread)
- * and the mbarrier that counts its bytes. src, dst and bytes are multiples
- * of 16. */
-__device__ __forceinline__ unsigned sgkc_smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-/* This thread's arrival on bar, which then also waits for `bytes` more. */
-__device__ __forceinline__ void sgkc_mbar_expect(unsigned long long *bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sgkc_smem_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void sgkc_bulk_load(void *dst, const void *src, unsigned bytes, unsigned long long *bar)
-{
-    sgkc_mbar_expect(bar, bytes);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     sgkc_smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(sgkc_smem_addr(bar))
-                 : "memory");
-}
-/* Waits for phase `parity` of bar. CLUSTER: other blocks' pushes count on
- * bar (sgkc_push1/4), and acquire at cluster scope makes their data
- * visible here; otherwise only this block's bulk copies do. */
-#define SGKC_TRY_WAIT(sem)                                                                             \
-    "{\n .reg .pred p;\n mbarrier.try_wait.parity" sem ".shared::cta.b64 p, [%1], %2;\n"               \
-    " selp.u32 %0, 1, 0, p;\n}\n"
-template <bool CLUSTER = false>
-__device__ __forceinline__ void sgkc_mbar_wait(unsigned long long *bar, unsigned parity)
-{
-    unsigned done = 0;
-    do {
-        if constexpr (CLUSTER)
-            asm volatile(SGKC_TRY_WAIT(".acquire.cluster") : "=r"(done) : "r"(sgkc_smem_addr(bar)), "r"(parity) : "memory");
-        else
-            asm volatile(SGKC_TRY_WAIT("") : "=r"(done) : "r"(sgkc_smem_addr(bar)), "r"(parity) : "memory");
-    } while (!done);
-}
-#undef SGKC_TRY_WAIT
-
-/* Pushes into another block's shared memory (its rank in the cluster):
- * st.async lands the value and counts its bytes on the receiver's own
- * mbarrier, so the receiver waits for exactly the data it needs
- * (sgkc_mbar_wait<true>) instead of a cluster barrier, whose release
- * compiles to a GPU-scope fence that drains every outstanding remote store
- * (ncu at seed: the two cluster barriers were 3,300 of 15,600 cycles). */
-__device__ __forceinline__ unsigned sgkc_cluster_addr(const void *p, int rank)
-{
-    unsigned r;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(sgkc_smem_addr(p)), "r"(rank));
-    return r;
-}
-__device__ __forceinline__ void sgkc_push1(const float *dst, float v, const unsigned long long *bar, int rank)
-{
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(
-                     sgkc_cluster_addr(dst, rank)),
-                 "r"(__float_as_uint(v)), "r"(sgkc_cluster_addr(bar, rank))
-                 : "memory");
-}
-__device__ __forceinline__ void sgkc_push4(const float *dst, float4 v, const unsigned long long *bar, int rank)
-{
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
-                     sgkc_cluster_addr(dst, rank)),
-                 "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
-                 "r"(__float_as_uint(v.w)), "r"(sgkc_cluster_addr(bar, rank))
-                 : "memory");
-}
-
-/* One GEMM of the kernel, C(M x ncols) = A(M x K) W(K x ncols), both in
- * shared memory (K % 4 == 0), and what to do with C:
- *   qkv: columns [0, hs) are Q (scaled, kept here), [hs, 2hs) K and
- *        [2hs, 3hs) V (pushed to the Cr blocks of head group hg);
- *   out: C + res goes to out (row strides ldres, ldo). */
-struct sgkc_fs_gemm_job {
-    const float *A, *W;
-    int lda, ldw, M, K, ncols;
-    int mvalid; /* rows of A that hold data and of C that are stored (<= M) */
-    int qkv;
-    float *Qs, *Ks, *Vs;
-    const unsigned long long *kvbar; /* K/V pushes count on it (every receiver's copy) */
-    int ldh, hs, Cr, hg, r0;
-    float scale;
-    float *out;
-    const float *res;
-    int ldres, ldo;
-};
-
-/* A thread owns TM rows x 4 columns (TM of A's float4 and 4 of W's per
- * 4 TM FMAs: shared-memory bandwidth, not FMA, is what such small GEMMs run
- * into). When those tiles are fewer than threads, each tile's K is split
- * over ks lanes (interleaved by 4) and summed by shuffles, which also cuts
- * the dependent FMA chain by ks.
- *
- * FIX: the caller's M, K, ncols, lda and ldw are compile-time constants
- * (the kernel's compiled-in shapes), so the split, the tile map and the
- * loops fold and unroll; rows past mvalid are computed from row
- * mvalid - 1 and not stored. */
-template <bool FIX = false, int TM = 4>
-__device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters */
-    const int ncg = j.ncols / 4, ntiles = ((j.M + TM - 1) / TM) * ncg, K4 = j.K / 4;
-    int lks = 0; /* log2 ks; each lane keeps at least 2 steps of 4 */
-    while (lks < SGKC_FS_LKS && (ntiles << (lks + 1)) <= SGKC_FS_NT && K4 >= (4 << lks))
-        lks++;
-    /* A warp holds tpw tiles x ks slices, slice-major: lanes next to each
-     * other read W columns next to each other (no bank conflicts, whatever
-     * ldw), and a slice's partial sums meet by shuffles tpw lanes apart. */
-    const int ltpw = 5 - lks, tpw = 1 << ltpw;
-    const int total = ((ntiles + tpw - 1) >> ltpw) << 5;
-    /* the loop is uniform over the block, so whole lane groups shuffle;
-     * warps past the last tile group leave (total is whole warps): under
-     * FIX they would repeat the last tile's steps, and at seed the output
-     * GEMM's 5 warps of work ran on all 16 (ncu run 44: every FFMA of both
-     * GEMMs executed by 16 warps a block) */
-#pragma unroll 1
-    for (int base = 0; base < total; base += SGKC_FS_NT) {
-        const int w = base + (int)threadIdx.x, lane = w & 31;
-        if (w >= total)
-            break;
-        const int tt = ((w >> 5) << ltpw) + (lane & (tpw - 1)), s = lane >> ltpw;
-        const bool active = tt < ntiles;
-        const int t = min(tt, ntiles - 1);
-        const int rt = t / ncg, c = (t - rt * ncg) * 4;
-        const float *arow[TM];
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-            arow[i] = j.A + (size_t)min(rt * TM + i, j.mvalid - 1) * j.lda;
-        const float *wcol = j.W + c;
-        float acc[TM][4];
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                acc[i][u] = 0.0f;
-        /* Under FIX every lane runs the same steps (an idle tile repeats
-         * the last one and is not stored), so the loop unrolls; otherwise
-         * idle tiles skip it. */
-        const int nsteps = FIX || active ? (K4 + (1 << lks) - 1) >> lks : 0;
-#pragma unroll(FIX ? 8 : 1)
-        for (int it = 0; it < nsteps; it++) {
-            const int k4 = s + (it << lks);
-            if (K4 % (1 << lks) != 0 && k4 >= K4)
-                break;
-            float4 bv[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                bv[u] = *reinterpret_cast<const float4 *>(wcol + (size_t)(4 * k4 + u) * j.ldw);
-#pragma unroll
-            for (int i = 0; i < TM; i++) {
-                const float4 av = *reinterpret_cast<const float4 *>(arow[i] + 4 * k4);
-                const float ak[4] = {av.x, av.y, av.z, av.w};
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    acc[i][0] = fmaf(ak[u], bv[u].x, acc[i][0]);
-                    acc[i][1] = fmaf(ak[u], bv[u].y, acc[i][1]);
-                    acc[i][2] = fmaf(ak[u], bv[u].z, acc[i][2]);
-                    acc[i][3] = fmaf(ak[u], bv[u].w, acc[i][3]);
-                }
-            }
-        }
-#pragma unroll(FIX ? 5 : 1)
-        for (int o = tpw; o < 32; o <<= 1)
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-#pragma unroll
-                for (int u = 0; u < 4; u++)
-                    acc[i][u] += __shfl_xor_sync(0xffffffffu, acc[i][u], o);
-        if (!active || s != 0)
-            continue;
-#pragma unroll
-        for (int i = 0; i < TM; i++) {
-            const int r = rt * TM + i;
-            if (r >= j.mvalid)
-                break;
-            float4 v = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-            if (j.qkv) {
-                const int seg = c < j.hs ? 0 : c < 2 * j.hs ? 1 : 2, cc = c - seg * j.hs;
-                if (seg == 0) {
-                    v.x *= j.scale; v.y *= j.scale; v.z *= j.scale; v.w *= j.scale;
-                    *reinterpret_cast<float4 *>(j.Qs + r * j.ldh + cc) = v;
-                } else {
-                    const float *dst = (seg == 1 ? j.Ks : j.Vs) + (size_t)(j.r0 + r) * j.ldh + cc;
-#pragma unroll(FIX ? 16 : 1)
-                    for (int q = 0; q < j.Cr; q++)
-                        sgkc_push4(dst, v, j.kvbar, j.hg * j.Cr + q);
-                }
-            } else {
-                const float *res = j.res + (size_t)r * j.ldres + c;
-                float *o = j.out + (size_t)r * j.ldo + c;
-                o[0] = res[0] + v.x;
-                o[1] = res[1] + v.y;
-                o[2] = res[2] + v.z;
-                o[3] = res[3] + v.w;
-            }
-        }
-    }
-#endif
 }
 
 /* SN..SCR > 0 compile one shape (N, D, H, P) and cluster (Ch x Cr) in: the
@@ -344,18 +145,24 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     const sgkc_fs_layout L = sgkc_fs_plan(N, D, H, P, Ch, rows_r, PCAP, HMAX);
+    /* compiled-in shapes: rows a block, columns a head group, and the
+     * threads of the Q/K/V and output GEMMs (sgkc_fs_rw_gemm) */
+    constexpr int FROWS = FIX ? (SN + SCR - 1) / (SCR > 0 ? SCR : 1) : 0, FHS = FIX ? SD / SCH : 0;
+    constexpr int QNT = 3 * FHS / 2 * SGKC_FS_RW_KS, ONT = FHS / 2 * SGKC_FS_RW_KS;
+    static_assert(QNT % 32 == 0 && ONT % 32 == 0 && QNT <= NT && FROWS <= NT / 32, "whole warps, a row a warp");
     float *Ns = smem + L.ns, *Xs = smem + L.xs, *Qs = smem + L.qs, *Ks = smem + L.ks, *Vs = smem + L.vs;
     float *Bs = smem + L.bs, *Gs = smem + L.gb, *Wc = smem + L.wc;
     float *W1s = smem + L.w1, *b1s = smem + L.b1, *W2s = smem + L.w2, *b2s = smem + L.b2;
     float *Cs = smem + L.cs; /* ctx of this block's rows, all heads */
 
     /* mbarriers: bar counts the bulk copies (phase 0 the image, phase 1
-     * Wo's slice); kvb the biases, K and V rows other blocks push here;
+     * Wo's slice); kvb the biases, K and V rows other blocks push here
+     * (the compiled-in shapes write their own K and V rows in place);
      * ctxb the ctx columns. Each receiver expects its bytes before any
      * block can push (the cluster wait below orders the two). */
     unsigned long long *bar = reinterpret_cast<unsigned long long *>(smem + L.mb), *kvb = bar + 1, *ctxb = bar + 2;
     if (tid == 0) {
-        const unsigned kv_bytes = (unsigned)((2 * N * hs + hpc * nr * N) * sizeof(float));
+        const unsigned kv_bytes = (unsigned)((2 * (FIX ? N - nr : N) * hs + hpc * nr * N) * sizeof(float));
         const unsigned ctx_bytes = (unsigned)(nr * D * sizeof(float));
 #pragma unroll
         for (int i = 0; i < 3; i++)
@@ -374,10 +181,23 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 
     const float *nodes_b = a.nodes + (size_t)b * N * D;
 
-    /* ---- 0. every load at once ---- */
+    /* ---- 0. every load at once ----
+     * The layer's weights first: constants, they need not wait for the
+     * previous kernel. gamma, beta, the MLP weights and the Q/K/V slice
+     * in one copy; the compiled-in shapes take the Q/K/V slice in their
+     * threads' order (a.rw) in a second copy, into Wc. */
+    const float *img = a.img + (size_t)hg * a.img_floats;
+    if (tid == 0) {
+        if constexpr (FIX) {
+            sgkc_bulk_load<false>(Gs, img, (unsigned)((L.wc - L.gb) * sizeof(float)), bar);
+            sgkc_bulk_load(Wc, a.rw + (size_t)hg * SD * 3 * FHS, (unsigned)(SD * 3 * FHS * sizeof(float)), bar);
+        } else {
+            sgkc_bulk_load(Gs, img, (unsigned)((L.mb - L.gb) * sizeof(float)), bar);
+        }
+    }
+    SGKC_TL(21);
     sgkc_grid_wait(); /* the inputs may be the previous kernel's output */
-    if (tid == 0) /* gamma, beta, the Q/K/V slice and the MLP weights in one copy */
-        sgkc_bulk_load(Gs, a.img + (size_t)hg * a.img_floats, (unsigned)((L.mb - L.gb) * sizeof(float)), bar);
+    SGKC_TL(22);
     if (a.nvec) {
         const int c4 = D / 4;
 #pragma unroll 1
@@ -424,33 +244,79 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * Normalized before gamma and beta arrive: the node rows land well
      * before the bulk copy that brings gamma and beta with the weights, and
      * the statistics' shuffle chains fill that wait. Each warp then scales
-     * its own rows; the rounding is that of fmaf((x - mean) * rstd, g, b). */
-#pragma unroll 1
-    for (int r = warp; r < nr; r += NT / 32) {
-        const float *row = Ns + r * L.ldx;
-        float s = 0.0f;
-#pragma unroll(FIX ? 8 : 1)
-        for (int k = lane; k < D; k += 32)
-            s += row[k];
-        const float mean = sgkc_warp_sum(s) / (float)D;
-        float v = 0.0f;
-#pragma unroll(FIX ? 8 : 1)
-        for (int k = lane; k < D; k += 32) {
-            const float t = row[k] - mean;
-            v = fmaf(t, t, v);
+     * its own rows; the rounding is that of fmaf((x - mean) * rstd, g, b).
+     * Compiled-in shapes: a row a warp, D / 32 values a lane held in
+     * registers; each lane's mean and sum of centred squares are merged
+     * pairwise over the warp (equal counts: mean (ma + mb) / 2, M2a + M2b
+     * + (mb - ma)^2 n / 2), one chain of 5 rounds instead of two passes
+     * of 5 each, and as stable as two passes when |mean| >> std (each
+     * lane centres its own values). */
+    if constexpr (FIX && SD % 32 == 0) {
+        constexpr int KPL = SD / 32;
+        float xv[KPL];
+        if (warp < nr) {
+            const float *row = Ns + warp * L.ldx;
+            float m = 0.0f, q = 0.0f;
+#pragma unroll
+            for (int u = 0; u < KPL; u++) {
+                xv[u] = row[lane + 32 * u];
+                m += xv[u];
+            }
+            m *= 1.0f / KPL;
+#pragma unroll
+            for (int u = 0; u < KPL; u++) {
+                const float t = xv[u] - m;
+                q = fmaf(t, t, q);
+            }
+            float n = 0.5f * KPL;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1, n *= 2.0f) {
+                const float mo = __shfl_xor_sync(0xffffffffu, m, o), qo = __shfl_xor_sync(0xffffffffu, q, o);
+                const float d = mo - m; /* the partner's is -d: the same square */
+                m = 0.5f * (m + mo);
+                q = fmaf(d * d, n, q + qo);
+            }
+            const float rstd = rsqrtf(q * (1.0f / SD) + a.eps);
+#pragma unroll
+            for (int u = 0; u < KPL; u++)
+                xv[u] = (xv[u] - m) * rstd;
         }
-        const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
-#pragma unroll(FIX ? 8 : 1)
-        for (int k = lane; k < D; k += 32)
-            Xs[r * L.ldx + k] = (row[k] - mean) * rstd;
-    }
-    SGKC_TL(14);
-    sgkc_mbar_wait(bar, 0); /* gamma, beta, the Q/K/V slice and the MLP weights */
+        SGKC_TL(14);
+        sgkc_mbar_wait(bar, 0); /* gamma, beta and the MLP weights */
+        if (warp < nr) {
+#pragma unroll
+            for (int u = 0; u < KPL; u++) {
+                const int k = lane + 32 * u;
+                Xs[warp * L.ldx + k] = fmaf(xv[u], Gs[k], Gs[SD + k]);
+            }
+        }
+    } else {
 #pragma unroll 1
-    for (int r = warp; r < nr; r += NT / 32) {
-#pragma unroll(FIX ? 8 : 1)
-        for (int k = lane; k < D; k += 32)
-            Xs[r * L.ldx + k] = fmaf(Xs[r * L.ldx + k], Gs[k], Gs[D + k]);
+        for (int r = warp; r < nr; r += NT / 32) {
+            const float *row = Ns + r * L.ldx;
+            float s = 0.0f;
+#pragma unroll 1
+            for (int k = lane; k < D; k += 32)
+                s += row[k];
+            const float mean = sgkc_warp_sum(s) / (float)D;
+            float v = 0.0f;
+#pragma unroll 1
+            for (int k = lane; k < D; k += 32) {
+                const float t = row[k] - mean;
+                v = fmaf(t, t, v);
+            }
+            const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
+#pragma unroll 1
+            for (int k = lane; k < D; k += 32)
+                Xs[r * L.ldx + k] = (row[k] - mean) * rstd;
+        }
+        SGKC_TL(14);
+        sgkc_mbar_wait(bar, 0); /* gamma, beta, the MLP weights and the Q/K/V slice */
+#pragma unroll 1
+        for (int r = warp; r < nr; r += NT / 32)
+#pragma unroll 1
+            for (int k = lane; k < D; k += 32)
+                Xs[r * L.ldx + k] = fmaf(Xs[r * L.ldx + k], Gs[k], Gs[D + k]);
     }
     SGKC_TL(3);
 
@@ -486,6 +352,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                 }
             }
         }
+        SGKC_TL(19);
         for (int o = 1; o < S; o <<= 1)
 #pragma unroll
             for (int h = 0; h < HMAX; h++)
@@ -515,14 +382,54 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     SGKC_TL(5);
 
     /* ---- 3. Q/K/V of this block's rows and head group ---- */
+    constexpr int RWL = sgkc_rs_left(2 * FROWS, SGKC_FS_RW_KS / 2), RWD = sgkc_rs_dup(2 * FROWS, SGKC_FS_RW_KS / 2);
     sgkc_fs_gemm_job job;
+    if constexpr (FIX) {
+        /* Q scaled into Qs; K and V of this block's rows into its own Ks
+         * and Vs, then pushed from there, as float4, to the other blocks
+         * of the head group */
+        if (tid < QNT) {
+            float2 w[SD / SGKC_FS_RW_KS];
+            sgkc_fs_rw_load<SD, QNT>(w, Wc, tid);
+            float v[2 * FROWS];
+            const int base = sgkc_fs_rw_gemm<FROWS, SD>(w, Xs, L.ldx, tid, v);
+            SGKC_TL(16);
+            if ((tid & RWD) == 0) {
+                const int c = (tid / SGKC_FS_RW_KS) * 2;
+#pragma unroll
+                for (int j = 0; j < RWL; j++) {
+                    const int f = base + j, r = f >> 1, cc = c + (f & 1);
+                    if (r < nr) {
+                        if (cc < FHS)
+                            Qs[r * L.ldh + cc] = v[j] * a.scale;
+                        else
+                            (cc < 2 * FHS ? Ks + (cc - FHS) : Vs + (cc - 2 * FHS))[(r0 + r) * L.ldh] = v[j];
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* Qs, this block's K and V rows; Wc read */
+        SGKC_TL(17);
+        if (tid == 0) { /* Wo's slice, in its threads' order, while attention runs */
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            sgkc_bulk_load(Wc, a.rwo + (size_t)hg * SD * FHS, (unsigned)(SD * FHS * sizeof(float)), bar);
+        }
+        constexpr int KV4 = 2 * FHS / 4; /* float4 of a K and V row */
+        static_assert(FROWS * KV4 * (SCR > 1 ? SCR - 1 : 1) <= NT, "a push a thread");
+        if (tid < FROWS * KV4 * (SCR - 1)) {
+            const int q = tid / (FROWS * KV4), e = tid - q * (FROWS * KV4), r = e / KV4, c = (e - r * KV4) * 4;
+            if (r < nr) {
+                const float *src = (c < FHS ? Ks + c : Vs + c - FHS) + (size_t)(r0 + r) * L.ldh;
+                sgkc_push4(src, *reinterpret_cast<const float4 *>(src), kvb, hg * SCR + q + (q >= rg));
+            }
+        }
+        SGKC_TL(18);
+    } else {
     job.A = Xs;
     job.lda = L.ldx;
     job.W = Wc;
     job.ldw = L.ldw;
-    /* the compiled-in shapes compute whole slices of rows_r rows */
-    job.M = FIX ? rows_r : nr;
-    job.mvalid = nr;
+    job.M = nr;
     job.K = D;
     job.ncols = 3 * hs;
     job.qkv = 1;
@@ -540,18 +447,16 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     job.res = Ns + hg * hs;
     job.ldres = L.ldx;
     job.ldo = D;
-    /* 2-row tiles where rows_r is even but not a multiple of 4 (seed: 6) */
-    constexpr int FROWS = FIX ? (SN + SCR - 1) / (SCR > 0 ? SCR : 1) : 0;
-    constexpr int FTM = FIX && FROWS % 4 != 0 && FROWS % 2 == 0 ? 2 : 4;
     if (nr > 0)
-        sgkc_fs_gemm<FIX, FTM>(job);
+        sgkc_fs_gemm(job);
     __syncthreads(); /* Wc free: bring in Wo's slice while attention runs */
-    SGKC_TL(6);
     if (tid == 0) {
         /* the Q/K/V GEMM's reads of Wc (generic proxy) before the copy's writes */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         sgkc_bulk_load(Wc, a.wo + (size_t)hg * D * L.ldw, (unsigned)((size_t)D * L.ldw * sizeof(float)), bar);
     }
+    }
+    SGKC_TL(6);
     sgkc_mbar_wait<true>(kvb, 0); /* this block's biases, K and V rows have landed */
     SGKC_TL(7);
 
@@ -626,15 +531,35 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     }
     SGKC_TL(8);
     sgkc_mbar_wait<true>(ctxb, 0); /* this block's ctx rows have landed */
-    sgkc_mbar_wait(bar, 1);          /* Wo's slice staged */
+    sgkc_mbar_wait(bar, 1); /* Wo's slice staged */
     SGKC_TL(9);
 
     /* ---- 5. out = nodes + ctx Wo^T, this block's rows and hs columns ---- */
-    job.A = Cs;
-    job.ncols = hs;
-    job.qkv = 0;
-    if (nr > 0)
-        sgkc_fs_gemm<FIX, FTM>(job);
+    if constexpr (FIX) {
+        if (tid < ONT) {
+            float2 w[SD / SGKC_FS_RW_KS];
+            sgkc_fs_rw_load<SD, ONT>(w, Wc, tid);
+            float v[2 * FROWS];
+            const int base = sgkc_fs_rw_gemm<FROWS, SD>(w, Cs, L.ldx, tid, v);
+            SGKC_TL(20);
+            if ((tid & RWD) == 0) {
+                const int c = hg * FHS + (tid / SGKC_FS_RW_KS) * 2;
+                float *ob = a.out + ((size_t)b * SN + r0) * SD;
+#pragma unroll
+                for (int j = 0; j < RWL; j++) {
+                    const int f = base + j, r = f >> 1, cc = c + (f & 1);
+                    if (r < nr)
+                        ob[(size_t)r * SD + cc] = Ns[r * L.ldx + cc] + v[j];
+                }
+            }
+        }
+    } else {
+        job.A = Cs;
+        job.ncols = hs;
+        job.qkv = 0;
+        if (nr > 0)
+            sgkc_fs_gemm(job);
+    }
     SGKC_TL(10);
 #endif
 }

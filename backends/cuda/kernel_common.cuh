@@ -10,18 +10,20 @@
 #define SGKC_NEG_INF (-INFINITY)
 
 /* Dev builds only (-DSGKC_TIMELINE, dev/harness.cu "timeline"): thread 0 of
- * each block stamps clock64() at phase boundaries, slot 15 the globaltimer at
- * entry, so a phase's share of a latency-bound kernel can be read directly. */
+ * each block stamps clock64() at phase boundaries (slots 0-14, 16-31), slot
+ * 15 the globaltimer at entry, so a phase's share of a latency-bound kernel
+ * can be read directly. */
 #ifdef SGKC_TIMELINE
-__device__ unsigned long long sgkc_tl[256 * 16];
+#define SGKC_TL_SLOTS 32
+__device__ unsigned long long sgkc_tl[256 * SGKC_TL_SLOTS];
 #define SGKC_TL(k)                                                                        \
     do {                                                                                  \
         if (threadIdx.x == 0 && blockIdx.x < 256) {                                       \
-            sgkc_tl[blockIdx.x * 16 + (k)] = clock64();                                   \
+            sgkc_tl[blockIdx.x * SGKC_TL_SLOTS + (k)] = clock64();                        \
             if ((k) == 0) {                                                               \
                 unsigned long long g;                                                     \
                 asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g));                     \
-                sgkc_tl[blockIdx.x * 16 + 15] = g;                                        \
+                sgkc_tl[blockIdx.x * SGKC_TL_SLOTS + 15] = g;                             \
             }                                                                             \
         }                                                                                 \
     } while (0)

@@ -516,6 +516,8 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     a.img = L->fs_img;
     a.wo = L->fs_wo;
     a.img_floats = L->fs_img_floats;
+    a.rw = L->fs_rw;
+    a.rwo = L->fs_rwo;
     a.out = f->out;
     a.eps = L->eps;
     a.scale = 1.0f / sqrtf((float)L->hd);
@@ -529,7 +531,7 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
     const unsigned C = (unsigned)(c.Ch * c.Cr);
     const unsigned blocks = (unsigned)(f->B * C);
     /* the seed preset's shape, compiled in (fused_small.cuh) */
-    if (a.N == 24 && a.D == 96 && a.H == 4 && a.P == 16 && c.Ch == 4 && (c.Cr == 4 || c.Cr == 2))
+    if (L->fs_rw && a.N == 24 && c.Ch == 4 && (c.Cr == 4 || c.Cr == 2))
         return c.Cr == 4 ? fused_go<16, 8, 24, 96, 4, 16, 4, 4>(L, a, blocks, C, c.smem, f->stream)
                          : fused_go<16, 8, 24, 96, 4, 16, 4, 2>(L, a, blocks, C, c.smem, f->stream);
     switch (c.pcap * 100 + c.hmax) {
@@ -623,10 +625,12 @@ static int fused_clusters16(const sgkc_layer *L)
 }
 
 /* Head group hg's images for fused-small: img is the kernel's shared
- * memory from lay.gb to lay.mb (gamma, beta, the Q/K/V columns of the
- * group's heads at row stride ldw, W1 at row stride pcap + 4, b1, W2 for
- * every head, b2; zero padded), wo the group's columns of Wo^T at row
- * stride ldw. One bulk copy each brings them in. */
+ * memory from lay.gb to lay.mb (gamma, beta, W1 at row stride pcap + 4,
+ * b1, W2 for every head, b2, the Q/K/V columns of the group's heads at
+ * row stride ldw; zero padded), wo the group's columns of Wo^T at row
+ * stride ldw. One bulk copy each brings them in; the compiled-in shapes
+ * copy the image up to the Q/K/V columns and load those, and wo, into
+ * registers (sgkc_fs_rw_load). */
 static void fused_pack_images(float *img, float *wo_img, const sgk_layer_desc *desc, const sgkc_fs_layout &lay,
                               int Ch, int hg)
 {
@@ -653,6 +657,13 @@ static void fused_pack_images(float *img, float *wo_img, const sgk_layer_desc *d
     for (int k = 0; k < D; k++)
         for (int c = 0; c < hs; c++)
             wo_img[(size_t)k * lay.ldw + c] = wo[(size_t)(hg * hs + c) * D + k];
+}
+
+/* The layer shape (D, H, P, head groups) compiled into fused-small's seed
+ * instances, which take their Q/K/V and Wo slices in thread order. */
+static bool fused_seed_layer(int D, int H, int P, int Ch)
+{
+    return D == 96 && H == 4 && P == 16 && Ch == 4;
 }
 
 static size_t up64(size_t n)
@@ -702,7 +713,10 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
         Ch = 0;
     const size_t img = Ch ? lay.mb - lay.gb : 0, wo_img = Ch ? d * lay.ldw : 0;
     const size_t o_img = o_gen + up64(gen.total), o_woimg = o_img + up64(Ch * img);
-    const size_t total = o_woimg + up64(Ch * wo_img);
+    const bool seed = Ch && fused_seed_layer(D, H, P, Ch);
+    const size_t rw = seed ? d * 3 * (D / Ch) : 0, rwo = seed ? d * (D / Ch) : 0; /* a head group's */
+    const size_t o_rw = o_woimg + up64(Ch * wo_img), o_rwo = o_rw + up64(Ch * rw);
+    const size_t total = o_rwo + up64(Ch * rwo);
 
     if (alloc_fail && alloc_fail())
         return cudaErrorMemoryAllocation;
@@ -726,8 +740,14 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
             h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
     memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
     sgk_pack_weights(desc, h + o_gen);
-    for (int hg = 0; hg < Ch; hg++)
-        fused_pack_images(h + o_img + hg * img, h + o_woimg + hg * wo_img, desc, lay, Ch, hg);
+    for (int hg = 0; hg < Ch; hg++) {
+        float *gi = h + o_img + hg * img, *go = h + o_woimg + hg * wo_img;
+        fused_pack_images(gi, go, desc, lay, Ch, hg);
+        if (seed) {
+            sgkc_fs_rw_pack(h + o_rw + hg * rw, gi + (lay.wc - lay.gb), lay.ldw, 1, D, 3 * (D / Ch));
+            sgkc_fs_rw_pack(h + o_rwo + hg * rwo, go, lay.ldw, 1, D, D / Ch);
+        }
+    }
 
     cudaError_t err = cudaSuccess;
     if (alloc_fail && alloc_fail())
@@ -759,6 +779,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->fs_img = Ch ? base + o_img : NULL;
     L->fs_wo = Ch ? base + o_woimg : NULL;
     L->fs_img_floats = (int)img;
+    L->fs_rw = seed ? base + o_rw : NULL;
+    L->fs_rwo = seed ? base + o_rwo : NULL;
     L->gen_off = gen;
     return cudaSuccess;
 }

@@ -616,6 +616,7 @@ int main(int argc, char **argv)
             {{"seed f32 masked-rows", 4, 24, 96, 4, 16}, 1, false, 0, 0},
             {{"seed u8 nan", 4, 24, 96, 4, 16}, 0, true, 0, 1},
             {{"seed misaligned", 4, 24, 96, 4, 16}, 1, false, 1, 0},
+            {{"seed B=12 (clusters of 8)", 12, 24, 96, 4, 16}, 1, false, 0, 0},
             {{"mid masked-rows", 32, 64, 256, 8, 32}, 1, true, 0, 0},
             {{"large", 8, 512, 256, 8, 32}, 1, false, 0, 0},
             {{"xl", 2, 2048, 256, 8, 16}, 0, false, 0, 0},
@@ -720,33 +721,34 @@ int main(int argc, char **argv)
                 CK(var.launch(&L, &f));
             }
             CK(cudaDeviceSynchronize());
-            std::vector<unsigned long long> tl(256 * 16);
+            constexpr int TLS = 32; /* slots a block (kernel_common.cuh) */
+            std::vector<unsigned long long> tl(256 * TLS);
             CK(sgkc_timeline_read(tl.data(), tl.size()));
             unsigned long long g0 = ~0ull, g1 = 0;
             int nb = 0;
             for (int b = 0; b < 256; b++) {
-                if (!tl[b * 16 + 15])
+                if (!tl[b * TLS + 15])
                     continue; /* past the grid */
                 nb++;
-                g0 = std::min(g0, tl[b * 16 + 15]);
-                g1 = std::max(g1, tl[b * 16 + 15]);
+                g0 = std::min(g0, tl[b * TLS + 15]);
+                g1 = std::max(g1, tl[b * TLS + 15]);
             }
             printf("timeline %s (%s, %d blocks, clock %d MHz): block start spread %llu ns (globaltimer)\n",
                    pass ? "steady" : "first call", var.name, nb, clk_khz / 1000, g1 - g0);
             printf("  block  start(ns)  phase cycles: 1..10 (0 = entry)\n");
             for (int b : {0, 1, 7, 8, 15, nb - 1}) {
-                printf("  %5d %9llu ", b, tl[b * 16 + 15] - g0);
+                printf("  %5d %9llu ", b, tl[b * TLS + 15] - g0);
                 for (int k = 1; k <= 10; k++)
-                    printf(" %6lld", (long long)(tl[b * 16 + k] - tl[b * 16 + k - 1]));
-                printf("  total %lld\n", (long long)(tl[b * 16 + 10] - tl[b * 16]));
+                    printf(" %6lld", (long long)(tl[b * TLS + k] - tl[b * TLS + k - 1]));
+                printf("  total %lld\n", (long long)(tl[b * TLS + 10] - tl[b * TLS]));
             }
             /* phase 3: warp 0's LayerNorm statistics, then its wait for the
              * weight image's bulk copy and the gamma/beta pass */
             printf("  block  phase 3: statistics, then weight wait and gamma/beta\n");
             for (int b : {0, 1, 7, 8, 15, nb - 1}) {
                 printf("  %5d          ", b);
-                printf(" %6lld %6lld\n", (long long)(tl[b * 16 + 14] - tl[b * 16 + 2]),
-                       (long long)(tl[b * 16 + 3] - tl[b * 16 + 14]));
+                printf(" %6lld %6lld\n", (long long)(tl[b * TLS + 14] - tl[b * TLS + 2]),
+                       (long long)(tl[b * TLS + 3] - tl[b * TLS + 14]));
             }
             /* thread 0's last attention task (warp 0's), inside phase 8 */
             printf("  block  phase 8 of its last task: Q.K and max, exp and sum, P.V and ctx push, after\n");
@@ -754,7 +756,16 @@ int main(int argc, char **argv)
                 printf("  %5d          ", b);
                 const int ks[5] = {7, 11, 12, 13, 8};
                 for (int k = 1; k < 5; k++)
-                    printf(" %6lld", tl[b * 16 + ks[k]] ? (long long)(tl[b * 16 + ks[k]] - tl[b * 16 + ks[k - 1]]) : -1ll);
+                    printf(" %6lld", tl[b * TLS + ks[k]] ? (long long)(tl[b * TLS + ks[k]] - tl[b * TLS + ks[k - 1]]) : -1ll);
+                printf("\n");
+            }
+            /* stamps inside phases 1, 5, 6 and 10 (slots 16-22, where set) */
+            printf("  block  phase 1: weights issued, grid wait, rest | 5: MLP, pushes+bar | 6: GEMM, bar, pushes, Wo issue | 10: GEMM, stores\n");
+            for (int b : {0, 1, 7, 8, 15, nb - 1}) {
+                printf("  %5d          ", b);
+                const int seq[][2] = {{0, 21}, {21, 22}, {22, 1}, {4, 19}, {19, 5}, {5, 16}, {16, 17}, {17, 18}, {18, 6}, {9, 20}, {20, 10}};
+                for (auto &q : seq)
+                    printf(" %6lld", tl[b * TLS + q[0]] && tl[b * TLS + q[1]] ? (long long)(tl[b * TLS + q[1]] - tl[b * TLS + q[0]]) : -1ll);
                 printf("\n");
             }
         }
