@@ -187,17 +187,25 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * in one copy; the compiled-in shapes take the Q/K/V slice in their
      * threads' order (a.rw) in a second copy, into Wc. */
     const float *img = a.img + (size_t)hg * a.img_floats;
-    if (tid == 0) {
-        if constexpr (FIX) {
-            sgkc_bulk_load<false>(Gs, img, (unsigned)((L.wc - L.gb) * sizeof(float)), bar);
-            sgkc_bulk_load(Wc, a.rw + (size_t)hg * SD * 3 * FHS, (unsigned)(SD * 3 * FHS * sizeof(float)), bar);
-        } else {
-            sgkc_bulk_load(Gs, img, (unsigned)((L.mb - L.gb) * sizeof(float)), bar);
+    auto copy_weights = [&] {
+        if (tid == 0) {
+            if constexpr (FIX) {
+                sgkc_bulk_load<false>(Gs, img, (unsigned)((L.wc - L.gb) * sizeof(float)), bar);
+                sgkc_bulk_load(Wc, a.rw + (size_t)hg * SD * 3 * FHS, (unsigned)(SD * 3 * FHS * sizeof(float)), bar);
+            } else {
+                sgkc_bulk_load(Gs, img, (unsigned)((L.mb - L.gb) * sizeof(float)), bar);
+            }
         }
-    }
+    };
+#ifndef SGKC_FS_COPY_LATE /* dev switch: the copies after the wait, as before 084cc34 */
+    copy_weights();
+#endif
     SGKC_TL(21);
     sgkc_grid_wait(); /* the inputs may be the previous kernel's output */
     SGKC_TL(22);
+#ifdef SGKC_FS_COPY_LATE
+    copy_weights();
+#endif
     if (a.nvec) {
         const int c4 = D / 4;
 #pragma unroll 1
