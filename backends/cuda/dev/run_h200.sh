@@ -29,13 +29,24 @@ $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" 
 # ab: the same harness built once per flag set in AB_FLAGS (sets separated
 # by '|'; default: the tiled variant's previous attention dispatch), each
 # from the folder at the same place in AB_SRC (a copy of backends/cuda,
-# for example another commit's; default: this one)
+# for example another commit's; default: this one). A folder other than
+# this one also gives its own harness and generic.cu, which share its
+# sgkc_layer (built from this tree's, a changed struct crashed run 63's
+# old build).
 IFS='|' read -ra ABS <<< "${AB_FLAGS:--DSGKC_NO_ROWS}"
 IFS='|' read -ra ABSRC <<< "${AB_SRC:-}"
+absrc() { local s=${ABSRC[$1]:-..}; [[ $s = /* || $s = .. ]] || s=$ROOT/$s; echo "$s"; }
+abobj() { [ "$(absrc $1)" = .. ] && echo "/tmp/sgkc_$2.o" || echo "/tmp/sgkc_$2-ab$1.o"; } # ab build, object (h, ht, g)
 if [[ " $STEPS " == *" ab "* ]]; then
   for i in "${!ABS[@]}"; do
-    src=${ABSRC[$i]:-..}; [[ $src = /* || $src = .. ]] || src=$ROOT/$src
+    src=$(absrc $i)
     $NVCC $F ${ABS[$i]} -Xptxas -v -c "$src/variants.cu" -o /tmp/sgkc_vo$i.o 2> "$O/build_vo$i.txt" &
+    if [ "$src" != .. ]; then
+      $NVCC $F -I"$src" -c "$src/generic.cu" -o $(abobj $i g) 2>> "$O/build_vo$i.txt" &
+      $NVCC $F -I"$src" -Xcompiler -fopenmp -c "$src/dev/harness.cu" -o $(abobj $i h) 2>> "$O/build_vo$i.txt" &
+      [[ " $STEPS " == *" timeline "* ]] &&
+        $NVCC $F -I"$src" -DSGKC_TIMELINE -Xcompiler -fopenmp -c "$src/dev/harness.cu" -o $(abobj $i ht) 2>> "$O/build_vt$i.txt" &
+    fi
   done
 fi
 if [[ " $STEPS " == *" timeline "* ]]; then
@@ -43,18 +54,20 @@ if [[ " $STEPS " == *" timeline "* ]]; then
   $NVCC $F -DSGKC_TIMELINE -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_ht.o 2> "$O/build_ht.txt" &
   # with ab, a timeline build of each AB_SRC folder too
   [[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do
-    src=${ABSRC[$i]:-..}; [[ $src = /* || $src = .. ]] || src=$ROOT/$src
-    $NVCC $F ${ABS[$i]} -DSGKC_TIMELINE -c "$src/variants.cu" -o /tmp/sgkc_vt$i.o 2> "$O/build_vt$i.txt" &
+    $NVCC $F ${ABS[$i]} -DSGKC_TIMELINE -c "$(absrc $i)/variants.cu" -o /tmp/sgkc_vt$i.o 2>> "$O/build_vt$i.txt" &
   done
 fi
 wait
 [[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do
-  $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_vo$i.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_old$i -lgomp 2>> "$O/build_vo$i.txt" || tail -20 "$O/build_vo$i.txt"
+  $NVCC -arch=sm_90 $(abobj $i h) /tmp/sgkc_vo$i.o $(abobj $i g) /tmp/sgkc_p.o -o /tmp/harness_old$i -lgomp 2>> "$O/build_vo$i.txt" || tail -20 "$O/build_vo$i.txt"
 done
+[[ " $STEPS " == *" timeline "* ]] && {
+  $NVCC -arch=sm_90 /tmp/sgkc_ht.o /tmp/sgkc_vt.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_vt -lgomp 2>> "$O/build_ht.txt" || cat "$O/build_ht.txt" "$O/build_vt.txt" | tail -20
+  [[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do
+    $NVCC -arch=sm_90 $(abobj $i ht) /tmp/sgkc_vt$i.o $(abobj $i g) /tmp/sgkc_p.o -o /tmp/harness_vt$i -lgomp 2>> "$O/build_vt$i.txt" || tail -20 "$O/build_vt$i.txt"
+  done
+}
 TLV=vt; [[ " $STEPS " == *" ab "* ]] && for i in "${!ABS[@]}"; do TLV="$TLV vt$i"; done
-[[ " $STEPS " == *" timeline "* ]] && for v in $TLV; do
-  $NVCC -arch=sm_90 /tmp/sgkc_ht.o /tmp/sgkc_$v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness_$v -lgomp 2>> "$O/build_ht.txt" || cat "$O/build_ht.txt" "$O/build_$v.txt" | tail -20
-done
 $NVCC -arch=sm_90 /tmp/sgkc_h.o /tmp/sgkc_v.o /tmp/sgkc_g.o /tmp/sgkc_p.o -o /tmp/harness -lgomp 2>> "$O/build_h.txt" || { cat "$O/build_h.txt" "$O/build_g.txt" "$O/ptxas.txt" | tail -30; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 for s in $STEPS; do
