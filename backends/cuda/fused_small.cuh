@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                 xv[u] = (xv[u] - m) * rstd;
         }
         SGKC_TL(14);
-        sgkc_mbar_wait(bar, 0); /* gamma, beta and the MLP weights */
+        sgkc_mbar_wait(bar, 0); /* both copies: gamma, beta, the MLP weights, the Q/K/V slice */
         if (warp < nr) {
 #pragma unroll
             for (int u = 0; u < KPL; u++) {
