@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * registers; each lane's mean and sum of centred squares are merged
      * pairwise over the warp (equal counts: mean (ma + mb) / 2, M2a + M2b
      * + (mb - ma)^2 n / 2), one chain of 5 rounds instead of two passes
-     * of 5 each, and as stable as two passes when |mean| >> std (each
-     * lane centres its own values). */
+     * of 5 each. Where |mean| >> std both lose accuracy to the float32
+     * mean's rounding, by the same order (dev/ln_stats_sim.py). */
     if constexpr (FIX && SD % 32 == 0) {
         constexpr int KPL = SD / 32;
         float xv[KPL];
