@@ -145,12 +145,13 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
  * bound by shared-memory wavefronts, not by FMAs: an LDS.128 costs 4
  * wavefronts even where the lanes of a quarter-warp share addresses (ncu,
  * dev/NOTES.md, run 62): A's 18 reads a thread are 648 wavefronts a block
- * in the Q/K/V GEMM, against 216 for reading its weights once. The weights sit in shared memory in the order their threads
- * read them (slot i of thread t at float2 i * nt + t, packed at layer
- * creation: sgkc_fs_rw_pack), free of bank conflicts, and come by bulk
- * copy, tracked by an mbarrier: loaded into registers from global memory
- * at the kernel's start instead, they held scoreboards that waits in
- * later phases then shared (run 61). The KS partial sums meet by a
+ * in the Q/K/V GEMM, against 216 for reading its weights once. The
+ * weights sit in shared memory in the order their threads read them (slot
+ * i of thread t at float2 i * nt + t, packed at layer creation:
+ * sgkc_fs_rw_pack), free of bank conflicts, and come by bulk copy, tracked
+ * by an mbarrier: loaded into registers from global memory at the
+ * kernel's start instead, they held scoreboards that waits in later
+ * phases then shared (run 61). The KS partial sums meet by a
  * reduce-scatter (sgkc_fs_rscatter): each shuffle round halves the values
  * a lane holds. */
 #define SGKC_FS_RW_KS 8
@@ -159,15 +160,14 @@ __host__ __device__ constexpr size_t sgkc_fs_rw_at(int t, int i, int e, int nt)
 {
     return ((size_t)i * nt + t) * 2 + e;
 }
-/* Packs W (element (k, c) at w[k * ldk + c * ldc]), K x NC, for NC / 2 * KS
- * threads. */
-__host__ __device__ inline void sgkc_fs_rw_pack(float *dst, const float *w, size_t ldk, size_t ldc, int K, int NC)
+/* Packs W, K x NC with rows ldk floats apart, for NC / 2 * KS threads. */
+__host__ __device__ inline void sgkc_fs_rw_pack(float *dst, const float *w, size_t ldk, int K, int NC)
 {
     const int KS = SGKC_FS_RW_KS, KL = K / KS, nt = NC / 2 * KS;
     for (int t = 0; t < nt; t++)
         for (int i = 0; i < KL; i++)
             for (int e = 0; e < 2; e++)
-                dst[sgkc_fs_rw_at(t, i, e, nt)] = w[(size_t)((t % KS) * KL + i) * ldk + (size_t)(2 * (t / KS) + e) * ldc];
+                dst[sgkc_fs_rw_at(t, i, e, nt)] = w[(size_t)((t % KS) * KL + i) * ldk + 2 * (t / KS) + e];
 }
 template <int K, int NT>
 __device__ __forceinline__ void sgkc_fs_rw_load(float2 (&w)[K / SGKC_FS_RW_KS], const float *Ws, int t)
@@ -253,6 +253,31 @@ __device__ __forceinline__ int sgkc_fs_rw_gemm(const float2 (&w)[K / SGKC_FS_RW_
     int base = 0;
     sgkc_fs_rscatter<2 * M, KS / 2>(v, s, base);
     return base;
+}
+
+/* Thread t of NT (whole warps) loads its weights from Ws (in thread
+ * order), runs the GEMM on A and hands each of its sums of C, once, to
+ * store(row, column, value): rows below nr, columns from c0. TL: the
+ * timeline slot stamped when the sums are done (dev builds). */
+template <int M, int K, int NT, int TL, typename F>
+__device__ __forceinline__ void sgkc_fs_rw_run(const float *Ws, const float *A, int lda, int t, int c0, int nr,
+                                               F &&store)
+{
+    float2 w[K / SGKC_FS_RW_KS];
+    sgkc_fs_rw_load<K, NT>(w, Ws, t);
+    float v[2 * M];
+    const int base = sgkc_fs_rw_gemm<M, K>(w, A, lda, t, v);
+    SGKC_TL(TL);
+    constexpr int NL = sgkc_rs_left(2 * M, SGKC_FS_RW_KS / 2), DUP = sgkc_rs_dup(2 * M, SGKC_FS_RW_KS / 2);
+    if ((t & DUP) == 0) {
+        const int c = c0 + (t / SGKC_FS_RW_KS) * 2;
+#pragma unroll
+        for (int j = 0; j < NL; j++) {
+            const int f = base + j, r = f >> 1;
+            if (r < nr)
+                store(r, c + (f & 1), v[j]);
+        }
+    }
 }
 
 #endif

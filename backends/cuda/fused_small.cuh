@@ -390,32 +390,18 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     SGKC_TL(5);
 
     /* ---- 3. Q/K/V of this block's rows and head group ---- */
-    constexpr int RWL = sgkc_rs_left(2 * FROWS, SGKC_FS_RW_KS / 2), RWD = sgkc_rs_dup(2 * FROWS, SGKC_FS_RW_KS / 2);
     sgkc_fs_gemm_job job;
     if constexpr (FIX) {
         /* Q scaled into Qs; K and V of this block's rows into its own Ks
          * and Vs, then pushed from there, as float4, to the other blocks
          * of the head group */
-        if (tid < QNT) {
-            float2 w[SD / SGKC_FS_RW_KS];
-            sgkc_fs_rw_load<SD, QNT>(w, Wc, tid);
-            float v[2 * FROWS];
-            const int base = sgkc_fs_rw_gemm<FROWS, SD>(w, Xs, L.ldx, tid, v);
-            SGKC_TL(16);
-            if ((tid & RWD) == 0) {
-                const int c = (tid / SGKC_FS_RW_KS) * 2;
-#pragma unroll
-                for (int j = 0; j < RWL; j++) {
-                    const int f = base + j, r = f >> 1, cc = c + (f & 1);
-                    if (r < nr) {
-                        if (cc < FHS)
-                            Qs[r * L.ldh + cc] = v[j] * a.scale;
-                        else
-                            (cc < 2 * FHS ? Ks + (cc - FHS) : Vs + (cc - 2 * FHS))[(r0 + r) * L.ldh] = v[j];
-                    }
-                }
-            }
-        }
+        if (tid < QNT)
+            sgkc_fs_rw_run<FROWS, SD, QNT, 16>(Wc, Xs, L.ldx, tid, 0, nr, [&](int r, int cc, float x) {
+                if (cc < FHS)
+                    Qs[r * L.ldh + cc] = x * a.scale;
+                else
+                    (cc < 2 * FHS ? Ks + (cc - FHS) : Vs + (cc - 2 * FHS))[(r0 + r) * L.ldh] = x;
+            });
         __syncthreads(); /* Qs, this block's K and V rows; Wc read */
         SGKC_TL(17);
         if (tid == 0) { /* Wo's slice, in its threads' order, while attention runs */
@@ -545,21 +531,10 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     /* ---- 5. out = nodes + ctx Wo^T, this block's rows and hs columns ---- */
     if constexpr (FIX) {
         if (tid < ONT) {
-            float2 w[SD / SGKC_FS_RW_KS];
-            sgkc_fs_rw_load<SD, ONT>(w, Wc, tid);
-            float v[2 * FROWS];
-            const int base = sgkc_fs_rw_gemm<FROWS, SD>(w, Cs, L.ldx, tid, v);
-            SGKC_TL(20);
-            if ((tid & RWD) == 0) {
-                const int c = hg * FHS + (tid / SGKC_FS_RW_KS) * 2;
-                float *ob = a.out + ((size_t)b * SN + r0) * SD;
-#pragma unroll
-                for (int j = 0; j < RWL; j++) {
-                    const int f = base + j, r = f >> 1, cc = c + (f & 1);
-                    if (r < nr)
-                        ob[(size_t)r * SD + cc] = Ns[r * L.ldx + cc] + v[j];
-                }
-            }
+            float *ob = a.out + ((size_t)b * SN + r0) * SD;
+            sgkc_fs_rw_run<FROWS, SD, ONT, 20>(Wc, Cs, L.ldx, tid, hg * FHS, nr, [&](int r, int cc, float x) {
+                ob[(size_t)r * SD + cc] = Ns[r * L.ldx + cc] + x;
+            });
         }
     } else {
         job.A = Cs;

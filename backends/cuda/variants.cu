@@ -629,8 +629,8 @@ static int fused_clusters16(const sgkc_layer *L)
  * b1, W2 for every head, b2, the Q/K/V columns of the group's heads at
  * row stride ldw; zero padded), wo the group's columns of Wo^T at row
  * stride ldw. One bulk copy each brings them in; the compiled-in shapes
- * copy the image up to the Q/K/V columns and load those, and wo, into
- * registers (sgkc_fs_rw_load). */
+ * copy the image up to the Q/K/V columns and take those and wo from
+ * their thread-order copies instead (sgkc_fs_rw_pack). */
 static void fused_pack_images(float *img, float *wo_img, const sgk_layer_desc *desc, const sgkc_fs_layout &lay,
                               int Ch, int hg)
 {
@@ -744,8 +744,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
         float *gi = h + o_img + hg * img, *go = h + o_woimg + hg * wo_img;
         fused_pack_images(gi, go, desc, lay, Ch, hg);
         if (seed) {
-            sgkc_fs_rw_pack(h + o_rw + hg * rw, gi + (lay.wc - lay.gb), lay.ldw, 1, D, 3 * (D / Ch));
-            sgkc_fs_rw_pack(h + o_rwo + hg * rwo, go, lay.ldw, 1, D, D / Ch);
+            sgkc_fs_rw_pack(h + o_rw + hg * rw, gi + (lay.wc - lay.gb), lay.ldw, D, 3 * (D / Ch));
+            sgkc_fs_rw_pack(h + o_rwo + hg * rwo, go, lay.ldw, D, D / Ch);
         }
     }
 
