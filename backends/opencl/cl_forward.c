@@ -173,7 +173,7 @@ sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_fwd *a)
         return host()->set_error(SGK_ERR_UNSUPPORTED,
                                  "opencl: variant %s does not support B=%lld, N=%lld on device "
                                  "\"%s\"",
-                                 variant == SGK_CL_V_SMALL ? "small" : "tiled", (long long)a->B,
+                                 sgk_cl_variant_names[variant], (long long)a->B,
                                  (long long)a->N, c->info.label);
     cl_command_queue q = a->stream ? (cl_command_queue)a->stream : c->queue;
     int in_order = 1;

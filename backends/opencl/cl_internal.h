@@ -101,6 +101,7 @@ typedef struct sgk_cl_layer {
 /* In order of preference: small's one group per batch entry leaves most of
  * a device idle at the batch sizes robots use (README.md). */
 enum { SGK_CL_V_TILED, SGK_CL_V_SMALL, SGK_CL_V_COUNT };
+extern const char *const sgk_cl_variant_names[SGK_CL_V_COUNT];
 
 /* Fills plan and returns 1 when variant v runs (B, N) within the device's
  * limits as queried for the built kernels. */

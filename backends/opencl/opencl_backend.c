@@ -12,7 +12,7 @@ SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 
 const sgk_host *sgk_cl_host;
 
-static const char *const k_variants[SGK_CL_V_COUNT] = { [SGK_CL_V_TILED] = "tiled", [SGK_CL_V_SMALL] = "small" };
+const char *const sgk_cl_variant_names[SGK_CL_V_COUNT] = { [SGK_CL_V_TILED] = "tiled", [SGK_CL_V_SMALL] = "small" };
 
 static void *host_alloc(size_t bytes)
 {
@@ -197,7 +197,7 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
 /* ---- variants ----------------------------------------------------------- */
 
 static int cl_variant_count(void *bl) { (void)bl; return SGK_CL_V_COUNT; }
-static const char *cl_variant_name(void *bl, int v) { (void)bl; return k_variants[v]; }
+static const char *cl_variant_name(void *bl, int v) { (void)bl; return sgk_cl_variant_names[v]; }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
