@@ -69,11 +69,11 @@ struct sgkc_fused_args {
 };
 
 /* log2 of the lanes per pair in step 2: as many as keep one pass over the
- * block, at most 8 and at most P. */
-__host__ __device__ constexpr int sgkc_fs_lmsplit(int prow, int N, int P)
+ * nt threads that run it, at most 8 and at most P. */
+__host__ __device__ constexpr int sgkc_fs_lmsplit(int prow, int N, int P, int nt = SGKC_FS_NT)
 {
     int l = 0;
-    while (l < 3 && (2 << l) <= P && prow * N * (2 << l) <= SGKC_FS_NT)
+    while (l < 3 && (2 << l) <= P && prow * N * (2 << l) <= nt)
         l++;
     return l;
 }
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * threads of the Q/K/V and output GEMMs (sgkc_fs_rw_gemm) */
     constexpr int FROWS = FIX ? (SN + SCR - 1) / (SCR > 0 ? SCR : 1) : 0, FHS = FIX ? SD / SCH : 0;
     constexpr int QNT = 3 * FHS / 2 * SGKC_FS_RW_KS, ONT = FHS / 2 * SGKC_FS_RW_KS;
-    static_assert(QNT % 32 == 0 && ONT % 32 == 0 && QNT <= NT && FROWS <= NT / 32, "whole warps, a row a warp");
+    static_assert(QNT % 32 == 0 && ONT % 32 == 0 && QNT < NT && FROWS <= NT / 32, "whole warps, a row a warp");
     float *Ns = smem + L.ns, *Xs = smem + L.xs, *Qs = smem + L.qs, *Ks = smem + L.ks, *Vs = smem + L.vs;
     float *Bs = smem + L.bs, *Gs = smem + L.gb, *Wc = smem + L.wc;
     float *W1s = smem + L.w1, *b1s = smem + L.b1, *W2s = smem + L.w2, *b2s = smem + L.b2;
@@ -225,8 +225,15 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     /* Pair w of step 2 is (pair w / S, hidden slice w % S); its mask and
      * features are loaded together, with no dependence between them: the
      * mask's bits are tested where the MLP starts, not here, so that the
-     * feature loads issue before the mask value arrives. */
-    const int lS = FIX ? sgkc_fs_lmsplit((SN + SCH * SCR - 1) / (SCH * SCR), SN, SP) : a.lmsplit;
+     * feature loads issue before the mask value arrives.
+     * Compiled-in shapes: after step 1, step 2 runs on the warps the Q/K/V
+     * GEMM leaves idle (from MW0 on) while warps 0 .. MW0 - 1 run step 3;
+     * its biases are needed only by step 4. Other shapes: every warp runs
+     * steps 1, 2 and 3 in turn. */
+    constexpr int MW0 = FIX ? QNT / 32 : 0, MNT = NT - 32 * MW0;
+    static_assert(MNT >= 32, "a warp for the MLP");
+    const int mt = tid - 32 * MW0; /* this thread's index among step 2's (< 0: none) */
+    const int lS = FIX ? sgkc_fs_lmsplit((SN + SCH * SCR - 1) / (SCH * SCR), SN, SP, MNT) : a.lmsplit;
     const int S = 1 << lS;
     const int pr0 = rank * prow;
     const int npairs = max(0, min(prow, N - pr0)) * N;
@@ -242,7 +249,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         return m;
     };
     float4 x[R4];
-    unsigned mbits = load_pair(tid, x);
+    unsigned mbits = 0u;
+    if (mt >= 0)
+        mbits = load_pair(mt, x);
     SGKC_TL(1);
     sgkc_cp_wait<0>();
     __syncthreads(); /* also orders the mbarrier's initialisation before the waits */
@@ -327,81 +336,91 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                 Xs[r * L.ldx + k] = fmaf(Xs[r * L.ldx + k], Gs[k], Gs[D + k]);
     }
     SGKC_TL(3);
+    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); /* before the first push */
+    SGKC_TL(4);
 
     /* ---- 2. relation MLP for pair rows [rank*prow, ...), pushed to owners ---- */
-    asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
-    SGKC_TL(4);
-    for (int base = 0; base < mtotal; base += NT) {
-        const int w = base + tid, s = w & (S - 1);
-        if (base > 0)
-            mbits = load_pair(w, x);
-        const bool edge = sgkc_bits_edge(mbits);
-        float acc[HMAX];
-#pragma unroll
-        for (int h = 0; h < HMAX; h++)
-            acc[h] = 0.0f;
-        if (edge) {
-#pragma unroll(FIX ? 4 : 1)
-            for (int p = s; p < P; p += S) {
-                const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * (PCAP + 4));
-                float pa[4] = {b1s[p], 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                for (int r4 = 0; r4 < R4; r4++)
-                    sgkc_fma4(pa[r4 & 3], w1r[r4], x[r4]);
-                const float hv = sgkc_silu_fast((pa[0] + pa[1]) + (pa[2] + pa[3]));
-                const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
-#pragma unroll
-                for (int h4 = 0; h4 < HMAX / 4; h4++) {
-                    const float4 wv = w2r[h4];
-                    acc[4 * h4 + 0] = fmaf(wv.x, hv, acc[4 * h4 + 0]);
-                    acc[4 * h4 + 1] = fmaf(wv.y, hv, acc[4 * h4 + 1]);
-                    acc[4 * h4 + 2] = fmaf(wv.z, hv, acc[4 * h4 + 2]);
-                    acc[4 * h4 + 3] = fmaf(wv.w, hv, acc[4 * h4 + 3]);
-                }
-            }
-        }
-        SGKC_TL(19);
-        for (int o = 1; o < S; o <<= 1)
+    auto mlp = [&] {
+        SGKC_TL_AT(23, 32 * MW0);
+        for (int base = 0; base < mtotal; base += MNT) {
+            const int w = base + mt, s = w & (S - 1);
+            if (base > 0)
+                mbits = load_pair(w, x);
+            const bool edge = sgkc_bits_edge(mbits);
+            float acc[HMAX];
 #pragma unroll
             for (int h = 0; h < HMAX; h++)
-                if (h < H)
-                    acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], o);
-        const int t = w >> lS;
-        if (t < npairs) {
-            const int ti = t / N;
-            const int i = pr0 + ti, j = t - ti * N;
-            const int rgd = i / rows_r, il = i - rgd * rows_r;
-            int hgd = 0, hl = 0; /* head h = hgd * hpc + hl */
+                acc[h] = 0.0f;
+            if (edge) {
+#pragma unroll(FIX ? 4 : 1)
+                for (int p = s; p < P; p += S) {
+                    const float4 *w1r = reinterpret_cast<const float4 *>(W1s + p * (PCAP + 4));
+                    float pa[4] = {b1s[p], 0.0f, 0.0f, 0.0f};
 #pragma unroll
-            for (int h = 0; h < HMAX; h++) {
-                if (h >= H)
-                    break;
-                if ((h & (S - 1)) == s)
-                    sgkc_push1(Bs + (hl * rows_r + il) * L.ldn + j, edge ? acc[h] + b2s[h] : SGKC_NEG_INF, kvb,
-                               hgd * Cr + rgd);
-                if (++hl == hpc) {
-                    hl = 0;
-                    hgd++;
+                    for (int r4 = 0; r4 < R4; r4++)
+                        sgkc_fma4(pa[r4 & 3], w1r[r4], x[r4]);
+                    const float hv = sgkc_silu_fast((pa[0] + pa[1]) + (pa[2] + pa[3]));
+                    const float4 *w2r = reinterpret_cast<const float4 *>(W2s + p * HMAX);
+#pragma unroll
+                    for (int h4 = 0; h4 < HMAX / 4; h4++) {
+                        const float4 wv = w2r[h4];
+                        acc[4 * h4 + 0] = fmaf(wv.x, hv, acc[4 * h4 + 0]);
+                        acc[4 * h4 + 1] = fmaf(wv.y, hv, acc[4 * h4 + 1]);
+                        acc[4 * h4 + 2] = fmaf(wv.z, hv, acc[4 * h4 + 2]);
+                        acc[4 * h4 + 3] = fmaf(wv.w, hv, acc[4 * h4 + 3]);
+                    }
+                }
+            }
+            SGKC_TL(19);
+            for (int o = 1; o < S; o <<= 1)
+#pragma unroll
+                for (int h = 0; h < HMAX; h++)
+                    if (h < H)
+                        acc[h] += __shfl_xor_sync(0xffffffffu, acc[h], o);
+            const int t = w >> lS;
+            if (t < npairs) {
+                const int ti = t / N;
+                const int i = pr0 + ti, j = t - ti * N;
+                const int rgd = i / rows_r, il = i - rgd * rows_r;
+                int hgd = 0, hl = 0; /* head h = hgd * hpc + hl */
+#pragma unroll
+                for (int h = 0; h < HMAX; h++) {
+                    if (h >= H)
+                        break;
+                    if ((h & (S - 1)) == s)
+                        sgkc_push1(Bs + (hl * rows_r + il) * L.ldn + j, edge ? acc[h] + b2s[h] : SGKC_NEG_INF, kvb,
+                                   hgd * Cr + rgd);
+                    if (++hl == hpc) {
+                        hl = 0;
+                        hgd++;
+                    }
                 }
             }
         }
-    }
-    __syncthreads(); /* normalized Xs visible to every thread */
-    SGKC_TL(5);
+        SGKC_TL_AT(24, 32 * MW0);
+    };
 
     /* ---- 3. Q/K/V of this block's rows and head group ---- */
     sgkc_fs_gemm_job job;
     if constexpr (FIX) {
-        /* Q scaled into Qs; K and V of this block's rows into its own Ks
-         * and Vs, then pushed from there, as float4, to the other blocks
-         * of the head group */
-        if (tid < QNT)
+        /* Warps 0 .. MW0 - 1 run the GEMM and the others the MLP: Q
+         * scaled into Qs; K and V of this block's rows into its own Ks and
+         * Vs, then pushed from there, as float4, to the other blocks of
+         * the head group. The two groups meet at block-wide barriers only
+         * (racecheck took a named barrier of the GEMM's warps alone, or
+         * one the MLP's warps only arrived at, as leaving the attention's
+         * reads in the MLP's warps unordered after the GEMM's stores). */
+        __syncthreads(); /* normalized Xs visible to every thread */
+        SGKC_TL(5);
+        if (warp < MW0)
             sgkc_fs_rw_run<FROWS, SD, QNT, 16>(Wc, Xs, L.ldx, tid, 0, nr, [&](int r, int cc, float x) {
                 if (cc < FHS)
                     Qs[r * L.ldh + cc] = x * a.scale;
                 else
                     (cc < 2 * FHS ? Ks + (cc - FHS) : Vs + (cc - 2 * FHS))[(r0 + r) * L.ldh] = x;
             });
+        else
+            mlp();
         __syncthreads(); /* Qs, this block's K and V rows; Wc read */
         SGKC_TL(17);
         if (tid == 0) { /* Wo's slice, in its threads' order, while attention runs */
@@ -419,6 +438,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         }
         SGKC_TL(18);
     } else {
+    mlp();
+    __syncthreads(); /* normalized Xs visible to every thread */
+    SGKC_TL(5);
     job.A = Xs;
     job.lda = L.ldx;
     job.W = Wc;

@@ -10,15 +10,15 @@
 #define SGKC_NEG_INF (-INFINITY)
 
 /* Dev builds only (-DSGKC_TIMELINE, dev/harness.cu "timeline"): thread 0 of
- * each block stamps clock64() at phase boundaries (slots 0-14, 16-31), slot
- * 15 the globaltimer at entry, so a phase's share of a latency-bound kernel
- * can be read directly. */
+ * each block (SGKC_TL_AT: thread t) stamps clock64() at phase boundaries
+ * (slots 0-14, 16-31), slot 15 the globaltimer at entry, so a phase's share
+ * of a latency-bound kernel can be read directly. */
 #ifdef SGKC_TIMELINE
 #define SGKC_TL_SLOTS 32
 __device__ unsigned long long sgkc_tl[256 * SGKC_TL_SLOTS];
-#define SGKC_TL(k)                                                                        \
+#define SGKC_TL_AT(k, t)                                                                  \
     do {                                                                                  \
-        if (threadIdx.x == 0 && blockIdx.x < 256) {                                       \
+        if (threadIdx.x == (t) && blockIdx.x < 256) {                                     \
             sgkc_tl[blockIdx.x * SGKC_TL_SLOTS + (k)] = clock64();                        \
             if ((k) == 0) {                                                               \
                 unsigned long long g;                                                     \
@@ -28,8 +28,9 @@ __device__ unsigned long long sgkc_tl[256 * SGKC_TL_SLOTS];
         }                                                                                 \
     } while (0)
 #else
-#define SGKC_TL(k) ((void)0)
+#define SGKC_TL_AT(k, t) ((void)0)
 #endif
+#define SGKC_TL(k) SGKC_TL_AT(k, 0)
 
 /* silu(t) = t / (1 + exp(-t)), accurate: expf and a 2-ulp division. For
  * t < -88 exp overflows to inf and the quotient is -0, the limit. */

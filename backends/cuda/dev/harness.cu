@@ -768,6 +768,16 @@ int main(int argc, char **argv)
                     printf(" %6lld", tl[b * TLS + q[0]] && tl[b * TLS + q[1]] ? (long long)(tl[b * TLS + q[1]] - tl[b * TLS + q[0]]) : -1ll);
                 printf("\n");
             }
+            /* cycles from entry: the MLP's start and its last push (slots
+             * 23, 24: the compiled-in shapes run the MLP on their own warps,
+             * beside the Q/K/V GEMM), the GEMM's start (5) and end (6) */
+            printf("  block  from entry: MLP start, MLP end | Q/K/V GEMM start, end\n");
+            for (int b : {0, 1, 7, 8, 15, nb - 1}) {
+                printf("  %5d          ", b);
+                for (int k : {23, 24, 5, 6})
+                    printf(" %6lld", tl[b * TLS + k] ? (long long)(tl[b * TLS + k] - tl[b * TLS]) : -1ll);
+                printf("\n");
+            }
         }
         return 0;
     }
