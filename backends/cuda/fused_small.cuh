@@ -18,7 +18,9 @@
  *   1. LayerNorm of its rows, from the raw rows (kept for the residual).
  *   2. Relation MLP for a slice of pair rows, each pair's hidden units split
  *      over adjacent lanes; each bias (or -inf where masked) goes straight
- *      into the shared memory of the block that owns (head, row).
+ *      into the shared memory of the block that owns (head, row). The
+ *      compiled-in shapes run it on the warps step 3 leaves idle, beside
+ *      step 3.
  *   3. Q/K/V of its rows for its head group, split-K over lanes; K and V
  *      rows are pushed to every block of the same head group (the
  *      compiled-in shapes write their own in place and push them to the
