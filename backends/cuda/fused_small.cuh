@@ -151,7 +151,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * threads of the Q/K/V and output GEMMs (sgkc_fs_rw_gemm) */
     constexpr int FROWS = FIX ? (SN + SCR - 1) / (SCR > 0 ? SCR : 1) : 0, FHS = FIX ? SD / SCH : 0;
     constexpr int QNT = 3 * FHS / 2 * SGKC_FS_RW_KS, ONT = FHS / 2 * SGKC_FS_RW_KS;
-    static_assert(QNT % 32 == 0 && ONT % 32 == 0 && QNT < NT && FROWS <= NT / 32, "whole warps, a row a warp");
+    static_assert(QNT % 32 == 0 && ONT % 32 == 0 && QNT < NT && FROWS <= NT / 32,
+                  "whole warps, one left for the MLP, a row a warp");
     float *Ns = smem + L.ns, *Xs = smem + L.xs, *Qs = smem + L.qs, *Ks = smem + L.ks, *Vs = smem + L.vs;
     float *Bs = smem + L.bs, *Gs = smem + L.gb, *Wc = smem + L.wc;
     float *W1s = smem + L.w1, *b1s = smem + L.b1, *W2s = smem + L.w2, *b2s = smem + L.b2;
@@ -233,7 +234,6 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * its biases are needed only by step 4. Other shapes: every warp runs
      * steps 1, 2 and 3 in turn. */
     constexpr int MW0 = FIX ? QNT / 32 : 0, MNT = NT - 32 * MW0;
-    static_assert(MNT >= 32, "a warp for the MLP");
     const int mt = tid - 32 * MW0; /* this thread's index among step 2's (< 0: none) */
     const int lS = FIX ? sgkc_fs_lmsplit((SN + SCH * SCR - 1) / (SCH * SCR), SN, SP, MNT) : a.lmsplit;
     const int S = 1 << lS;
@@ -373,7 +373,6 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                     }
                 }
             }
-            SGKC_TL(19);
             for (int o = 1; o < S; o <<= 1)
 #pragma unroll
                 for (int h = 0; h < HMAX; h++)

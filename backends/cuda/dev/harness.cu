@@ -759,22 +759,23 @@ int main(int argc, char **argv)
                     printf(" %6lld", tl[b * TLS + ks[k]] ? (long long)(tl[b * TLS + ks[k]] - tl[b * TLS + ks[k - 1]]) : -1ll);
                 printf("\n");
             }
-            /* stamps inside phases 1, 5, 6 and 10 (slots 16-22, where set) */
-            printf("  block  phase 1: weights issued, grid wait, rest | 5: MLP, pushes+bar | 6: GEMM, bar, pushes, Wo issue | 10: GEMM, stores\n");
+            /* stamps inside phases 1, 6 and 10 (slots 16-18 and 20-22) */
+            printf("  block  phase 1: weights issued, grid wait, rest | 6: GEMM, stores+bar, pushes, Wo issue | 10: GEMM, stores\n");
             for (int b : {0, 1, 7, 8, 15, nb - 1}) {
                 printf("  %5d          ", b);
-                const int seq[][2] = {{0, 21}, {21, 22}, {22, 1}, {4, 19}, {19, 5}, {5, 16}, {16, 17}, {17, 18}, {18, 6}, {9, 20}, {20, 10}};
+                const int seq[][2] = {{0, 21}, {21, 22}, {22, 1}, {5, 16}, {16, 17}, {17, 18}, {18, 6}, {9, 20}, {20, 10}};
                 for (auto &q : seq)
                     printf(" %6lld", tl[b * TLS + q[0]] && tl[b * TLS + q[1]] ? (long long)(tl[b * TLS + q[1]] - tl[b * TLS + q[0]]) : -1ll);
                 printf("\n");
             }
             /* cycles from entry: the MLP's start and its last push (slots
              * 23, 24: the compiled-in shapes run the MLP on their own warps,
-             * beside the Q/K/V GEMM), the GEMM's start (5) and end (6) */
-            printf("  block  from entry: MLP start, MLP end | Q/K/V GEMM start, end\n");
+             * beside the Q/K/V GEMM), the GEMM's start (5), its sums done
+             * (16) and the barrier after its stores and the MLP (17) */
+            printf("  block  from entry: MLP start, MLP end | Q/K/V GEMM start, sums done, barrier passed\n");
             for (int b : {0, 1, 7, 8, 15, nb - 1}) {
                 printf("  %5d          ", b);
-                for (int k : {23, 24, 5, 6})
+                for (int k : {23, 24, 5, 16, 17})
                     printf(" %6lld", tl[b * TLS + k] ? (long long)(tl[b * TLS + k] - tl[b * TLS]) : -1ll);
                 printf("\n");
             }
