@@ -20,7 +20,7 @@
  *      over adjacent lanes; each bias (or -inf where masked) goes straight
  *      into the shared memory of the block that owns (head, row). The
  *      compiled-in shapes run it on the warps step 3 leaves idle, beside
- *      step 3.
+ *      step 3 (and at seed beside step 1).
  *   3. Q/K/V of its rows for its head group, split-K over lanes; K and V
  *      rows are pushed to every block of the same head group (the
  *      compiled-in shapes write their own in place and push them to the
@@ -113,7 +113,7 @@ __host__ __device__ inline sgkc_fs_layout sgkc_fs_plan(int N, int D, int H, int 
     /* the Q/K/V weight slice, later Wo's; last, so that the compiled-in
      * shapes, which hold these weights in registers, copy [gb, wc) only */
     l.wc = up4(l.b2 + hmax);
-    l.mb = l.wc + (size_t)D * l.ldw; /* three mbarriers (8 bytes each): bulk copies, K/V and biases, ctx */
+    l.mb = l.wc + (size_t)D * l.ldw; /* four mbarriers (8 bytes each): weight copies, K/V and biases, ctx, image */
     l.total = l.mb + 8;
     return l;
 }
@@ -158,21 +158,39 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     float *W1s = smem + L.w1, *b1s = smem + L.b1, *W2s = smem + L.w2, *b2s = smem + L.b2;
     float *Cs = smem + L.cs; /* ctx of this block's rows, all heads */
 
-    /* mbarriers: bar counts the bulk copies (phase 0 the image, phase 1
+    /* mbarriers: bar counts the bulk copies (phase 0 the image, or at the
+     * compiled-in shapes their Q/K/V slice, whose image has imgb; phase 1
      * Wo's slice); kvb the biases, K and V rows other blocks push here
      * (the compiled-in shapes write their own K and V rows in place);
      * ctxb the ctx columns. Each receiver expects its bytes before any
      * block can push (the cluster wait below orders the two). */
-    unsigned long long *bar = reinterpret_cast<unsigned long long *>(smem + L.mb), *kvb = bar + 1, *ctxb = bar + 2;
+    unsigned long long *bar = reinterpret_cast<unsigned long long *>(smem + L.mb), *kvb = bar + 1, *ctxb = bar + 2,
+                       *imgb = bar + 3;
     if (tid == 0) {
         const unsigned kv_bytes = (unsigned)((2 * (FIX ? N - nr : N) * hs + hpc * nr * N) * sizeof(float));
         const unsigned ctx_bytes = (unsigned)(nr * D * sizeof(float));
 #pragma unroll
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(sgkc_smem_addr(bar + i)) : "memory");
         sgkc_mbar_expect(kvb, kv_bytes);
         sgkc_mbar_expect(ctxb, ctx_bytes);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        /* ---- 0. every load at once ----
+         * The layer's weights first: constants, they need not wait for the
+         * previous kernel. Issued here, before the cluster arrive, whose
+         * predicate is a kernel-parameter load of its own: after it, the
+         * copies' parameter loads missed the constant cache one after the
+         * other, and the copies left about 800 cycles after entry. */
+        const float *img = a.img + (size_t)hg * a.img_floats;
+        if constexpr (FIX) {
+            /* gamma, beta and the MLP weights (what LayerNorm and the MLP
+             * wait for, 2.5 KB at seed) apart from the Q/K/V slice, in its
+             * threads' order (a.rw), that only the GEMM waits for */
+            sgkc_bulk_load(Gs, img, (unsigned)((L.wc - L.gb) * sizeof(float)), imgb);
+            sgkc_bulk_load(Wc, a.rw + (size_t)hg * SD * 3 * FHS, (unsigned)(SD * 3 * FHS * sizeof(float)), bar);
+        } else {
+            sgkc_bulk_load(Gs, img, (unsigned)((L.mb - L.gb) * sizeof(float)), bar);
+        }
     }
     /* Arrive now, wait just before the first push into another block:
      * every block of the cluster has started and set up its mbarriers by
@@ -183,32 +201,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     sgkc_grid_trigger();
 
     const float *nodes_b = a.nodes + (size_t)b * N * D;
-
-    /* ---- 0. every load at once ----
-     * The layer's weights first: constants, they need not wait for the
-     * previous kernel. gamma, beta, the MLP weights and the Q/K/V slice
-     * in one copy; the compiled-in shapes take the Q/K/V slice in their
-     * threads' order (a.rw) in a second copy, into Wc. */
-    const float *img = a.img + (size_t)hg * a.img_floats;
-    auto copy_weights = [&] {
-        if (tid == 0) {
-            if constexpr (FIX) {
-                sgkc_bulk_load<false>(Gs, img, (unsigned)((L.wc - L.gb) * sizeof(float)), bar);
-                sgkc_bulk_load(Wc, a.rw + (size_t)hg * SD * 3 * FHS, (unsigned)(SD * 3 * FHS * sizeof(float)), bar);
-            } else {
-                sgkc_bulk_load(Gs, img, (unsigned)((L.mb - L.gb) * sizeof(float)), bar);
-            }
-        }
-    };
-#ifndef SGKC_FS_COPY_LATE /* dev switch: the copies after the wait, as before 084cc34 */
-    copy_weights();
-#endif
     SGKC_TL(21);
     sgkc_grid_wait(); /* the inputs may be the previous kernel's output */
     SGKC_TL(22);
-#ifdef SGKC_FS_COPY_LATE
-    copy_weights();
-#endif
     if (a.nvec) {
         const int c4 = D / 4;
 #pragma unroll 1
@@ -229,10 +224,11 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * features are loaded together, with no dependence between them: the
      * mask's bits are tested where the MLP starts, not here, so that the
      * feature loads issue before the mask value arrives.
-     * Compiled-in shapes: after step 1, step 2 runs on the warps the Q/K/V
-     * GEMM leaves idle (from MW0 on) while warps 0 .. MW0 - 1 run step 3;
-     * its biases are needed only by step 4. Other shapes: every warp runs
-     * steps 1, 2 and 3 in turn. */
+     * Compiled-in shapes: step 2 runs on the warps the Q/K/V GEMM leaves
+     * idle (from MW0 on) while warps 0 .. MW0 - 1 run step 3 (at seed,
+     * from when the MLP weights land: beside step 1 too); its biases are
+     * needed only by step 4. Other shapes: every warp runs steps 1, 2 and
+     * 3 in turn. */
     constexpr int MW0 = FIX ? QNT / 32 : 0, MNT = NT - 32 * MW0;
     const int mt = tid - 32 * MW0; /* this thread's index among step 2's (< 0: none) */
     const int lS = FIX ? sgkc_fs_lmsplit((SN + SCH * SCR - 1) / (SCH * SCR), SN, SP, MNT) : a.lmsplit;
@@ -301,7 +297,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
                 xv[u] = (xv[u] - m) * rstd;
         }
         SGKC_TL(14);
-        sgkc_mbar_wait(bar, 0); /* both copies: gamma, beta, the MLP weights, the Q/K/V slice */
+        sgkc_mbar_wait(imgb, 0); /* gamma, beta (and the MLP weights) */
         if (warp < nr) {
 #pragma unroll
             for (int u = 0; u < KPL; u++) {
@@ -407,21 +403,34 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         /* Warps 0 .. MW0 - 1 run the GEMM and the others the MLP: Q
          * scaled into Qs; K and V of this block's rows into its own Ks and
          * Vs, then pushed from there, as float4, to the other blocks of
-         * the head group. The two groups meet at block-wide barriers only
-         * (racecheck took a named barrier of the GEMM's warps alone, or
-         * one the MLP's warps only arrived at, as leaving the attention's
-         * reads in the MLP's warps unordered after the GEMM's stores). */
-        __syncthreads(); /* normalized Xs visible to every thread */
+         * the head group. Where every LayerNorm row is on a GEMM warp
+         * (FROWS <= MW0: the seed instance), the MLP's warps go on as soon
+         * as their weights have landed, beside LayerNorm, and only the
+         * GEMM's warps meet before the GEMM (barrier 1); both groups then
+         * pass the same block-wide barriers, the same number of times.
+         * The B = 8-16 instance has LayerNorm rows on MLP warps, and
+         * racecheck found its attention's reads unordered after the GEMM's
+         * stores when its GEMM warps alone met at barrier 1 (run 70), so it
+         * keeps a block-wide barrier there. */
+        if constexpr (FROWS <= MW0) {
+            if (warp < MW0)
+                asm volatile("barrier.sync.aligned 1, %0;\n" ::"n"(32 * MW0) : "memory"); /* Xs complete */
+        } else {
+            __syncthreads(); /* normalized Xs visible to every thread */
+        }
         SGKC_TL(5);
-        if (warp < MW0)
+        if (warp < MW0) {
+            sgkc_mbar_wait(bar, 0); /* the Q/K/V slice */
+            SGKC_TL(19);
             sgkc_fs_rw_run<FROWS, SD, QNT, 16>(Wc, Xs, L.ldx, tid, 0, nr, [&](int r, int cc, float x) {
                 if (cc < FHS)
                     Qs[r * L.ldh + cc] = x * a.scale;
                 else
                     (cc < 2 * FHS ? Ks + (cc - FHS) : Vs + (cc - 2 * FHS))[(r0 + r) * L.ldh] = x;
             });
-        else
+        } else {
             mlp();
+        }
         __syncthreads(); /* Qs, this block's K and V rows; Wc read */
         SGKC_TL(17);
         if (tid == 0) { /* Wo's slice, in its threads' order, while attention runs */
