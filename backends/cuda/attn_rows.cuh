@@ -25,7 +25,15 @@
  * Q and K rows sit in shared memory unpadded, their 16-byte chunks permuted
  * inside each head (sgkc_ar_q/k) so that every load phase hits 8 distinct
  * bank groups. The next tile's pair features are prefetched into L2 while
- * this one runs. */
+ * this one runs.
+ *
+ * KS = 2 (grids of at most one block an SM, mid): a block of 16 warps in two
+ * key groups, each with its own Q copy, K/V tiles, B buffers and named
+ * barrier, group g taking tiles g, g + 2, ...; at the end group 1's
+ * (O, m, l) is merged into group 0's through shared memory. Each scheduler
+ * then has four warps instead of two to issue from (mid's 128 blocks ran
+ * at 0.43 issued a scheduler-cycle, dev/NOTES.md); the MLP weights are
+ * staged once for both groups. */
 #ifndef SGK_CUDA_ATTN_ROWS_CUH
 #define SGK_CUDA_ATTN_ROWS_CUH
 
@@ -38,10 +46,39 @@
 #define SGKC_AR_BRS 136 /* floats per head in a pair's B buffer: [4 rows][32] + 8 */
 #define SGKC_AR_BLD (8 * SGKC_AR_BRS)
 
-__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap)
+/* A key group's floats: its Q, K and V tiles and its B buffers */
+#define SGKC_AR_GF ((SGKC_AR_BQ + 2 * SGKC_AR_BK) * SGKC_AR_D + (SGKC_AR_NT / 64) * SGKC_AR_BLD)
+
+__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks)
 {
-    return (size_t)(SGKC_AR_BQ + 2 * SGKC_AR_BK) * SGKC_AR_D + (SGKC_AR_NT / 64) * SGKC_AR_BLD +
-           sgkc_mlp_floats(pcap, 8);
+    return (size_t)ks * SGKC_AR_GF + sgkc_mlp_floats(pcap, 8);
+}
+
+/* The barrier of one key group: all of the block's threads when KS = 1,
+ * else the group's 256 on named barrier 1 + g (0 is __syncthreads'). */
+template <int KS>
+__device__ __forceinline__ void sgkc_ar_sync(int g)
+{
+    if constexpr (KS == 1)
+        __syncthreads();
+    else
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "n"(SGKC_AR_NT) : "memory");
+}
+
+template <int KS>
+__device__ __forceinline__ bool sgkc_ar_sync_or(int g, bool v)
+{
+    if constexpr (KS == 1)
+        return __syncthreads_or(v);
+    int r;
+    asm volatile("{\n\t.reg .pred p, q;\n\t"
+                 "setp.ne.s32 p, %1, 0;\n\t"
+                 "bar.red.or.pred q, %2, %3, p;\n\t"
+                 "selp.s32 %0, 1, 0, q;\n\t}"
+                 : "=r"(r)
+                 : "r"((int)v), "r"(1 + g), "n"(SGKC_AR_NT)
+                 : "memory");
+    return r != 0;
 }
 
 /* Where 16-byte chunk c (0..63; head c/8) of a row sits, as a float offset:
@@ -51,10 +88,11 @@ __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap)
 __device__ __forceinline__ int sgkc_ar_q(int c) { return ((c & ~7) | ((c ^ (c >> 3)) & 7)) * 4; }
 __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((c ^ row) & 7)) * 4; }
 
-template <int PCAP>
-__global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn_args a)
+template <int PCAP, int KS>
+__global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS) sgkc_attn_rows_kernel(sgkc_attn_args a)
 {
     constexpr int NT = SGKC_AR_NT, BQ = SGKC_AR_BQ, BK = SGKC_AR_BK, D = SGKC_AR_D, RS = SGKC_AR_BRS;
+    static_assert(KS == 1 || KS == 2, "one or two key groups");
     constexpr int R4 = PCAP / 4;
     static_assert(PCAP % 4 == 0 && PCAP <= 32, "features in registers");
 
@@ -64,14 +102,16 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
     const int64_t b = blockIdx.x / a.qtiles;
     const int q0 = qt * BQ;
 
-    float *Qs = smem;        /* [BQ][D] */
-    float *Ks = Qs + BQ * D; /* [BK][D] */
-    float *Vs = Ks + BK * D; /* [BK][D] */
-    float *Bb = Vs + BK * D; /* per warp pair [8 heads][RS]: row r at 32 r */
-    float *W1t = Bb + (NT / 64) * SGKC_AR_BLD; /* sgkc_mlp_stage */
+    /* key group g (threads 256 g ..) takes key tiles g, g + KS, ... */
+    const int g = KS == 1 ? 0 : threadIdx.x / NT;
+    float *Qs = smem + g * SGKC_AR_GF; /* [BQ][D], a copy a group */
+    float *Ks = Qs + BQ * D;           /* [BK][D] */
+    float *Vs = Ks + BK * D;           /* [BK][D] */
+    float *Bb = Vs + BK * D;           /* per warp pair [8 heads][RS]: row r at 32 r */
+    float *W1t = smem + KS * SGKC_AR_GF; /* sgkc_mlp_stage */
     const float *b2s = W1t + sgkc_mlp_floats(PCAP, 8) - 8;
 
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int tid = KS == 1 ? threadIdx.x : threadIdx.x % NT, lane = tid & 31, warp = tid >> 5;
     const int wp = warp >> 1, half = warp & 1; /* warp pair, which 4 heads */
     const int h = 4 * half + (lane >> 3), t = lane & 7;
     float *Bp = Bb + wp * SGKC_AR_BLD;
@@ -79,7 +119,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
     const float *qkv_b = a.qkv + (size_t)b * N * row3;
 
     /* ---- prologue: MLP weights, Q tile, K/V tile 0 ---- */
-    sgkc_mlp_stage<PCAP, 8>(W1t, a, 0, 8, tid, NT);
+    sgkc_mlp_stage<PCAP, 8>(W1t, a, 0, 8, threadIdx.x, KS * NT);
     sgkc_grid_wait(); /* qkv is the previous kernel's output */
     for (int i = tid; i < BQ * (D / 4); i += NT) {
         const int r = i >> 6, c = i & 63;
@@ -126,7 +166,9 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
         }
         return z != z;
     };
-    load_kv(0);
+    const int ktiles = (N + BK - 1) / BK;
+    if (KS == 1 || g < ktiles)
+        load_kv(g * BK);
 
     const int qp = q0 + 4 * wp;          /* the pair's rows: qp .. qp + 3 */
     const int qm = qp + 2 * half;        /* this warp's MLP rows: qm, qm + 1 */
@@ -140,22 +182,21 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
 
     /* P == PCAP with aligned rows: whole float4s, no checks */
     const bool pfull = a.pvec && P == PCAP;
-    const int ktiles = (N + BK - 1) / BK;
-    for (int kt = 0; kt < ktiles; kt++) {
+    for (int kt = g; kt < ktiles; kt += KS) {
         const int k0 = kt * BK;
         /* pair index of (qm, 0), recomputed each tile: held across the loop
          * it costs PCAP = 32 a spill */
         const size_t pr0 = ((size_t)b * N + qm) * N;
 
-        /* The next tile's features and mask rows into L2 (a line a lane):
-         * the loads below then wait on L2, not HBM. */
-        if (k0 + BK < N) {
-            const bool pf = lane * 32 < min(BK, N - k0 - BK) * P; /* a row's tile: P <= 32 lines */
+        /* The group's next tile's features and mask rows into L2 (a line a
+         * lane): the loads below then wait on L2, not HBM. */
+        if (k0 + KS * BK < N) {
+            const bool pf = lane * 32 < min(BK, N - k0 - KS * BK) * P; /* a row's tile: P <= 32 lines */
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 if (qm + r >= N)
                     continue;
-                const size_t pi = pr0 + (size_t)r * N + k0 + BK;
+                const size_t pi = pr0 + (size_t)r * N + k0 + KS * BK;
                 if (pf)
                     sgkc_prefetch_l2(a.pair + pi * P + lane * 32);
                 if (lane == 0)
@@ -208,7 +249,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
 
         sgkc_cp_wait<0>();
         /* K/V of this tile landed, the pair's B complete */
-        const bool v_nonfinite = __syncthreads_or(v_nonfinite_mine());
+        const bool v_nonfinite = sgkc_ar_sync_or<KS>(g, v_nonfinite_mine());
 
         /* ---- S = Q.K^T + B for keys t + 8u of head h, the pair's 4 rows ---- */
         float S[4][4] = {};
@@ -289,12 +330,41 @@ __global__ void __launch_bounds__(SGKC_AR_NT, 2) sgkc_attn_rows_kernel(sgkc_attn
             pv(sgkc_guarded{});
         else
             pv(sgkc_plain{});
-        __syncthreads(); /* K/V and B read by every warp */
-        if (kt + 1 < ktiles)
-            load_kv(k0 + BK);
+        sgkc_ar_sync<KS>(g); /* K/V and B read by every warp of the group */
+        if (kt + KS < ktiles)
+            load_kv(k0 + KS * BK);
     }
 
     sgkc_grid_trigger();
+
+    /* ---- two key groups: group 1's (O, m, l) merged into group 0's ---- */
+    if constexpr (KS == 2) {
+        float *st = smem + SGKC_AR_GF + BQ * D + tid; /* group 1's K tile, free now */
+        if (g == 1) {
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    st[(4 * r + c) * NT] = O[r][c];
+                st[(16 + r) * NT] = mrow[r];
+                st[(20 + r) * NT] = lrow[r];
+            }
+        }
+        __syncthreads();
+        if (g == 1)
+            return;
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const float m1 = st[(16 + r) * NT];
+            const float m_new = fmaxf(mrow[r], m1);
+            const float m_use = m_new == SGKC_NEG_INF ? 0.0f : m_new;
+            const float a0 = sgkc_ex2((mrow[r] - m_use) * SGKC_LOG2E), a1 = sgkc_ex2((m1 - m_use) * SGKC_LOG2E);
+            lrow[r] = lrow[r] * a0 + st[(20 + r) * NT] * a1;
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                O[r][c] = O[r][c] * a0 + st[(4 * r + c) * NT] * a1;
+        }
+    }
 
     /* ---- ctx = O / l, l summed over the head's 8 lanes; 0 if no edge ---- */
 #pragma unroll

@@ -310,6 +310,7 @@ struct tiled_cfg {
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
     size_t smem16;
     bool rows;    /* warps own query rows (attn_rows.cuh) */
+    int ks;       /* its key groups */
     size_t smem_rows;
 };
 
@@ -335,11 +336,21 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
      * whatever the grid: on the H200 it ran mid 89.7 us against 100.4,
      * large 428 against 566, xl 750 against 1317 (dev/NOTES.md, runs 13-16). */
-    c->smem_rows = sgkc_ar_smem_floats(c->pcap) * sizeof(float);
+    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
 #ifdef SGKC_NO_ROWS /* dev A/B builds */
     c->rows = false;
 #endif
+    /* Two key groups a block where the grid gives each block an SM of its
+     * own and there are two key tiles to share. */
+    const int64_t blocks_rows = B * ((N + SGKC_AR_BQ - 1) / SGKC_AR_BQ);
+    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2) * sizeof(float);
+    c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
+#ifdef SGKC_NO_RKSPLIT /* dev A/B builds */
+    c->ks = 1;
+#endif
+    if (c->ks == 2)
+        c->smem_rows = smem_ks2;
     return c->smem <= L->smem_optin || c->rows;
 }
 
@@ -359,11 +370,11 @@ static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t s
     return cudaGetLastError();
 }
 
-template <int PCAP>
+template <int PCAP, int KS>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
                              cudaStream_t s)
 {
-    return launch_after(L, sgkc_attn_rows_kernel<PCAP>, dim3(blocks), SGKC_AR_NT, smem, s, 0, a);
+    return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a);
 }
 
 template <int PCAP, int HMAX>
@@ -391,8 +402,13 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
     if (c.rows) {
         a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles);
-        const size_t smem = spread_smem(L, c.smem_rows, blocks, 2);
-        e = c.pcap == 16 ? rows_attn<16>(L, a, blocks, smem, f->stream) : rows_attn<32>(L, a, blocks, smem, f->stream);
+        const size_t smem = spread_smem(L, c.smem_rows, blocks, 2 / c.ks);
+        switch (c.pcap * 10 + c.ks) {
+        case 161: e = rows_attn<16, 1>(L, a, blocks, smem, f->stream); break;
+        case 162: e = rows_attn<16, 2>(L, a, blocks, smem, f->stream); break;
+        case 321: e = rows_attn<32, 1>(L, a, blocks, smem, f->stream); break;
+        default: e = rows_attn<32, 2>(L, a, blocks, smem, f->stream); break;
+        }
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
@@ -587,7 +603,8 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
-        (const void *)sgkc_attn_rows_kernel<16>, (const void *)sgkc_attn_rows_kernel<32>,
+        (const void *)sgkc_attn_rows_kernel<16, 1>, (const void *)sgkc_attn_rows_kernel<32, 1>,
+        (const void *)sgkc_attn_rows_kernel<16, 2>, (const void *)sgkc_attn_rows_kernel<32, 2>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
     };
     SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));

@@ -665,6 +665,7 @@ int main(int argc, char **argv)
             {{"N=40 hd=1 D=16", 2, 40, 16, 16, 8}, 1, true, 0, 0},
             {{"mid-ish", 2, 64, 256, 8, 32}, 1, true, 0, 0},
             {{"D=256 H=8 N=37 P=5 (rows kernel tails)", 2, 37, 256, 8, 5}, 1, false, 1, 0},
+            {{"D=256 H=8 N=77 P=16 (rows kernel, two key groups, odd tiles)", 2, 77, 256, 8, 16}, 1, true, 0, 0},
             {{"P=128 (32-query tiled kernel)", 2, 33, 64, 4, 128}, 1, false, 0, 0},
             /* 270 of the 64x128 Q/K/V tiles (two an SM on 132 SMs), the last row partial */
             {{"B=45 N=63 D=256 (wide Q/K/V tiles)", 45, 63, 256, 8, 32}, 1, true, 0, 0},
