@@ -18,7 +18,11 @@
  * 2 after them. A warp is 8 x 4 of the (tx, ty) grid: its A loads read 4
  * rows (banks 4 apart, since the row stride K + 4 is 4 mod 32) and its B
  * loads 8 consecutive chunks, one shared-memory wavefront each. Each
- * output sums its K terms in order k = 0, 1, ..., as sgemm.cuh does.
+ * output sums its K terms in order k = 0, 1, ..., as sgemm.cuh does; with
+ * KG = 2 groups (no LayerNorm; the output projection at mid) a block has
+ * twice the threads, the second half summing k = 128 .. 255 with its own
+ * ring of B, and the two sums are added at the end: twice the warps an SM
+ * for the same registers a thread.
  *
  * At mid, ncu put the Q/K/V GEMM at 28.9 us against sgemm.cuh's 34.2, at
  * 0.66 issued a scheduler-cycle with 8 warps an SM (the main loop is 85 %
@@ -32,10 +36,11 @@
 #define SGKC_GP_BKC 32 /* rows of B a ring slot holds */
 #define SGKC_GP_K 256  /* K, compiled in */
 
-/* Dynamic shared memory of one block, in bytes. */
-__host__ __device__ constexpr size_t sgkc_gp_smem_bytes(int BM, int BN, int STAGES)
+/* Dynamic shared memory of one block, in bytes: the A panel and a ring of
+ * B slices for each of KG groups. */
+__host__ __device__ constexpr size_t sgkc_gp_smem_bytes(int BM, int BN, int STAGES, int KG)
 {
-    return ((size_t)BM * (SGKC_GP_K + 4) + (size_t)STAGES * SGKC_GP_BKC * BN) * sizeof(float);
+    return ((size_t)BM * (SGKC_GP_K + 4) + (size_t)KG * STAGES * SGKC_GP_BKC * BN) * sizeof(float);
 }
 
 /* The shapes the kernel takes: K = 256, whole column blocks, 16-byte
@@ -94,11 +99,13 @@ __device__ __forceinline__ void sgkc_gp_layernorm(float *As, const sgkc_gemm_arg
     }
 }
 
-template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_kernel(sgkc_gemm_args a)
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
+__global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_kernel(sgkc_gemm_args a)
 {
     constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY, BKC = SGKC_GP_BKC;
-    constexpr int K = SGKC_GP_K, LDA = K + 4, NCK = K / BKC;
+    constexpr int K = SGKC_GP_K, LDA = K + 4, NCK = K / BKC, GCK = NCK / KG;
+    static_assert(KG == 1 || (KG == 2 && !LN), "K groups only without LayerNorm (it needs whole rows)");
+    static_assert(NCK % KG == 0, "whole slices a group");
     constexpr int C4 = TN / 4, C2 = TN % 4 == 2; /* chunks of 4 and of 2 */
     static_assert(TN % 2 == 0 && BN % TN == 0 && BM % TM == 0, "whole chunks and tiles");
     static_assert(TX % 8 == 0 && TY % 4 == 0, "whole warps of 8 x 4 threads");
@@ -110,15 +117,26 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_k
     const int64_t M = a.M;
     const int64_t m0 = (int64_t)blockIdx.x * BM;
     const int n0 = blockIdx.y * BN;
-    float *As = smem;            /* [BM][LDA] */
-    float *Bs = As + BM * LDA;   /* [STAGES][BKC][BN] */
+    /* K group kg (threads NT kg ..) sums slices kg GCK .. (kg + 1) GCK - 1
+     * with its own ring and named barrier; group 0 adds group 1's sums. */
+    const int kg = KG == 1 ? 0 : threadIdx.x / NT;
+    const int c0 = kg * GCK;
+    float *As = smem;                                 /* [BM][LDA] */
+    float *Bs = As + BM * LDA + kg * STAGES * BKC * BN; /* [STAGES][BKC][BN] */
+    auto sync = [&]() {
+        if constexpr (KG == 1)
+            __syncthreads();
+        else
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + kg), "n"(NT) : "memory");
+    };
 
-    const int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5;
+    const int tid = KG == 1 ? threadIdx.x : threadIdx.x % NT, lane = tid & 31, wid = tid >> 5;
     const int tx = (wid % (TX / 8)) * 8 + (lane & 7);
     const int ty = (wid / (TX / 8)) * 4 + (lane >> 3);
 
-    auto load_b = [&](int c) {
+    auto load_b = [&](int c) { /* c counts from the group's first slice */
         float *dst = Bs + (c % STAGES) * BKC * BN;
+        c += c0;
         const float *src = a.Bt + (size_t)c * BKC * Nc + n0;
 #pragma unroll
         for (int l = 0; l < BKC * BN / 4 / NT; l++) {
@@ -130,7 +148,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_k
     /* The residual (the call's nodes) was complete before the call's first
      * kernel passed its wait, so it is read before this one's. */
     float res[RES ? TM : 1][RES ? TN : 1];
-    if constexpr (RES) {
+    if (RES && kg == 0) {
 #pragma unroll
         for (int i = 0; i < TM; i++) {
             const int64_t m = m0 + ty + TY * i;
@@ -151,15 +169,15 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_k
      * when the layer was created) and the whole A panel, which may be what
      * the previous kernel wrote. Empty groups after it keep "slice c is in
      * group max(c - STAGES + 2, 0)" for the waits below. */
-    for (int c = 0; c < STAGES - 1 && c < NCK; c++)
+    for (int c = 0; c < STAGES - 1 && c < GCK; c++)
         load_b(c);
     sgkc_grid_wait();
-    {
-        constexpr int kq = K / 4;
+    { /* a group copies the columns it reads */
+        constexpr int kq = K / 4 / KG;
         static_assert((BM * kq) % NT == 0, "whole panel copies per thread");
 #pragma unroll 4
         for (int e = tid; e < BM * kq; e += NT) {
-            const int r = e / kq, q = e % kq;
+            const int r = e / kq, q = e % kq + kg * kq;
             float *dst = As + r * LDA + 4 * q;
             if (m0 + r < M)
                 sgkc_cp_async16(dst, a.A + (size_t)(m0 + r) * K + 4 * q);
@@ -174,17 +192,17 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_k
 
     float acc[TM][TN] = {};
 
-    const float *a_th = As + ty * LDA;
-    for (int c = 0; c < NCK; c++) {
+    const float *a_th = As + ty * LDA + c0 * BKC;
+    for (int c = 0; c < GCK; c++) {
         sgkc_cp_wait<STAGES - 2>();
-        __syncthreads(); /* slice c (and at c = 0 the A panel) landed; slot (c - 1) % STAGES free */
+        sync(); /* slice c (and at c = 0 the A panel) landed; slot (c - 1) % STAGES free */
         if constexpr (LN) {
             if (c == 0) {
                 sgkc_gp_layernorm<BM, NT / 32>(As, a, wid, lane);
                 __syncthreads();
             }
         }
-        if (c + STAGES - 1 < NCK)
+        if (c + STAGES - 1 < GCK)
             load_b(c + STAGES - 1);
         sgkc_cp_commit();
 
@@ -221,6 +239,29 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_k
     }
 
     sgkc_grid_trigger();
+
+    if constexpr (KG == 2) {
+        /* Group 1's sums go to the slot of its ring after the one its last
+         * slice is in: every thread of the group read that slot before the
+         * last slice's barrier, and no copy into it is pending. */
+        static_assert(STAGES >= 2 && TM * TN * NT <= BKC * BN, "group 1's sums fit in one free slot");
+        float *st = As + BM * LDA + (STAGES + GCK % STAGES) * BKC * BN + tid;
+        if (kg == 1) {
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++)
+                    st[(i * TN + j) * NT] = acc[i][j];
+        }
+        __syncthreads();
+        if (kg == 1)
+            return;
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++)
+                acc[i][j] += st[(i * TN + j) * NT];
+    }
 
 #pragma unroll
     for (int i = 0; i < TM; i++) {

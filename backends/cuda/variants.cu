@@ -133,38 +133,41 @@ static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_g
 
 /* The same for gemm_panel.cuh's kernel: STAGES ring slots of B, MINB blocks
  * an SM. */
-template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
 static dim3 panel_grid(const sgkc_gemm_args &g)
 {
     return dim3((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN));
 }
 
-template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
 static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB>(g);
-    const size_t smem = spread_smem(L, sgkc_gp_smem_bytes(BM, BN, STAGES), (int64_t)grid.x * grid.y, MINB);
-    return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB>, grid,
-                        (BM / TM) * (BN / TN), smem, s, 0, g);
+    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>(g);
+    const size_t smem = spread_smem(L, sgkc_gp_smem_bytes(BM, BN, STAGES, KG), (int64_t)grid.x * grid.y, MINB);
+    return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>, grid,
+                        KG * (BM / TM) * (BN / TN), smem, s, 0, g);
 }
 
 /* Whether the panel kernel takes g's shape on this device: its shared
  * memory is over the opt-in limit of some GPUs (99 KB on sm_86 and sm_89).
  * one_wave: and its grid is one wave of MINB blocks an SM. */
-template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB>
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
 static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g, bool one_wave)
 {
-    if (!sgkc_gp_fits(g, BN) || sgkc_gp_smem_bytes(BM, BN, STAGES) > L->smem_optin)
+    if (!sgkc_gp_fits(g, BN) || sgkc_gp_smem_bytes(BM, BN, STAGES, KG) > L->smem_optin)
         return false;
-    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB>(g);
+    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>(g);
     return !one_wave || (int64_t)grid.x * grid.y <= (int64_t)MINB * L->sm_count;
 }
 
-/* gemm_panel.cuh's two instances: Q/K/V in 64x96 tiles of 8x6 a thread
+/* gemm_panel.cuh's instances: Q/K/V in 64x96 tiles of 8x6 a thread
  * (128 threads, 203 registers, two blocks an SM), the output projection in
- * 32x64 tiles of 4x4 (128 threads, 106 registers, three an SM). */
-#define SGKC_GP_QKV true, false, 64, 96, 8, 6, 3, 2
-#define SGKC_GP_OUT false, true, 32, 64, 4, 4, 3, 3
+ * 32x64 tiles of 4x4 (128 threads, 106 registers, three an SM), or the
+ * same in two K groups (256 threads, two an SM) where the grid is one wave
+ * of two an SM. */
+#define SGKC_GP_QKV true, false, 64, 96, 8, 6, 3, 2, 1
+#define SGKC_GP_OUT false, true, 32, 64, 4, 4, 3, 3, 1
+#define SGKC_GP_OUT2 false, true, 32, 64, 4, 4, 3, 2, 2
 
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
 static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
@@ -228,6 +231,10 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
      * blocks put two or more blocks on each SM at mid and large (32x32 and
      * 8x4 a thread were slower at every preset: run 33). */
 #ifndef SGKC_NO_PANEL
+#ifndef SGKC_NO_GKSPLIT /* dev A/B builds */
+    if (panel_fits<SGKC_GP_OUT2>(L, g, true))
+        return launch_panel<SGKC_GP_OUT2>(L, f->stream, g);
+#endif
     if (panel_fits<SGKC_GP_OUT>(L, g, true))
         return launch_panel<SGKC_GP_OUT>(L, f->stream, g);
 #endif
@@ -606,6 +613,7 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_rows_kernel<16, 1>, (const void *)sgkc_attn_rows_kernel<32, 1>,
         (const void *)sgkc_attn_rows_kernel<16, 2>, (const void *)sgkc_attn_rows_kernel<32, 2>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
+        (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
     };
     SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     SGKC_RETURN_IF(set_func_attr(fused_fns, SGKC_NFNS(fused_fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
