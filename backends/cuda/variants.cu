@@ -231,6 +231,8 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
      * blocks put two or more blocks on each SM at mid and large (32x32 and
      * 8x4 a thread were slower at every preset: run 33). */
 #ifndef SGKC_NO_PANEL
+    /* Two K groups where one wave has two blocks an SM: twice the warps
+     * (mid 62.9-63.4 -> 62.4-62.9 us, dev/NOTES.md, run 82). */
 #ifndef SGKC_NO_GKSPLIT /* dev A/B builds */
     if (panel_fits<SGKC_GP_OUT2>(L, g, true))
         return launch_panel<SGKC_GP_OUT2>(L, f->stream, g);
@@ -349,7 +351,8 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     c->rows = false;
 #endif
     /* Two key groups a block where the grid gives each block an SM of its
-     * own and there are two key tiles to share. */
+     * own and there are two key tiles to share: mid 64.9 -> 62.6 us
+     * (dev/NOTES.md, run 80). Larger grids already hold 16 warps an SM. */
     const int64_t blocks_rows = B * ((N + SGKC_AR_BQ - 1) / SGKC_AR_BQ);
     const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2) * sizeof(float);
     c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
