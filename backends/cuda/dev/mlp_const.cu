@@ -5,79 +5,30 @@
  * operands free attn_rows' shared-memory pipe for Q.K and P.V? ptxas keeps
  * them out of the FFMAs (ULDC.64 into uniform registers, then FFMA with a
  * uniform operand), and at P = 32 (5.3 KB of weights) the constant path
- * runs at a fifth of the shared-memory one; at P = 16 it gains 4-9 %.
+ * runs at a fifth of the shared-memory one; at P = 16 it gains 4-14 % (two runs).
  * Figures: logs/mlp-const-microbench.txt; dev/NOTES.md, "What limits each
  * preset". Build and run on the H200:
- *   nvcc -O3 -std=c++17 -arch=sm_90 -Xptxas -v -o /tmp/mlp_const mlp_const.cu && /tmp/mlp_const
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -I.. -I../../../api -Xptxas -v -o /tmp/mlp_const mlp_const.cu && /tmp/mlp_const
  */
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 #include <cuda_runtime.h>
+#include "attn_tiled.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 template <int P> struct MlpW {
-    float w1[P * P]; // [input i][hidden j]
+    float w1[P * P]; /* [input i][hidden j] */
     float b1[P];
-    float w2[P * 8]; // [hidden j][head h]
+    float w2[P * 8]; /* [hidden j][head h] */
     float b2[8];
 };
 
-__device__ __forceinline__ float rcpa(float x) { float y; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
-__device__ __forceinline__ float ex2a(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
-__device__ __forceinline__ float siluu(float u) { return u * rcpa(1.0f + ex2a(u)); }
-
-// MODE 0: smem, the attn_rows loop (hidden units 4 at a time, LDS.128 weights)
-template <int P, int NP>
-__device__ __forceinline__ void mlp_smem(const float4 (&x)[NP][P / 4], const float *W, float (&acc)[NP][8])
-{
-    const float *b1s = W + P * P, *W2s = b1s + P;
-#pragma unroll
-    for (int s = 0; s < NP; s++)
-#pragma unroll
-        for (int h = 0; h < 8; h++) acc[s][h] = 0.f;
-#pragma unroll 1
-    for (int j0 = 0; j0 < P; j0 += 4) {
-        float hs[NP][4];
-        const float4 bj = *reinterpret_cast<const float4 *>(b1s + j0);
-#pragma unroll
-        for (int s = 0; s < NP; s++) { hs[s][0] = bj.x; hs[s][1] = bj.y; hs[s][2] = bj.z; hs[s][3] = bj.w; }
-#pragma unroll
-        for (int r4 = 0; r4 < P / 4; r4++) {
-            asm volatile("" ::: "memory");
-            float4 w[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) w[u] = *reinterpret_cast<const float4 *>(W + (4 * r4 + u) * P + j0);
-#pragma unroll
-            for (int s = 0; s < NP; s++) {
-                const float xv[4] = {x[s][r4].x, x[s][r4].y, x[s][r4].z, x[s][r4].w};
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    hs[s][0] = fmaf(xv[u], w[u].x, hs[s][0]);
-                    hs[s][1] = fmaf(xv[u], w[u].y, hs[s][1]);
-                    hs[s][2] = fmaf(xv[u], w[u].z, hs[s][2]);
-                    hs[s][3] = fmaf(xv[u], w[u].w, hs[s][3]);
-                }
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const float4 *w2r = reinterpret_cast<const float4 *>(W2s + (j0 + u) * 8);
-            const float4 wa = w2r[0], wb = w2r[1];
-#pragma unroll
-            for (int s = 0; s < NP; s++) {
-                const float hv = siluu(hs[s][u]);
-                acc[s][0] = fmaf(hv, wa.x, acc[s][0]); acc[s][1] = fmaf(hv, wa.y, acc[s][1]);
-                acc[s][2] = fmaf(hv, wa.z, acc[s][2]); acc[s][3] = fmaf(hv, wa.w, acc[s][3]);
-                acc[s][4] = fmaf(hv, wb.x, acc[s][4]); acc[s][5] = fmaf(hv, wb.y, acc[s][5]);
-                acc[s][6] = fmaf(hv, wb.z, acc[s][6]); acc[s][7] = fmaf(hv, wb.w, acc[s][7]);
-            }
-        }
-    }
-}
-
-// MODE 1: constants; JC hidden units at a time, every loop unrolled
+/* MODE 0: the weights in shared memory, attn_rows' own loop (sgkc_mlp_regs:
+ * hidden units 4 at a time, broadcast LDS.128 of the weights); MlpW's
+ * layout is sgkc_mlp_stage's. MODE 1 (below): the weights as constants,
+ * JC hidden units at a time, every loop unrolled. */
 template <int P, int NP, int JC>
 __device__ __forceinline__ void mlp_const(const float4 (&x)[NP][P / 4], const MlpW<P> &W, float (&acc)[NP][8])
 {
@@ -106,7 +57,7 @@ __device__ __forceinline__ void mlp_const(const float4 (&x)[NP][P / 4], const Ml
         for (int u = 0; u < JC; u++)
 #pragma unroll
             for (int s = 0; s < NP; s++) {
-                const float hv = siluu(hs[s][u]);
+                const float hv = sgkc_silu_u(hs[s][u]);
 #pragma unroll
                 for (int h = 0; h < 8; h++) acc[s][h] = fmaf(hv, W.w2[(j0 + u) * 8 + h], acc[s][h]);
             }
@@ -130,7 +81,7 @@ __global__ void __launch_bounds__(256, 2) bench_k(const __grid_constant__ MlpW<P
     float tot = 0.f;
     for (int it = 0; it < iters; it++) {
         float acc[NP][8];
-        if (MODE == 0) mlp_smem<P, NP>(x, Ws, acc);
+        if (MODE == 0) sgkc_mlp_regs<P, 8, NP>(x, Ws, acc);
         else mlp_const<P, NP, JC>(x, W, acc);
 #pragma unroll
         for (int s = 0; s < NP; s++) {
