@@ -54,33 +54,6 @@ __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks)
     return (size_t)ks * SGKC_AR_GF + sgkc_mlp_floats(pcap, 8);
 }
 
-/* The barrier of one key group: all of the block's threads when KS = 1,
- * else the group's 256 on named barrier 1 + g (0 is __syncthreads'). */
-template <int KS>
-__device__ __forceinline__ void sgkc_ar_sync(int g)
-{
-    if constexpr (KS == 1)
-        __syncthreads();
-    else
-        asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "n"(SGKC_AR_NT) : "memory");
-}
-
-template <int KS>
-__device__ __forceinline__ bool sgkc_ar_sync_or(int g, bool v)
-{
-    if constexpr (KS == 1)
-        return __syncthreads_or(v);
-    int r;
-    asm volatile("{\n\t.reg .pred p, q;\n\t"
-                 "setp.ne.s32 p, %1, 0;\n\t"
-                 "bar.red.or.pred q, %2, %3, p;\n\t"
-                 "selp.s32 %0, 1, 0, q;\n\t}"
-                 : "=r"(r)
-                 : "r"((int)v), "r"(1 + g), "n"(SGKC_AR_NT)
-                 : "memory");
-    return r != 0;
-}
-
 /* Where 16-byte chunk c (0..63; head c/8) of a row sits, as a float offset:
  * Q (a warp reads one row, 4 heads, chunk d of each): d ^ head;
  * K (lane (h, t) reads rows t + 8u, chunk d of head h): d ^ (row % 8).
@@ -249,7 +222,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS) sgkc_attn_rows_kernel
 
         sgkc_cp_wait<0>();
         /* K/V of this tile landed, the pair's B complete */
-        const bool v_nonfinite = sgkc_ar_sync_or<KS>(g, v_nonfinite_mine());
+        const bool v_nonfinite = sgkc_group_sync_or<KS, NT>(g, v_nonfinite_mine());
 
         /* ---- S = Q.K^T + B for keys t + 8u of head h, the pair's 4 rows ---- */
         float S[4][4] = {};
@@ -330,7 +303,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS) sgkc_attn_rows_kernel
             pv(sgkc_guarded{});
         else
             pv(sgkc_plain{});
-        sgkc_ar_sync<KS>(g); /* K/V and B read by every warp of the group */
+        sgkc_group_sync<KS, NT>(g); /* K/V and B read by every warp of the group */
         if (kt + KS < ktiles)
             load_kv(k0 + KS * BK);
     }

@@ -118,17 +118,12 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
     const int64_t m0 = (int64_t)blockIdx.x * BM;
     const int n0 = blockIdx.y * BN;
     /* K group kg (threads NT kg ..) sums slices kg GCK .. (kg + 1) GCK - 1
-     * with its own ring and named barrier; group 0 adds group 1's sums. */
+     * with its own ring and barrier (sgkc_group_sync); group 0 adds group
+     * 1's sums. */
     const int kg = KG == 1 ? 0 : threadIdx.x / NT;
     const int c0 = kg * GCK;
     float *As = smem;                                 /* [BM][LDA] */
     float *Bs = As + BM * LDA + kg * STAGES * BKC * BN; /* [STAGES][BKC][BN] */
-    auto sync = [&]() {
-        if constexpr (KG == 1)
-            __syncthreads();
-        else
-            asm volatile("bar.sync %0, %1;" ::"r"(1 + kg), "n"(NT) : "memory");
-    };
 
     const int tid = KG == 1 ? threadIdx.x : threadIdx.x % NT, lane = tid & 31, wid = tid >> 5;
     const int tx = (wid % (TX / 8)) * 8 + (lane & 7);
@@ -195,7 +190,7 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
     const float *a_th = As + ty * LDA + c0 * BKC;
     for (int c = 0; c < GCK; c++) {
         sgkc_cp_wait<STAGES - 2>();
-        sync(); /* slice c (and at c = 0 the A panel) landed; slot (c - 1) % STAGES free */
+        sgkc_group_sync<KG, NT>(kg); /* slice c (and at c = 0 the A panel) landed; slot (c - 1) % STAGES free */
         if constexpr (LN) {
             if (c == 0) {
                 sgkc_gp_layernorm<BM, NT / 32>(As, a, wid, lane);

@@ -315,4 +315,33 @@ __device__ __forceinline__ void sgkc_grid_trigger()
 #endif
 }
 
+/* The barrier of one of G groups of NT threads that split a block's work
+ * (attn_rows' key groups, gemm_panel's K groups): __syncthreads when G = 1,
+ * else group g's NT threads on named barrier 1 + g (0 is __syncthreads'). */
+template <int G, int NT>
+__device__ __forceinline__ void sgkc_group_sync(int g)
+{
+    if constexpr (G == 1)
+        __syncthreads();
+    else
+        asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "n"(NT) : "memory");
+}
+
+/* The same, returning whether v is true in any thread of the group. */
+template <int G, int NT>
+__device__ __forceinline__ bool sgkc_group_sync_or(int g, bool v)
+{
+    if constexpr (G == 1)
+        return __syncthreads_or(v);
+    int r;
+    asm volatile("{\n\t.reg .pred p, q;\n\t"
+                 "setp.ne.s32 p, %1, 0;\n\t"
+                 "bar.red.or.pred q, %2, %3, p;\n\t"
+                 "selp.s32 %0, 1, 0, q;\n\t}"
+                 : "=r"(r)
+                 : "r"((int)v), "r"(1 + g), "n"(NT)
+                 : "memory");
+    return r != 0;
+}
+
 #endif
