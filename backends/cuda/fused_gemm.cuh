@@ -138,36 +138,53 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
 }
 
 /* The compiled-in shapes' GEMMs, C(M x NC) = A(M x K) W(K x NC), with W in
- * registers. Thread t owns the column pair c = 2 (t / KS) and the K slice
- * s = t % KS of KL = K / KS rows, all M rows of A: each weight is read
- * from shared memory once, into registers, at the GEMM's start, where
+ * registers. Thread t owns a column pair and a K slice of KL = K / KS rows
+ * (sgkc_fs_rw_pair, sgkc_fs_rw_slice), all M rows of A: each weight is
+ * read from shared memory once, into registers, at the GEMM's start, where
  * sgkc_fs_gemm reads W once per 4-row tile. At seed these phases are
- * bound by shared-memory wavefronts, not by FMAs: an LDS.128 costs 4
- * wavefronts even where the lanes of a quarter-warp share addresses (ncu,
- * dev/NOTES.md, run 62): A's 18 reads a thread are 648 wavefronts a block
- * in the Q/K/V GEMM, against 216 for reading its weights once. The
- * weights sit in shared memory in the order their threads read them (slot
- * i of thread t at float2 i * nt + t, packed at layer creation:
- * sgkc_fs_rw_pack), free of bank conflicts, and come by bulk copy, tracked
- * by an mbarrier: loaded into registers from global memory at the
+ * bound by shared-memory wavefronts, not by FMAs. An LDS.128 returns in 2
+ * wavefronts where lanes t and t ^ 1 read the same address and in 4
+ * otherwise (ncu, dev/NOTES.md, runs 62 and 83: attn_rows' broadcast
+ * weight loads and gemm_panel's A loads, 8 lanes an address, take 2; the
+ * slice in the lane's low bits gave A's 18 reads a thread 4 each, 648
+ * wavefronts a block in the Q/K/V GEMM), so the slice sits in lane bits
+ * 2-4 and the pair's low bits in 0-1: four lanes in a row read one
+ * address. The weights sit in shared memory in the order their threads
+ * read them (slot i of thread t at float2 i * nt + t, packed at layer
+ * creation: sgkc_fs_rw_pack), free of bank conflicts, and come by bulk
+ * copy, tracked by an mbarrier: loaded into registers from global memory at the
  * kernel's start instead, they held scoreboards that waits in later
  * phases then shared (run 61). The KS partial sums meet by a
  * reduce-scatter (sgkc_fs_rscatter): each shuffle round halves the values
  * a lane holds. */
 #define SGKC_FS_RW_KS 8
+#define SGKC_FS_RW_SH 2 /* lane bits of the pair below the slice's */
+/* Thread t's K slice (lane bits 2-4) and column pair (lane bits 0-1, then
+ * the warp): 4 pairs x 8 slices a warp. */
+__host__ __device__ constexpr int sgkc_fs_rw_slice(int t)
+{
+    return (t >> SGKC_FS_RW_SH) & (SGKC_FS_RW_KS - 1);
+}
+__host__ __device__ constexpr int sgkc_fs_rw_pair(int t)
+{
+    return (t & ((1 << SGKC_FS_RW_SH) - 1)) | ((t >> 5) << SGKC_FS_RW_SH);
+}
+static_assert((SGKC_FS_RW_KS << SGKC_FS_RW_SH) == 32, "a warp is whole slices x pairs");
 /* The float of slot (t, i, e) in a packed image of nt threads. */
 __host__ __device__ constexpr size_t sgkc_fs_rw_at(int t, int i, int e, int nt)
 {
     return ((size_t)i * nt + t) * 2 + e;
 }
-/* Packs W, K x NC with rows ldk floats apart, for NC / 2 * KS threads. */
+/* Packs W, K x NC with rows ldk floats apart, for NC / 2 * KS threads
+ * (whole warps: NC % 8 == 0). */
 __host__ __device__ inline void sgkc_fs_rw_pack(float *dst, const float *w, size_t ldk, int K, int NC)
 {
     const int KS = SGKC_FS_RW_KS, KL = K / KS, nt = NC / 2 * KS;
     for (int t = 0; t < nt; t++)
         for (int i = 0; i < KL; i++)
             for (int e = 0; e < 2; e++)
-                dst[sgkc_fs_rw_at(t, i, e, nt)] = w[(size_t)((t % KS) * KL + i) * ldk + 2 * (t / KS) + e];
+                dst[sgkc_fs_rw_at(t, i, e, nt)] =
+                    w[(size_t)(sgkc_fs_rw_slice(t) * KL + i) * ldk + 2 * sgkc_fs_rw_pair(t) + e];
 }
 template <int K, int NT>
 __device__ __forceinline__ void sgkc_fs_rw_load(float2 (&w)[K / SGKC_FS_RW_KS], const float *Ws, int t)
@@ -178,9 +195,9 @@ __device__ __forceinline__ void sgkc_fs_rw_load(float2 (&w)[K / SGKC_FS_RW_KS], 
 }
 
 /* Values left to a lane after the reduce-scatter of n values over the
- * lanes o, o/2, ..., 1 apart (a round that cannot halve them sums all),
- * and the lane bits of the rounds that summed all: lanes differing only
- * in those bits hold the same values. */
+ * slices o, o/2, ..., 1 apart (a round that cannot halve them sums all),
+ * and the slice bits of the rounds that summed all: lanes whose slices
+ * differ only in those bits hold the same values. */
 __host__ __device__ constexpr int sgkc_rs_left(int n, int o)
 {
     return o == 0 ? n : n % 2 == 0 ? sgkc_rs_left(n / 2, o / 2) : sgkc_rs_left(n, o / 2);
@@ -190,8 +207,8 @@ __host__ __device__ constexpr int sgkc_rs_dup(int n, int o)
     return o == 0 ? 0 : n % 2 == 0 ? sgkc_rs_dup(n / 2, o / 2) : (o | sgkc_rs_dup(n, o / 2));
 }
 /* v[0, n) hold flat indices base .. base + n of the lane's values; after
- * the round o the lane keeps the half its bit o selects, plus the
- * partner's sums of that half. */
+ * the round o the lane keeps the half bit o of its slice s selects, plus
+ * the partner's sums of that half (the partner: lane ^ (o << SGKC_FS_RW_SH)). */
 template <int N, int O, int N0>
 __device__ __forceinline__ void sgkc_fs_rscatter(float (&v)[N0], int s, int &base)
 {
@@ -203,14 +220,14 @@ __device__ __forceinline__ void sgkc_fs_rscatter(float (&v)[N0], int s, int &bas
             for (int i = 0; i < h; i++) {
                 const float send = up ? v[i] : v[h + i];
                 const float keep = up ? v[h + i] : v[i];
-                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O << SGKC_FS_RW_SH);
             }
             base += up ? h : 0;
             sgkc_fs_rscatter<h, O / 2>(v, s, base);
         } else {
 #pragma unroll
             for (int i = 0; i < N; i++)
-                v[i] += __shfl_xor_sync(0xffffffffu, v[i], O);
+                v[i] += __shfl_xor_sync(0xffffffffu, v[i], O << SGKC_FS_RW_SH);
             sgkc_fs_rscatter<N, O / 2>(v, s, base);
         }
     }
@@ -218,15 +235,15 @@ __device__ __forceinline__ void sgkc_fs_rscatter(float (&v)[N0], int s, int &bas
 /* The GEMM of thread t's pair and slice (whole warps of threads: the
  * shuffles need every lane), A's rows lda floats apart. Returns the flat
  * index (row * 2 + column of the pair) of v[0]; v[0, sgkc_rs_left(2 M, KS
- * / 2)) are C's values, held by every lane that differs only in the bits
- * of sgkc_rs_dup: only the one with those bits clear stores them. */
+ * / 2)) are C's values, held by every lane whose slice differs only in
+ * the bits of sgkc_rs_dup: only the one with those bits clear stores them. */
 template <int M, int K>
 __device__ __forceinline__ int sgkc_fs_rw_gemm(const float2 (&w)[K / SGKC_FS_RW_KS], const float *A, int lda, int t,
                                                float (&v)[2 * M])
 {
     constexpr int KS = SGKC_FS_RW_KS, KL = K / KS;
     static_assert(K % (4 * KS) == 0, "K slices of whole float4");
-    const int s = t & (KS - 1);
+    const int s = sgkc_fs_rw_slice(t);
     const float *a0 = A + s * KL;
 #pragma unroll
     for (int i = 0; i < 2 * M; i++)
@@ -269,8 +286,9 @@ __device__ __forceinline__ void sgkc_fs_rw_run(const float *Ws, const float *A, 
     const int base = sgkc_fs_rw_gemm<M, K>(w, A, lda, t, v);
     SGKC_TL(TL);
     constexpr int NL = sgkc_rs_left(2 * M, SGKC_FS_RW_KS / 2), DUP = sgkc_rs_dup(2 * M, SGKC_FS_RW_KS / 2);
-    if ((t & DUP) == 0) {
-        const int c = c0 + (t / SGKC_FS_RW_KS) * 2;
+    static_assert(NT % 32 == 0, "whole warps");
+    if ((sgkc_fs_rw_slice(t) & DUP) == 0) {
+        const int c = c0 + sgkc_fs_rw_pair(t) * 2;
 #pragma unroll
         for (int j = 0; j < NL; j++) {
             const int f = base + j, r = f >> 1;

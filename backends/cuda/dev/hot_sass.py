@@ -1,5 +1,8 @@
 """Top SASS instructions of one kernel by warp-stall samples, from
-`ncu --page source --csv --print-source sass` (dev/run_h200.sh hot)."""
+`ncu --page source --csv --print-source sass` (dev/run_h200.sh hot), then
+per opcode: instructions executed and the L1 work they cost (shared-memory
+wavefronts, ideal and actual, and global tag requests), the totals that
+say whether the L1/shared pipe or issue bounds a kernel."""
 import csv, sys
 
 rows = list(csv.reader(open(sys.argv[1], errors="replace")))
@@ -22,3 +25,23 @@ tot = sum(num(r[samp]) for r in body) or 1
 print(f"{len(body)} instructions, {tot:.0f} samples")
 for r in sorted(body, key=lambda r: -num(r[samp]))[:45]:
     print(f"{num(r[samp]):6.0f} {100*num(r[samp])/tot:5.1f}%  {r[addr] if addr is not None else ''}  {r[src][:110]}")
+
+ops = {}
+cols_l1 = [c for c in ("Instructions Executed", "L1 Wavefronts Shared", "L1 Wavefronts Shared Ideal",
+                       "L1 Tag Requests Global") if col(c) is not None]
+# "Instructions Executed" also matches "Thread Instructions Executed": take the exact column
+idx = {c: next(i for i, h in enumerate(cols) if h.strip() == c) if any(h.strip() == c for h in cols) else col(c)
+       for c in cols_l1}
+for r in body:
+    op = r[src].split()
+    op = [w for w in op if not w.startswith("@")]
+    op = op[0].split(".")[0] + ("." + op[0].split(".")[-1] if op and op[0].split(".")[-1] in ("128", "64") else "") if op else "?"
+    t = ops.setdefault(op, [0.0] * len(cols_l1))
+    for k, c in enumerate(cols_l1):
+        t[k] += num(r[idx[c]])
+if cols_l1:
+    tot_c = [sum(t[k] for t in ops.values()) for k in range(len(cols_l1))]
+    print("\nper opcode: " + " | ".join(cols_l1))
+    print("TOTAL      " + " ".join(f"{v:14.0f}" for v in tot_c))
+    for op, t in sorted(ops.items(), key=lambda kv: -(kv[1][1] if len(kv[1]) > 1 else kv[1][0]))[:25]:
+        print(f"{op:10s} " + " ".join(f"{v:14.0f}" for v in t))

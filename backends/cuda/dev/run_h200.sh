@@ -108,10 +108,20 @@ for s in $STEPS; do
       if [ -x /tmp/harness_old0 ]; then # and the first ab build
         ncu_profile /tmp/harness_old0 "$O/ncu-old.txt"; echo "ncu (ab build 0) rc=$?"
       fi;;
-    hot) # stall samples per SASS instruction of one kernel (default: fused at seed)
-      timeout 240 ncu --kernel-name regex:${HOT_KERNEL:-fused_small} --launch-skip 1 --launch-count 1 --section SourceCounters \
-        --section WarpStateStats --page source --csv --print-source sass /tmp/harness profile ${HOT_PRESET:-seed} > "$O/hot.csv" 2>&1
-      echo "hot rc=$?"; python3 hot_sass.py "$O/hot.csv" > "$O/hot.txt" 2>&1; head -60 "$O/hot.txt";;
+    hot) # stall samples and L1 work per SASS instruction of one kernel launch: each of HOT_SPECS, entries
+         # kernel:preset:skip (launches of that kernel skipped; profile runs two calls a variant), by
+         # default HOT_KERNEL:HOT_PRESET:1 (fused_small at seed); then the memory tables of the same launch
+      for spec in ${HOT_SPECS:-${HOT_KERNEL:-fused_small}:${HOT_PRESET:-seed}:1}; do
+        IFS=: read -r hk hp hs <<< "$spec"; tag=$hk-$hp
+        timeout 240 ncu --kernel-name regex:$hk --launch-skip ${hs:-1} --launch-count 1 --section SourceCounters \
+          --section WarpStateStats --page source --csv --print-source sass /tmp/harness profile $hp > "$O/hot-$tag.csv" 2>&1
+        echo "hot $tag rc=$?"; python3 hot_sass.py "$O/hot-$tag.csv" > "$O/hot-$tag.txt" 2>&1
+        head -12 "$O/hot-$tag.txt"; sed -n '/^per opcode/,$p' "$O/hot-$tag.txt"
+        timeout 240 ncu --kernel-name regex:$hk --launch-skip ${hs:-1} --launch-count 1 --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --print-details all \
+          /tmp/harness profile $hp > "$O/mwa-$tag.txt" 2>&1
+        echo "mwa $tag rc=$?"; grep -E "Shared|Wavefront|L1|Pipe|Issue|Duration|Throughput|Requests|Sectors" "$O/mwa-$tag.txt" | head -60
+      done;;
     smoke)
       wait; echo "meson build done"
       $NVCC -O2 -I"$ROOT/api" plugin_smoke.cu -L/tmp/sgkb/api -lsgk -o /tmp/sgkc_smoke >> "$O/meson.txt" 2>&1 &&
