@@ -45,3 +45,23 @@ if cols_l1:
     print("TOTAL      " + " ".join(f"{v:14.0f}" for v in tot_c))
     for op, t in sorted(ops.items(), key=lambda kv: -(kv[1][1] if len(kv[1]) > 1 else kv[1][0]))[:25]:
         print(f"{op:10s} " + " ".join(f"{v:14.0f}" for v in t))
+
+# Memory instructions grouped by their cost an instruction: shared-memory
+# wavefronts (an LDS.128 takes 4, or 2 where lanes t and t ^ 1 share its
+# address) and global tag requests (one per 128-byte line a warp touches).
+wfc, tgc, iec = col("L1 Wavefronts Shared"), col("L1 Tag Requests Global"), idx.get("Instructions Executed")
+if wfc is not None and tgc is not None and iec is not None:
+    # "L1 Wavefronts Shared" also matches "... Excessive" / "... Ideal": take the exact column
+    wfc = next(i for i, h in enumerate(cols) if h.strip() == "L1 Wavefronts Shared")
+    grp = {}
+    for r in body:
+        ie = num(r[iec])
+        words = [w for w in r[src].split() if not w.startswith("@")]
+        if ie == 0 or not words or not words[0].startswith(("LDS", "LDG", "STS", "STG", "LDL", "STL")):
+            continue
+        wf, tg = num(r[wfc]), num(r[tgc])
+        g = grp.setdefault((words[0], round(wf / ie, 2), round(tg / ie, 2)), [0, 0.0, 0.0, 0.0])
+        g[0] += 1; g[1] += ie; g[2] += wf; g[3] += tg
+    print("\nmemory instructions by cost: opcode | wavefronts/inst | tag requests/inst | SASS lines | executed | wavefronts | tag requests")
+    for k, g in sorted(grp.items(), key=lambda kv: -(kv[1][2] + kv[1][3]))[:16]:
+        print(f"{k[0]:24s} {k[1]:6} {k[2]:7} {g[0]:5d} {g[1]:11.0f} {g[2]:11.0f} {g[3]:10.0f}")
