@@ -152,9 +152,9 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
  * address. The weights sit in shared memory in the order their threads
  * read them (slot i of thread t at float2 i * nt + t, packed at layer
  * creation: sgkc_fs_rw_pack), free of bank conflicts, and come by bulk
- * copy, tracked by an mbarrier: loaded into registers from global memory at the
- * kernel's start instead, they held scoreboards that waits in later
- * phases then shared (run 61). The KS partial sums meet by a
+ * copy, tracked by an mbarrier: loaded into registers from global memory
+ * at the kernel's start instead, they held scoreboards that waits in
+ * later phases then shared (run 61). The KS partial sums meet by a
  * reduce-scatter (sgkc_fs_rscatter): each shuffle round halves the values
  * a lane holds. */
 #define SGKC_FS_RW_KS 8
