@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
          * keeps a block-wide barrier there. */
         if constexpr (FROWS <= MW0) {
             if (warp < MW0)
-                asm volatile("barrier.sync.aligned 1, %0;\n" ::"n"(32 * MW0) : "memory"); /* Xs complete */
+                sgkc_group_sync<2, 32 * MW0>(0); /* Xs complete */
         } else {
             __syncthreads(); /* normalized Xs visible to every thread */
         }

@@ -316,8 +316,9 @@ __device__ __forceinline__ void sgkc_grid_trigger()
 }
 
 /* The barrier of one of G groups of NT threads that split a block's work
- * (attn_rows' key groups, gemm_panel's K groups): __syncthreads when G = 1,
- * else group g's NT threads on named barrier 1 + g (0 is __syncthreads'). */
+ * (attn_rows' key groups, gemm_panel's K groups; fused-small's GEMM warps
+ * as group 0, apart from its MLP warps): __syncthreads when G = 1, else
+ * group g's NT threads on named barrier 1 + g (0 is __syncthreads'). */
 template <int G, int NT>
 __device__ __forceinline__ void sgkc_group_sync(int g)
 {
