@@ -38,6 +38,7 @@
 #define SGK_CUDA_ATTN_ROWS_CUH
 
 #include "attn_tiled.cuh"
+#include "cuda_layer.h"
 
 #define SGKC_AR_NT 256
 #define SGKC_AR_BQ 16 /* query rows of a block: 4 a warp pair */
@@ -61,9 +62,71 @@ __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks)
 __device__ __forceinline__ int sgkc_ar_q(int c) { return ((c & ~7) | ((c ^ (c >> 3)) & 7)) * 4; }
 __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((c ^ row) & 7)) * 4; }
 
-template <int PCAP, int KS>
-__global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS) sgkc_attn_rows_kernel(sgkc_attn_args a)
+/* sgkc_mlp_regs at PCAP = 16 with the weights as constants (kernel
+ * parameters): the first layer's FFMAs and the second's take a weight
+ * from a uniform register that ULDC fills, so the MLP reads no shared
+ * memory and leaves the L1 pipe to Q.K and P.V. Every loop is unrolled so
+ * that each weight has a fixed offset. The FMAs are sgkc_mlp_regs' in the
+ * same order: the same bits. At PCAP = 32 the 5 KB of weights ran at a
+ * fifth of the shared-memory loop's speed (dev/mlp_const.cu). */
+template <int NP, int JC>
+__device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][4], const sgkc_mlp_c16 &W, float (&acc)[NP][8])
 {
+    static_assert(16 % JC == 0, "whole chunks");
+#pragma unroll
+    for (int s = 0; s < NP; s++)
+#pragma unroll
+        for (int h = 0; h < 8; h++)
+            acc[s][h] = 0.0f;
+#pragma unroll
+    for (int j0 = 0; j0 < 16; j0 += JC) {
+        float hs[NP][JC];
+#pragma unroll
+        for (int s = 0; s < NP; s++)
+#pragma unroll
+            for (int u = 0; u < JC; u++)
+                hs[s][u] = W.b1[j0 + u];
+#pragma unroll
+        for (int r = 0; r < 16; r++)
+#pragma unroll
+            for (int s = 0; s < NP; s++) {
+                const float4 xq = x[s][r / 4];
+                const float xv = (r & 3) == 0 ? xq.x : (r & 3) == 1 ? xq.y : (r & 3) == 2 ? xq.z : xq.w;
+#pragma unroll
+                for (int u = 0; u < JC; u++)
+                    hs[s][u] = fmaf(xv, W.w1t[r * 16 + j0 + u], hs[s][u]);
+            }
+#pragma unroll
+        for (int u = 0; u < JC; u++)
+#pragma unroll
+            for (int s = 0; s < NP; s++) {
+                const float hv = sgkc_silu_u(hs[s][u]);
+#pragma unroll
+                for (int h = 0; h < 8; h++)
+                    acc[s][h] = fmaf(W.w2[(j0 + u) * 8 + h], hv, acc[s][h]);
+            }
+    }
+}
+
+/* The kernel's second parameter: the MLP's weights where CW (PCAP = 16),
+ * nothing otherwise. */
+struct sgkc_ar_nocw {
+};
+template <int PCAP, bool CW> struct sgkc_ar_cw {
+    using type = sgkc_ar_nocw;
+};
+template <> struct sgkc_ar_cw<16, true> {
+    using type = sgkc_mlp_c16;
+};
+#ifndef SGKC_AR_CW_JC
+#define SGKC_AR_CW_JC 4 /* hidden units a pass of sgkc_mlp_cregs */
+#endif
+
+template <int PCAP, int KS, bool CW>
+__global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
+    sgkc_attn_rows_kernel(sgkc_attn_args a, const __grid_constant__ typename sgkc_ar_cw<PCAP, CW>::type cw)
+{
+    static_assert(!CW || PCAP == 16, "constant MLP weights at PCAP = 16 only");
     constexpr int NT = SGKC_AR_NT, BQ = SGKC_AR_BQ, BK = SGKC_AR_BK, D = SGKC_AR_D, RS = SGKC_AR_BRS;
     static_assert(KS == 1 || KS == 2, "one or two key groups");
     constexpr int R4 = PCAP / 4;
@@ -205,8 +268,12 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS) sgkc_attn_rows_kernel
                     ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
                 asm volatile("" ::: "memory"); /* the reload below is from memory */
             }
-            if (__any_sync(0xffffffffu, edge[0] || edge[1]))
-                sgkc_mlp_regs<PCAP, 8, 2>(x, W1t, acc);
+            if (__any_sync(0xffffffffu, edge[0] || edge[1])) {
+                if constexpr (CW)
+                    sgkc_mlp_cregs<2, SGKC_AR_CW_JC>(x, cw, acc);
+                else
+                    sgkc_mlp_regs<PCAP, 8, 2>(x, W1t, acc);
+            }
             if constexpr (STASH) {
                 asm volatile("" ::: "memory");
 #pragma unroll

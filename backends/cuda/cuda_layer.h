@@ -11,6 +11,14 @@
 
 #include "plan.h"
 
+/* The relation MLP's weights at P <= 16 and H = 8 as attn_rows.cuh takes
+ * them in kernel parameters (constant memory), in sgkc_mlp_stage's layout
+ * and scaling (attn_tiled.cuh): w1t[r][j] = w1[j][r] * -log2(e), b1[j] *
+ * -log2(e), w2[j][h] = w2[h][j] * -ln(2), zero past P. */
+struct sgkc_mlp_c16 {
+    float w1t[16 * 16], b1[16], w2[16 * 8], b2[8];
+};
+
 struct sgkc_layer {
     int device;
     int D, H, P, hd;
@@ -29,6 +37,10 @@ struct sgkc_layer {
     /* Its compiled-in shape's Q/K/V and Wo slices in thread order
      * (sgkc_fs_rw_pack); NULL unless the layer has that shape. */
     const float *fs_rw, *fs_rwo;
+    /* The MLP's weights for attn_rows' kernel parameters; has_mlpc is 0
+     * where P > 16 or H != 8. */
+    sgkc_mlp_c16 mlpc;
+    int has_mlpc;
     /* The same weights as the generated kernels take them (kernels/plan.h). */
     const float *gen;
     sgk_packed gen_off;

@@ -380,11 +380,27 @@ static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t s
     return cudaGetLastError();
 }
 
+/* attn_rows at PCAP = 16 takes the MLP's weights as kernel parameters
+ * (sgkc_mlp_cregs); SGKC_NO_CW (dev A/B builds) keeps them in shared
+ * memory there too. */
+#ifdef SGKC_NO_CW
+#define SGKC_AR_CW16 false
+#else
+#define SGKC_AR_CW16 true
+#endif
+
 template <int PCAP, int KS>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
                              cudaStream_t s)
 {
-    return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a);
+    constexpr bool CW = PCAP == 16 && SGKC_AR_CW16;
+    typename sgkc_ar_cw<PCAP, CW>::type cw{};
+    if constexpr (CW) {
+        if (!L->has_mlpc)
+            return cudaErrorInvalidValue;
+        cw = L->mlpc;
+    }
+    return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS, CW>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a, cw);
 }
 
 template <int PCAP, int HMAX>
@@ -613,8 +629,8 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
-        (const void *)sgkc_attn_rows_kernel<16, 1>, (const void *)sgkc_attn_rows_kernel<32, 1>,
-        (const void *)sgkc_attn_rows_kernel<16, 2>, (const void *)sgkc_attn_rows_kernel<32, 2>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, SGKC_AR_CW16>, (const void *)sgkc_attn_rows_kernel<32, 1, false>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, SGKC_AR_CW16>, (const void *)sgkc_attn_rows_kernel<32, 2, false>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
     };
@@ -768,6 +784,20 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
             h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
     memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
     sgk_pack_weights(desc, h + o_gen);
+    static_assert(sgkc_mlp_fold(16), "the scaling below is sgkc_mlp_stage's at PCAP = 16");
+    if (P <= 16 && H == 8) { /* as sgkc_mlp_stage<16, 8> stages them */
+        sgkc_mlp_c16 *c = &L->mlpc;
+        for (int r = 0; r < 16; r++)
+            for (int j = 0; j < 16; j++)
+                c->w1t[r * 16 + j] = r < P && j < P ? w1[(size_t)j * P + r] * SGKC_MLP_U : 0.0f;
+        for (int j = 0; j < 16; j++) {
+            c->b1[j] = j < P ? b1[j] * SGKC_MLP_U : 0.0f;
+            for (int hh = 0; hh < 8; hh++)
+                c->w2[j * 8 + hh] = j < P ? w2[(size_t)hh * P + j] * SGKC_MLP_W2 : 0.0f;
+        }
+        memcpy(c->b2, b2, 8 * sizeof(float));
+        L->has_mlpc = 1;
+    }
     for (int hg = 0; hg < Ch; hg++) {
         float *gi = h + o_img + hg * img, *go = h + o_woimg + hg * wo_img;
         fused_pack_images(gi, go, desc, lay, Ch, hg);
