@@ -22,6 +22,12 @@
  * a warp of 2 rows and 8 heads gets: shared-memory wavefronts, not FMAs,
  * bounded that layout (ncu: L1 data pipe 65-72 % busy).
  *
+ * At PCAP = 16 (xl) the MLP's weights are kernel parameters, read by the
+ * FFMAs from uniform registers (sgkc_mlp_cregs): xl 686 -> 652 us. At
+ * PCAP = 32 they stay in shared memory: 5 KB is past what the constant
+ * cache serves at full rate, and even b1 and W2 alone as constants made
+ * mid and large slower (dev/NOTES.md, runs 87-88).
+ *
  * Q and K rows sit in shared memory unpadded, their 16-byte chunks permuted
  * inside each head (sgkc_ar_q/k) so that every load phase hits 8 distinct
  * bank groups. The next tile's pair features are prefetched into L2 while

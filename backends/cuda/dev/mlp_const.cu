@@ -6,6 +6,9 @@
  * them out of the FFMAs (ULDC.64 into uniform registers, then FFMA with a
  * uniform operand), and at P = 32 (5.3 KB of weights) the constant path
  * runs at a fifth of the shared-memory one; at P = 16 it gains 4-14 % (two runs).
+ * attn_rows.cuh now takes the P = 16 weights this way (sgkc_mlp_cregs:
+ * xl -5 %, run 87); at P = 32 even part of them as constants was slower
+ * (run 88).
  * Figures: logs/mlp-const-microbench.txt; dev/NOTES.md, "What limits each
  * preset". Build and run on the H200:
  *   nvcc -O3 -std=c++17 -arch=sm_90 -I.. -I../../../api -Xptxas -v -o /tmp/mlp_const mlp_const.cu && /tmp/mlp_const
