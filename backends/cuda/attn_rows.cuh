@@ -68,24 +68,26 @@ __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks)
 __device__ __forceinline__ int sgkc_ar_q(int c) { return ((c & ~7) | ((c ^ (c >> 3)) & 7)) * 4; }
 __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((c ^ row) & 7)) * 4; }
 
-/* sgkc_mlp_regs at PCAP = 16 with the weights as constants (kernel
- * parameters): the first layer's FFMAs and the second's take a weight
- * from a uniform register that ULDC fills, so the MLP reads no shared
- * memory and leaves the L1 pipe to Q.K and P.V. Every loop is unrolled so
- * that each weight has a fixed offset. The FMAs are sgkc_mlp_regs' in the
- * same order: the same bits. At PCAP = 32 the 5 KB of weights ran at a
- * fifth of the shared-memory loop's speed (dev/mlp_const.cu). */
-template <int NP, int JC>
-__device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][4], const sgkc_mlp_c16 &W, float (&acc)[NP][8])
+/* sgkc_mlp_regs with the weights as constants (kernel parameters, W's
+ * w1t [PCAP r][PCAP j], b1, w2 [PCAP j][8] in sgkc_mlp_stage's layout and
+ * scaling): the FFMAs take each weight from a uniform register that ULDC
+ * fills, so the MLP reads no shared memory and leaves the L1 pipe to Q.K
+ * and P.V. Every loop is unrolled so that each weight has a fixed offset.
+ * The FMAs are sgkc_mlp_regs' in the same order: the same bits. The
+ * kernel takes it at PCAP = 16 (sgkc_mlp_c16); at PCAP = 32 the 5 KB of
+ * weights ran at a fifth of the shared-memory loop's speed
+ * (dev/mlp_const.cu times both). */
+template <int PCAP, int NP, int JC, class CW>
+__device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][PCAP / 4], const CW &W, float (&acc)[NP][8])
 {
-    static_assert(16 % JC == 0, "whole chunks");
+    static_assert(PCAP % JC == 0, "whole chunks");
 #pragma unroll
     for (int s = 0; s < NP; s++)
 #pragma unroll
         for (int h = 0; h < 8; h++)
             acc[s][h] = 0.0f;
 #pragma unroll
-    for (int j0 = 0; j0 < 16; j0 += JC) {
+    for (int j0 = 0; j0 < PCAP; j0 += JC) {
         float hs[NP][JC];
 #pragma unroll
         for (int s = 0; s < NP; s++)
@@ -93,20 +95,20 @@ __device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][4], const s
             for (int u = 0; u < JC; u++)
                 hs[s][u] = W.b1[j0 + u];
 #pragma unroll
-        for (int r = 0; r < 16; r++)
+        for (int r = 0; r < PCAP; r++)
 #pragma unroll
             for (int s = 0; s < NP; s++) {
                 const float4 xq = x[s][r / 4];
                 const float xv = (r & 3) == 0 ? xq.x : (r & 3) == 1 ? xq.y : (r & 3) == 2 ? xq.z : xq.w;
 #pragma unroll
                 for (int u = 0; u < JC; u++)
-                    hs[s][u] = fmaf(xv, W.w1t[r * 16 + j0 + u], hs[s][u]);
+                    hs[s][u] = fmaf(xv, W.w1t[r * PCAP + j0 + u], hs[s][u]);
             }
 #pragma unroll
         for (int u = 0; u < JC; u++)
 #pragma unroll
             for (int s = 0; s < NP; s++) {
-                const float hv = sgkc_silu_u(hs[s][u]);
+                const float hv = sgkc_mlp_fold(PCAP) ? sgkc_silu_u(hs[s][u]) : sgkc_silu_fast(hs[s][u]);
 #pragma unroll
                 for (int h = 0; h < 8; h++)
                     acc[s][h] = fmaf(W.w2[(j0 + u) * 8 + h], hv, acc[s][h]);
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             }
             if (__any_sync(0xffffffffu, edge[0] || edge[1])) {
                 if constexpr (CW)
-                    sgkc_mlp_cregs<2, SGKC_AR_CW_JC>(x, cw, acc);
+                    sgkc_mlp_cregs<16, 2, SGKC_AR_CW_JC>(x, cw, acc);
                 else
                     sgkc_mlp_regs<PCAP, 8, 2>(x, W1t, acc);
             }

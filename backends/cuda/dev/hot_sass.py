@@ -55,7 +55,7 @@ for r in body:
         g[0] += 1; g[1] += ie; g[2] += wf; g[3] += tg
 print("\nper opcode: " + " | ".join(names))
 print("TOTAL      " + " ".join(f"{sum(t[k] for t in ops.values()):14.0f}" for k in range(len(names))))
-for op, t in sorted(ops.items(), key=lambda kv: -kv[1][1])[:25]:
+for op, t in sorted(ops.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))[:25]:
     print(f"{op:10s} " + " ".join(f"{v:14.0f}" for v in t))
 print("\nmemory instructions by cost: opcode | wavefronts/inst | tag requests/inst | SASS lines | executed | wavefronts | tag requests")
 for k, g in sorted(grp.items(), key=lambda kv: -(kv[1][2] + kv[1][3]))[:16]:

@@ -1,78 +1,42 @@
 /* The relation MLP's inner loop alone, two ways: the weights broadcast from
- * shared memory (LDS.128, attn_rows.cuh's sgkc_mlp_regs loop), or the
- * weights as kernel-parameter constants, every loop unrolled so that each
- * weight is a compile-time offset. The question it answers: would constant
- * operands free attn_rows' shared-memory pipe for Q.K and P.V? ptxas keeps
- * them out of the FFMAs (ULDC.64 into uniform registers, then FFMA with a
- * uniform operand), and at P = 32 (5.3 KB of weights) the constant path
- * runs at a fifth of the shared-memory one; at P = 16 it gains 4-14 % (two runs).
- * attn_rows.cuh now takes the P = 16 weights this way (sgkc_mlp_cregs:
- * xl -5 %, run 87); at P = 32 even part of them as constants was slower
- * (run 88).
- * Figures: logs/mlp-const-microbench.txt; dev/NOTES.md, "What limits each
- * preset". Build and run on the H200:
- *   nvcc -O3 -std=c++17 -arch=sm_90 -I.. -I../../../api -Xptxas -v -o /tmp/mlp_const mlp_const.cu && /tmp/mlp_const
+ * shared memory (LDS.128, attn_rows' sgkc_mlp_regs), or the weights as
+ * kernel-parameter constants (sgkc_mlp_cregs, attn_rows.cuh), every loop
+ * unrolled so that each weight is a compile-time offset. The question it
+ * answered: would constant operands free attn_rows' shared-memory pipe for
+ * Q.K and P.V? ptxas keeps them out of the FFMAs (ULDC.64 into uniform
+ * registers, then FFMA with a uniform operand), and at P = 32 (5.3 KB of
+ * weights) the constant path ran at a fifth of the shared-memory one; at
+ * P = 16 it gained 4-14 % (two runs, before the loop moved into
+ * attn_rows.cuh). attn_rows now takes the P = 16 weights this way (xl
+ * -5 %, run 87); at P = 32 even part of them as constants was slower (run
+ * 88). Figures: logs/mlp-const-microbench.txt; dev/NOTES.md, "What limits
+ * each preset". Build and run on the H200:
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -I.. -I../../../api -I../../../kernels -Xptxas -v -o /tmp/mlp_const mlp_const.cu && /tmp/mlp_const
  */
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 #include <cuda_runtime.h>
-#include "attn_tiled.cuh"
+#include "attn_rows.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
 template <int P> struct MlpW {
-    float w1[P * P]; /* [input i][hidden j] */
+    float w1t[P * P]; /* [input r][hidden j] */
     float b1[P];
     float w2[P * 8]; /* [hidden j][head h] */
     float b2[8];
 };
 
-/* MODE 0: the weights in shared memory, attn_rows' own loop (sgkc_mlp_regs:
- * hidden units 4 at a time, broadcast LDS.128 of the weights); MlpW's
- * layout is sgkc_mlp_stage's. MODE 1 (below): the weights as constants,
- * JC hidden units at a time, every loop unrolled. */
-template <int P, int NP, int JC>
-__device__ __forceinline__ void mlp_const(const float4 (&x)[NP][P / 4], const MlpW<P> &W, float (&acc)[NP][8])
-{
-#pragma unroll
-    for (int s = 0; s < NP; s++)
-#pragma unroll
-        for (int h = 0; h < 8; h++) acc[s][h] = 0.f;
-#pragma unroll
-    for (int j0 = 0; j0 < P; j0 += JC) {
-        float hs[NP][JC];
-#pragma unroll
-        for (int s = 0; s < NP; s++)
-#pragma unroll
-            for (int u = 0; u < JC; u++) hs[s][u] = W.b1[j0 + u];
-#pragma unroll
-        for (int i = 0; i < P; i++) {
-#pragma unroll
-            for (int s = 0; s < NP; s++) {
-                const float4 xq = x[s][i / 4];
-                const float xv = (i & 3) == 0 ? xq.x : (i & 3) == 1 ? xq.y : (i & 3) == 2 ? xq.z : xq.w;
-#pragma unroll
-                for (int u = 0; u < JC; u++) hs[s][u] = fmaf(xv, W.w1[i * P + j0 + u], hs[s][u]);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < JC; u++)
-#pragma unroll
-            for (int s = 0; s < NP; s++) {
-                const float hv = sgkc_silu_u(hs[s][u]);
-#pragma unroll
-                for (int h = 0; h < 8; h++) acc[s][h] = fmaf(hv, W.w2[(j0 + u) * 8 + h], acc[s][h]);
-            }
-    }
-}
-
+/* MODE 0: the weights copied into shared memory (MlpW's layout is
+ * sgkc_mlp_stage's) and sgkc_mlp_regs; MODE 1: sgkc_mlp_cregs on the
+ * parameters, JC hidden units a pass. */
 template <int P, int NP, int MODE, int JC>
 __global__ void __launch_bounds__(256, 2) bench_k(const __grid_constant__ MlpW<P> W, const float *xin, float *out, int iters)
 {
     __shared__ __align__(16) float Ws[P * P + P + 8 * P + 8];
     if (MODE == 0) {
-        for (int i = threadIdx.x; i < P * P + P + 8 * P + 8; i += 256) Ws[i] = (&W.w1[0])[i];
+        for (int i = threadIdx.x; i < P * P + P + 8 * P + 8; i += 256) Ws[i] = (&W.w1t[0])[i];
         __syncthreads();
     }
     const int g = blockIdx.x * 256 + threadIdx.x;
@@ -85,7 +49,7 @@ __global__ void __launch_bounds__(256, 2) bench_k(const __grid_constant__ MlpW<P
     for (int it = 0; it < iters; it++) {
         float acc[NP][8];
         if (MODE == 0) sgkc_mlp_regs<P, 8, NP>(x, Ws, acc);
-        else mlp_const<P, NP, JC>(x, W, acc);
+        else sgkc_mlp_cregs<P, NP, JC>(x, W, acc);
 #pragma unroll
         for (int s = 0; s < NP; s++) {
             float t = 0.f;
@@ -103,7 +67,7 @@ void run(const char *name, int iters)
 {
     MlpW<P> W;
     srand(1);
-    float *wf = &W.w1[0];
+    float *wf = &W.w1t[0];
     for (size_t i = 0; i < sizeof(W) / 4; i++) wf[i] = (rand() / (float)RAND_MAX - 0.5f) * 0.3f;
     std::vector<float> xh(1024 * NP * P);
     for (auto &v : xh) v = rand() / (float)RAND_MAX - 0.5f;
