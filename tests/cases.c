@@ -58,6 +58,12 @@ const sgkt_case sgkt_cases[] = {
     {"mask_sparse_5", 2, 130, 32, 2, 4, SGKT_MASK_RANDOM, 0.05, SGK_MASK_U8, 0},
     {"mask_odd_values_f32", 2, 24, 48, 6, 8, SGKT_MASK_ODD_VALUES, 0.5, SGK_MASK_F32, 0},
     {"mask_odd_values_u8", 2, 24, 48, 6, 8, SGKT_MASK_ODD_VALUES, 0.5, SGK_MASK_U8, 0},
+    /* LayerNorm of rows with |mean| >> std (each LayerNorm of every
+     * backend: D = 2, the seed shape, D = 256, another D) */
+    {"ln_offset_d2", 3, 7, 2, 1, 4, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, SGKT_CASE_LN_OFFSET},
+    {"ln_offset_seed", 4, 24, 96, 4, 16, SGKT_MASK_RANDOM, 0.7, SGK_MASK_U8, SGKT_CASE_LN_OFFSET},
+    {"ln_offset_d256", 1, 40, 256, 8, 16, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, SGKT_CASE_LN_OFFSET},
+    {"ln_offset_d40", 2, 19, 40, 4, 6, SGKT_MASK_RANDOM, 0.6, SGK_MASK_U8, SGKT_CASE_LN_OFFSET},
 };
 const int sgkt_case_count = (int)(sizeof sgkt_cases / sizeof sgkt_cases[0]);
 

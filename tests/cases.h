@@ -12,7 +12,10 @@ extern "C" {
 #endif
 
 enum {
-    SGKT_CASE_XL = 1u << 0 /* slow in the double reference: only with SGK_TEST_XL=1 */
+    SGKT_CASE_XL = 1u << 0, /* slow in the double reference: only with SGK_TEST_XL=1 */
+    /* nodes rows of a large common offset and a spread near sqrt(eps):
+     * LayerNorm's x - mean cancels most of its digits there */
+    SGKT_CASE_LN_OFFSET = 1u << 1
 };
 
 typedef struct sgkt_case {

@@ -63,6 +63,8 @@ int sgkt_prepare(sgkt_prepared *p, const sgkt_case *c, uint64_t seed)
         goto fail;
     sgkt_weights_random(&p->w, &rng);
     sgkt_inputs_random(&p->in, &rng, c->mask, c->density);
+    if (c->flags & SGKT_CASE_LN_OFFSET)
+        sgkt_nodes_offset(&p->in, &rng);
     p->n_out = (size_t)(c->B * c->N * c->D);
     p->ref = malloc(p->n_out * sizeof(double));
     if (!p->ref || sgkt_prepare_reference(p))

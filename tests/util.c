@@ -266,6 +266,16 @@ void sgkt_inputs_random(sgkt_inputs *in, sgkt_rng *rng, sgkt_mask_pattern patter
     sgkt_fill_mask(rng, pattern, density, in->mask_type, in->B, in->N, in->edge_mask);
 }
 
+void sgkt_nodes_offset(sgkt_inputs *in, sgkt_rng *rng)
+{
+    const size_t rows = (size_t)in->B * (size_t)in->N, D = (size_t)in->D;
+    float off;
+    for (size_t r = 0; r < rows; r++) {
+        sgkt_fill_normal(rng, &off, 1, 0.0, 20.0);
+        sgkt_fill_normal(rng, in->nodes + r * D, D, (double)off, 3e-3);
+    }
+}
+
 static void put_mask(void *mask, sgk_mask_type t, size_t idx, float fv, uint8_t uv)
 {
     if (t == SGK_MASK_U8)

@@ -104,6 +104,9 @@ void sgkt_inputs_free(sgkt_inputs *in);
 /* nodes ~ N(0, 1), pair_feats ~ N(0, 1), mask from the pattern. */
 void sgkt_inputs_random(sgkt_inputs *in, sgkt_rng *rng, sgkt_mask_pattern pattern,
                         double density);
+/* Each nodes row redrawn as an offset (normal, sd 20) plus a spread of sd
+ * 3e-3, about sqrt(eps = 1e-5): SGKT_CASE_LN_OFFSET. */
+void sgkt_nodes_offset(sgkt_inputs *in, sgkt_rng *rng);
 void sgkt_fill_mask(sgkt_rng *rng, sgkt_mask_pattern pattern, double density,
                     sgk_mask_type mask_type, int64_t B, int64_t N, void *mask);
 /* 1 when edge_mask[b, i, j] counts as an edge (nonzero; NaN is nonzero). */

@@ -259,22 +259,24 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * Normalized before gamma and beta arrive: the node rows land well
      * before the bulk copy that brings gamma and beta with the weights, and
      * the statistics' shuffle chains fill that wait. Each warp then scales
-     * its own rows; the rounding is that of fmaf((x - mean) * rstd, g, b).
+     * its own rows; the rounding is that of fmaf(((x - x0) - mean) * rstd, g, b).
      * Compiled-in shapes: a row a warp, D / 32 values a lane held in
      * registers; each lane's mean and sum of centred squares are merged
      * pairwise over the warp (equal counts: mean (ma + mb) / 2, M2a + M2b
      * + (mb - ma)^2 n / 2), one chain of 5 rounds instead of two passes
-     * of 5 each. Where |mean| >> std both lose accuracy to the float32
-     * mean's rounding, by the same order (dev/ln_stats_sim.py). */
+     * of 5 each (dev/ln_stats_sim.py). Both paths work on the row shifted
+     * by its first element, so that x - mean rounds relative to the row's
+     * spread, not to |mean| (kernels/relation.sgk, layer_norm). */
     if constexpr (FIX && SD % 32 == 0) {
         constexpr int KPL = SD / 32;
         float xv[KPL];
         if (warp < nr) {
             const float *row = Ns + warp * L.ldx;
+            const float x0 = row[0];
             float m = 0.0f, q = 0.0f;
 #pragma unroll
             for (int u = 0; u < KPL; u++) {
-                xv[u] = row[lane + 32 * u];
+                xv[u] = row[lane + 32 * u] - x0;
                 m += xv[u];
             }
             m *= 1.0f / KPL;
@@ -309,21 +311,22 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 #pragma unroll 1
         for (int r = warp; r < nr; r += NT / 32) {
             const float *row = Ns + r * L.ldx;
+            const float x0 = row[0];
             float s = 0.0f;
 #pragma unroll 1
             for (int k = lane; k < D; k += 32)
-                s += row[k];
+                s += row[k] - x0;
             const float mean = sgkc_warp_sum(s) / (float)D;
             float v = 0.0f;
 #pragma unroll 1
             for (int k = lane; k < D; k += 32) {
-                const float t = row[k] - mean;
+                const float t = (row[k] - x0) - mean;
                 v = fmaf(t, t, v);
             }
             const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
 #pragma unroll 1
             for (int k = lane; k < D; k += 32)
-                Xs[r * L.ldx + k] = (row[k] - mean) * rstd;
+                Xs[r * L.ldx + k] = ((row[k] - x0) - mean) * rstd;
         }
         SGKC_TL(14);
         sgkc_mbar_wait(bar, 0); /* gamma, beta, the MLP weights and the Q/K/V slice */

@@ -53,7 +53,8 @@ static inline bool sgkc_gp_fits(const sgkc_gemm_args &g, int BN)
 /* LayerNorm of a panel's BM rows in place (row stride K + 4): warp w of
  * NW takes rows 8w .. 8w + 7, then 8 (w + NW) .., eight at a time so that
  * the reductions' shuffle chains overlap; lane l holds columns l + 32 u.
- * Two passes, mean then centred squares, as sgkc_rows_stats4. */
+ * Two passes, mean then centred squares, over the row shifted by its
+ * first element, as sgkc_rows_stats4. */
 template <int BM, int NW>
 __device__ __forceinline__ void sgkc_gp_layernorm(float *As, const sgkc_gemm_args &a, int wid, int lane)
 {
@@ -71,9 +72,10 @@ __device__ __forceinline__ void sgkc_gp_layernorm(float *As, const sgkc_gemm_arg
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             mu[r] = 0.0f;
+            const float x0 = As[(r0 + r) * LDA];
 #pragma unroll
             for (int u = 0; u < KU; u++) {
-                x[r][u] = As[(r0 + r) * LDA + lane + 32 * u];
+                x[r][u] = As[(r0 + r) * LDA + lane + 32 * u] - x0;
                 mu[r] += x[r][u];
             }
         }

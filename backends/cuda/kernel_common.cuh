@@ -210,20 +210,25 @@ __device__ __forceinline__ bool sgkc_nonfinite_share(const float *p, int n, int 
 }
 
 /* Row statistics of LayerNorm for one row of length D, by one warp, two
- * passes (mean, then centred squares) for accuracy when |mean| >> std. */
+ * passes (mean, then centred squares), both over the row shifted by its
+ * first element x0: the normalised value is ((x - x0) - mean) * rstd, whose
+ * rounding follows the row's spread, not |mean| (kernels/relation.sgk,
+ * layer_norm, says why). */
 __device__ __forceinline__ void sgkc_row_stats(const float *row, int D, float eps, int lane,
-                                               float *mean_out, float *rstd_out)
+                                               float *shift_out, float *mean_out, float *rstd_out)
 {
+    const float x0 = __ldg(row);
     float s = 0.0f;
     for (int k = lane; k < D; k += 32)
-        s += __ldg(row + k);
+        s += __ldg(row + k) - x0;
     const float mean = sgkc_warp_sum(s) / (float)D;
     float v = 0.0f;
     for (int k = lane; k < D; k += 32) {
-        const float t = __ldg(row + k) - mean;
+        const float t = (__ldg(row + k) - x0) - mean;
         v = fmaf(t, t, v);
     }
     const float var = sgkc_warp_sum(v) / (float)D;
+    *shift_out = x0;
     *mean_out = mean;
     *rstd_out = 1.0f / sqrtf(var + eps);
 }
@@ -231,10 +236,10 @@ __device__ __forceinline__ void sgkc_row_stats(const float *row, int D, float ep
 /* The same for R rows at once (row stride ld floats), every load in flight
  * before the first reduction: one memory latency for R rows instead of two
  * per row. Needs D % 4 == 0, 16-byte aligned rows, D <= 128 * V4. Rows at or
- * past nvalid give mean 0, rstd 0. */
+ * past nvalid give shift 0, mean 0, rstd 0. */
 template <int R, int V4>
 __device__ __forceinline__ void sgkc_rows_stats4(const float *row0, size_t ld, int nvalid, int D,
-                                                 float eps, int lane, float *mean, float *rstd)
+                                                 float eps, int lane, float *shift, float *mean, float *rstd)
 {
     float4 v[R][V4];
 #pragma unroll
@@ -246,10 +251,19 @@ __device__ __forceinline__ void sgkc_rows_stats4(const float *row0, size_t ld, i
         }
 #pragma unroll
     for (int r = 0; r < R; r++) {
+        /* column 0 is lane 0's first value; columns past D stay 0 */
+        const float x0 = __shfl_sync(0xffffffffu, v[r][0].x, 0);
         float s = 0.0f;
 #pragma unroll
-        for (int u = 0; u < V4; u++)
+        for (int u = 0; u < V4; u++) {
+            if ((lane + 32 * u) * 4 < D) {
+                v[r][u].x -= x0;
+                v[r][u].y -= x0;
+                v[r][u].z -= x0;
+                v[r][u].w -= x0;
+            }
             s += (v[r][u].x + v[r][u].y) + (v[r][u].z + v[r][u].w);
+        }
         const float m = sgkc_warp_sum(s) / (float)D;
         float q = 0.0f;
 #pragma unroll
@@ -263,6 +277,7 @@ __device__ __forceinline__ void sgkc_rows_stats4(const float *row0, size_t ld, i
             }
         }
         const float var = sgkc_warp_sum(q) / (float)D;
+        shift[r] = r < nvalid ? x0 : 0.0f;
         mean[r] = r < nvalid ? m : 0.0f;
         rstd[r] = r < nvalid ? 1.0f / sqrtf(var + eps) : 0.0f;
     }

@@ -47,7 +47,7 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
 
     __shared__ __align__(16) float As[2][BK][LDA];
     __shared__ __align__(16) float Bs[2][BK][BN];
-    __shared__ float s_mean[LN ? BM : 1], s_rstd[LN ? BM : 1];
+    __shared__ float s_shift[LN ? BM : 1], s_mean[LN ? BM : 1], s_rstd[LN ? BM : 1];
 
     const int tid = threadIdx.x;
     const int64_t m0 = (int64_t)blockIdx.x * BM;
@@ -70,11 +70,12 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
         const int nvalid = (int)(M - r0 < RPW ? (M - r0 > 0 ? M - r0 : 0) : RPW);
         if (a.vec && K <= 256 && RPW % SR == 0) {
             for (int r = 0; r < RPW; r += SR) {
-                float mu[SR], rs[SR];
-                sgkc_rows_stats4<SR, 2>(a.A + (size_t)(r0 + r) * K, K, nvalid - r, K, a.eps, lane, mu, rs);
+                float sh[SR], mu[SR], rs[SR];
+                sgkc_rows_stats4<SR, 2>(a.A + (size_t)(r0 + r) * K, K, nvalid - r, K, a.eps, lane, sh, mu, rs);
                 if (lane == 0) {
 #pragma unroll
                     for (int i = 0; i < SR; i++) {
+                        s_shift[warp * RPW + r + i] = sh[i];
                         s_mean[warp * RPW + r + i] = mu[i];
                         s_rstd[warp * RPW + r + i] = rs[i];
                     }
@@ -82,10 +83,11 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
             }
         } else {
             for (int r = 0; r < RPW; r++) {
-                float mean = 0.0f, rstd = 0.0f;
+                float shift = 0.0f, mean = 0.0f, rstd = 0.0f;
                 if (r < nvalid)
-                    sgkc_row_stats(a.A + (size_t)(r0 + r) * K, K, a.eps, lane, &mean, &rstd);
+                    sgkc_row_stats(a.A + (size_t)(r0 + r) * K, K, a.eps, lane, &shift, &mean, &rstd);
                 if (lane == 0) {
+                    s_shift[warp * RPW + r] = shift;
                     s_mean[warp * RPW + r] = mean;
                     s_rstd[warp * RPW + r] = rstd;
                 }
@@ -140,18 +142,18 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
             float v[4] = {ra[l].x, ra[l].y, ra[l].z, ra[l].w};
             if constexpr (LN) {
                 const int k = k0 + kq;
-                const float mu = s_mean[row], rs = s_rstd[row];
+                const float sh = s_shift[row], mu = s_mean[row], rs = s_rstd[row];
                 if (full) {
                     const float4 g = sgkc_ld4(a.gamma + k), b = sgkc_ld4(a.beta + k);
-                    v[0] = fmaf((v[0] - mu) * rs, g.x, b.x);
-                    v[1] = fmaf((v[1] - mu) * rs, g.y, b.y);
-                    v[2] = fmaf((v[2] - mu) * rs, g.z, b.z);
-                    v[3] = fmaf((v[3] - mu) * rs, g.w, b.w);
+                    v[0] = fmaf(((v[0] - sh) - mu) * rs, g.x, b.x);
+                    v[1] = fmaf(((v[1] - sh) - mu) * rs, g.y, b.y);
+                    v[2] = fmaf(((v[2] - sh) - mu) * rs, g.z, b.z);
+                    v[3] = fmaf(((v[3] - sh) - mu) * rs, g.w, b.w);
                 } else {
 #pragma unroll
                     for (int i = 0; i < 4; i++)
                         if (m0 + row < M && k + i < K)
-                            v[i] = fmaf((v[i] - mu) * rs, __ldg(a.gamma + k + i), __ldg(a.beta + k + i));
+                            v[i] = fmaf(((v[i] - sh) - mu) * rs, __ldg(a.gamma + k + i), __ldg(a.beta + k + i));
                 }
             }
 #pragma unroll

@@ -7,7 +7,7 @@ against a float64 reference: relative L2 error of the normalized row
   merge     each lane's mean and centred squares, merged pairwise over the
             warp (fused-small's compiled-in shapes, 084cc34)
   shifted   the same after subtracting the row's first value from every
-            value (not in the kernels)
+            value (every LayerNorm of sgk since the ln_offset test cases)
 
 Where |mean| >> std the float32 mean's rounding reaches every normalized
 value in the first two (1e-5 at mean 100, std 1; 1e-3 at mean 1e4); the
