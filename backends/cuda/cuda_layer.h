@@ -37,10 +37,9 @@ struct sgkc_layer {
     /* Its compiled-in shape's Q/K/V and Wo slices in thread order
      * (sgkc_fs_rw_pack); NULL unless the layer has that shape. */
     const float *fs_rw, *fs_rwo;
-    /* The MLP's weights for attn_rows' kernel parameters; has_mlpc is 0
-     * where P > 16 or H != 8. */
+    /* The MLP's weights for attn_rows' kernel parameters, filled where
+     * P <= 16 and H = 8 (the only layers attn_rows takes at PCAP = 16). */
     sgkc_mlp_c16 mlpc;
-    int has_mlpc;
     /* The same weights as the generated kernels take them (kernels/plan.h). */
     const float *gen;
     sgk_packed gen_off;

@@ -395,11 +395,8 @@ static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsig
 {
     constexpr bool CW = PCAP == 16 && SGKC_AR_CW16;
     typename sgkc_ar_cw<PCAP, CW>::type cw{};
-    if constexpr (CW) {
-        if (!L->has_mlpc)
-            return cudaErrorInvalidValue;
+    if constexpr (CW)
         cw = L->mlpc;
-    }
     return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS, CW>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a, cw);
 }
 
@@ -796,7 +793,6 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
                 c->w2[j * 8 + hh] = j < P ? w2[(size_t)hh * P + j] * SGKC_MLP_W2 : 0.0f;
         }
         memcpy(c->b2, b2, 8 * sizeof(float));
-        L->has_mlpc = 1;
     }
     for (int hg = 0; hg < Ch; hg++) {
         float *gi = h + o_img + hg * img, *go = h + o_woimg + hg * wo_img;
