@@ -56,9 +56,10 @@
 /* A key group's floats: its Q, K and V tiles and its B buffers */
 #define SGKC_AR_GF ((SGKC_AR_BQ + 2 * SGKC_AR_BK) * SGKC_AR_D + (SGKC_AR_NT / 64) * SGKC_AR_BLD)
 
-__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks)
+/* cw: the MLP's weights come as kernel parameters, so none are staged */
+__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks, bool cw)
 {
-    return (size_t)ks * SGKC_AR_GF + sgkc_mlp_floats(pcap, 8);
+    return (size_t)ks * SGKC_AR_GF + (cw ? 0 : sgkc_mlp_floats(pcap, 8));
 }
 
 /* Where 16-byte chunk c (0..63; head c/8) of a row sits, as a float offset:
@@ -81,11 +82,6 @@ template <int PCAP, int NP, int JC, class CW>
 __device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][PCAP / 4], const CW &W, float (&acc)[NP][8])
 {
     static_assert(PCAP % JC == 0, "whole chunks");
-#pragma unroll
-    for (int s = 0; s < NP; s++)
-#pragma unroll
-        for (int h = 0; h < 8; h++)
-            acc[s][h] = 0.0f;
 #pragma unroll
     for (int j0 = 0; j0 < PCAP; j0 += JC) {
         float hs[NP][JC];
@@ -152,8 +148,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     float *Ks = Qs + BQ * D;           /* [BK][D] */
     float *Vs = Ks + BK * D;           /* [BK][D] */
     float *Bb = Vs + BK * D;           /* per warp pair [8 heads][RS]: row r at 32 r */
-    float *W1t = smem + KS * SGKC_AR_GF; /* sgkc_mlp_stage */
-    const float *b2s = W1t + sgkc_mlp_floats(PCAP, 8) - 8;
+    float *W1t = smem + KS * SGKC_AR_GF; /* sgkc_mlp_stage; none at CW */
+    const float4 *b2s = reinterpret_cast<const float4 *>(W1t + sgkc_mlp_floats(PCAP, 8) - 8);
 
     const int tid = KS == 1 ? threadIdx.x : threadIdx.x % NT, lane = tid & 31, warp = tid >> 5;
     const int wp = warp >> 1, half = warp & 1; /* warp pair, which 4 heads */
@@ -163,7 +159,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     const float *qkv_b = a.qkv + (size_t)b * N * row3;
 
     /* ---- prologue: MLP weights, Q tile, K/V tile 0 ---- */
-    sgkc_mlp_stage<PCAP, 8>(W1t, a, 0, 8, threadIdx.x, KS * NT);
+    if constexpr (!CW)
+        sgkc_mlp_stage<PCAP, 8>(W1t, a, 0, 8, threadIdx.x, KS * NT);
     sgkc_grid_wait(); /* qkv is the previous kernel's output */
     for (int i = tid; i < BQ * (D / 4); i += NT) {
         const int r = i >> 6, c = i & 63;
@@ -222,7 +219,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     float *b_lane = Bp + h * RS + t; /* row r, key t + 8u at + 32r + 8u */
     float O[4][4] = {}; /* row r, columns h*32 + 4t + c */
     float mrow[4] = {SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF}, lrow[4] = {};
-    __syncthreads(); /* MLP weights in shared memory */
+    if constexpr (!CW)
+        __syncthreads(); /* MLP weights in shared memory */
 
     /* P == PCAP with aligned rows: whole float4s, no checks */
     const bool pfull = a.pvec && P == PCAP;
@@ -264,7 +262,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
                 else
                     sgkc_ld_feats<R4>(x[r], a.pair + pi * P, P, a.pvec, edge[r]);
             }
-            float acc[2][8] = {};
+            float acc[2][8];
             /* At PCAP = 32 the MLP needs the registers of O: O waits in the
              * 16 B slots this lane fills after the MLP (the pair's B is free
              * since the last barrier). At PCAP = 16 it fits without. */
@@ -275,6 +273,22 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
                 for (int q = 0; q < 16; q++)
                     ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
                 asm volatile("" ::: "memory"); /* the reload below is from memory */
+            }
+            /* The sums start at b2: loaded here into the registers they
+             * accumulate in, instead of added before each store of B (16
+             * scalar loads whose shared address the compiler rebuilt, at 128
+             * registers, from the CTA id each time). */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if constexpr (CW) {
+#pragma unroll
+                    for (int hh = 0; hh < 8; hh++)
+                        acc[r][hh] = cw.b2[hh];
+                } else {
+                    const float4 u = b2s[0], v = b2s[1];
+                    acc[r][0] = u.x; acc[r][1] = u.y; acc[r][2] = u.z; acc[r][3] = u.w;
+                    acc[r][4] = v.x; acc[r][5] = v.y; acc[r][6] = v.z; acc[r][7] = v.w;
+                }
             }
             if (__any_sync(0xffffffffu, edge[0] || edge[1])) {
                 if constexpr (CW)
@@ -292,7 +306,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             for (int r = 0; r < 2; r++)
 #pragma unroll
                 for (int hh = 0; hh < 8; hh++)
-                    Bp[hh * RS + (2 * half + r) * 32 + lane] = edge[r] ? acc[r][hh] + b2s[hh] : SGKC_NEG_INF;
+                    Bp[hh * RS + (2 * half + r) * 32 + lane] = edge[r] ? acc[r][hh] : SGKC_NEG_INF;
         }
 
         sgkc_cp_wait<0>();

@@ -83,8 +83,9 @@ __device__ __forceinline__ void sgkc_mlp_stage(float *W1t, const sgkc_attn_args 
         b2s[i] = i < nh ? __ldg(a.b2 + h0 + i) : 0.0f;
 }
 
-/* acc[s][h] = sum_j silu(b1[j] + x_s . w1[j]) * w2[h][j] for NP pairs whose
- * features x (zero padded) sit in registers; b2 is left to the caller.
+/* acc[s][h] += sum_j silu(b1[j] + x_s . w1[j]) * w2[h][j] for NP pairs whose
+ * features x (zero padded) sit in registers; the caller sets acc's start
+ * (b2, or 0 and b2 added after).
  * Hidden units go 8 at a time with the inputs as the inner loop, so each
  * weight load (a broadcast float4) feeds 4*NP independent FMAs and 8*NP
  * accumulators are in flight: the per-unit dot product it replaces was a
@@ -96,11 +97,6 @@ __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], c
     constexpr int JC = 4;
     static_assert(PCAP % JC == 0 && HMAX % 4 == 0, "whole chunks");
     const float *b1s = W1t + PCAP * PCAP, *W2s = b1s + PCAP;
-#pragma unroll
-    for (int s = 0; s < NP; s++)
-#pragma unroll
-        for (int h = 0; h < HMAX; h++)
-            acc[s][h] = 0.0f;
 #pragma unroll 1
     for (int j0 = 0; j0 < PCAP; j0 += JC) {
         float hs[NP][JC];

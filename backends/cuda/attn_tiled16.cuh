@@ -190,7 +190,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                 for (int s = 0; s < PREG; s++)
                     any |= pid[s] >= 0;
                 if (any) {
-                    float acc[PREG][HMAX];
+                    float acc[PREG][HMAX] = {};
                     sgkc_mlp_regs<PCAP, HMAX, PREG>(x, W1t, acc);
 #pragma unroll
                     for (int s = 0; s < PREG; s++) {

@@ -311,19 +311,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
 #pragma unroll 1
         for (int r = warp; r < nr; r += NT / 32) {
             const float *row = Ns + r * L.ldx;
-            const float x0 = row[0];
-            float s = 0.0f;
-#pragma unroll 1
-            for (int k = lane; k < D; k += 32)
-                s += row[k] - x0;
-            const float mean = sgkc_warp_sum(s) / (float)D;
-            float v = 0.0f;
-#pragma unroll 1
-            for (int k = lane; k < D; k += 32) {
-                const float t = (row[k] - x0) - mean;
-                v = fmaf(t, t, v);
-            }
-            const float rstd = 1.0f / sqrtf(sgkc_warp_sum(v) / (float)D + a.eps);
+            float x0, mean, rstd;
+            sgkc_row_stats(row, D, a.eps, lane, &x0, &mean, &rstd);
 #pragma unroll 1
             for (int k = lane; k < D; k += 32)
                 Xs[r * L.ldx + k] = ((row[k] - x0) - mean) * rstd;

@@ -213,18 +213,18 @@ __device__ __forceinline__ bool sgkc_nonfinite_share(const float *p, int n, int 
  * passes (mean, then centred squares), both over the row shifted by its
  * first element x0: the normalised value is ((x - x0) - mean) * rstd, whose
  * rounding follows the row's spread, not |mean| (kernels/relation.sgk,
- * layer_norm, says why). */
+ * layer_norm, says why). The row may be in global or shared memory. */
 __device__ __forceinline__ void sgkc_row_stats(const float *row, int D, float eps, int lane,
                                                float *shift_out, float *mean_out, float *rstd_out)
 {
-    const float x0 = __ldg(row);
+    const float x0 = row[0];
     float s = 0.0f;
     for (int k = lane; k < D; k += 32)
-        s += __ldg(row + k) - x0;
+        s += row[k] - x0;
     const float mean = sgkc_warp_sum(s) / (float)D;
     float v = 0.0f;
     for (int k = lane; k < D; k += 32) {
-        const float t = (__ldg(row + k) - x0) - mean;
+        const float t = (row[k] - x0) - mean;
         v = fmaf(t, t, v);
     }
     const float var = sgkc_warp_sum(v) / (float)D;

@@ -323,6 +323,15 @@ struct tiled_cfg {
     size_t smem_rows;
 };
 
+/* attn_rows at PCAP = 16 takes the MLP's weights as kernel parameters
+ * (sgkc_mlp_cregs); SGKC_NO_CW (dev A/B builds) keeps them in shared
+ * memory there too. */
+#ifdef SGKC_NO_CW
+#define SGKC_AR_CW16 false
+#else
+#define SGKC_AR_CW16 true
+#endif
+
 static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
 {
     if (L->hd > SGKC_AT_DGMAX || L->P > 128)
@@ -345,7 +354,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
      * whatever the grid: on the H200 it ran mid 89.7 us against 100.4,
      * large 428 against 566, xl 750 against 1317 (dev/NOTES.md, runs 13-16). */
-    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1) * sizeof(float);
+    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, c->pcap == 16 && SGKC_AR_CW16) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
 #ifdef SGKC_NO_ROWS /* dev A/B builds */
     c->rows = false;
@@ -354,7 +363,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
      * own and there are two key tiles to share: mid 64.9 -> 62.6 us
      * (dev/NOTES.md, run 80). Larger grids already hold 16 warps an SM. */
     const int64_t blocks_rows = B * ((N + SGKC_AR_BQ - 1) / SGKC_AR_BQ);
-    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2) * sizeof(float);
+    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, c->pcap == 16 && SGKC_AR_CW16) * sizeof(float);
     c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
 #ifdef SGKC_NO_RKSPLIT /* dev A/B builds */
     c->ks = 1;
@@ -379,15 +388,6 @@ static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t s
     sgkc_attn_tiled_kernel<PCAP, HMAX><<<blocks, SGKC_AT_NT, smem, s>>>(a);
     return cudaGetLastError();
 }
-
-/* attn_rows at PCAP = 16 takes the MLP's weights as kernel parameters
- * (sgkc_mlp_cregs); SGKC_NO_CW (dev A/B builds) keeps them in shared
- * memory there too. */
-#ifdef SGKC_NO_CW
-#define SGKC_AR_CW16 false
-#else
-#define SGKC_AR_CW16 true
-#endif
 
 template <int PCAP, int KS>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(256, 2) bench_k(const __grid_constant__ MlpW<P
         for (int r = 0; r < P / 4; r++) x[s][r] = reinterpret_cast<const float4 *>(xin)[(g % 1024) * NP * (P / 4) + s * (P / 4) + r];
     float tot = 0.f;
     for (int it = 0; it < iters; it++) {
-        float acc[NP][8];
+        float acc[NP][8] = {};
         if (MODE == 0) sgkc_mlp_regs<P, 8, NP>(x, Ws, acc);
         else sgkc_mlp_cregs<P, NP, JC>(x, W, acc);
 #pragma unroll
