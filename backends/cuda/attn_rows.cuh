@@ -216,12 +216,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
 
     const int qp = q0 + 4 * wp;          /* the pair's rows: qp .. qp + 3 */
     const int qm = qp + 2 * half;        /* this warp's MLP rows: qm, qm + 1 */
-    /* Byte offsets of the lane's Q and K rows with its own chunk index (h,
-     * t) in bits 4-6, where the row and head offsets have zeros: chunk
-     * d4 ^ h (d4 ^ t) of step d4 is then one XOR away. */
-    const char *Qb = reinterpret_cast<const char *>(Qs), *Kb = reinterpret_cast<const char *>(Ks);
-    const unsigned q_x = (unsigned)(4 * (4 * wp * D + h * 32) + 16 * h);
-    const unsigned k_x = (unsigned)(4 * (t * D + h * 32) + 16 * t);
+    const float *q_lane = Qs + 4 * wp * D + h * 32;
+    const float *k_lane = Ks + t * D + h * 32;
     const float *v_lane = Vs + h * 32 + 4 * t;
     float *b_lane = Bp + h * RS + t; /* row r, key t + 8u at + 32r + 8u */
     float O[4][4] = {}; /* row r, columns h*32 + 4t + c */
@@ -324,15 +320,13 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
         float S[4][4] = {};
 #pragma unroll 4
         for (int d4 = 0; d4 < 8; d4++) {
-            const float *qc = reinterpret_cast<const float *>(Qb + (q_x ^ (16u * d4)));
-            const float *kc = reinterpret_cast<const float *>(Kb + (k_x ^ (16u * d4)));
             float4 qv[4], kv[4];
 #pragma unroll
             for (int r = 0; r < 4; r++)
-                qv[r] = *reinterpret_cast<const float4 *>(qc + r * D);
+                qv[r] = *reinterpret_cast<const float4 *>(q_lane + r * D + 4 * (d4 ^ h));
 #pragma unroll
             for (int u = 0; u < 4; u++)
-                kv[u] = *reinterpret_cast<const float4 *>(kc + 8 * u * D);
+                kv[u] = *reinterpret_cast<const float4 *>(k_lane + 8 * u * D + 4 * (d4 ^ t));
             asm volatile("" ::: "memory"); /* all eight loads in flight before the first FMA */
 #pragma unroll
             for (int r = 0; r < 4; r++)
