@@ -196,19 +196,16 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     };
     /* 0 * v is NaN exactly when v is NaN or Inf */
     auto v_nonfinite_mine = [&]() {
-        /* four chains of KVM, not one of 4 KVM: the test is on the way to
-         * the tile's barrier */
-        float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+        float z = 0.0f;
 #pragma unroll
         for (int m = 0; m < KVM; m++) {
             const float4 v = *reinterpret_cast<const float4 *>(Vs + vo + 4 * m * D);
-            z.x = fmaf(0.0f, v.x, z.x);
-            z.y = fmaf(0.0f, v.y, z.y);
-            z.z = fmaf(0.0f, v.z, z.z);
-            z.w = fmaf(0.0f, v.w, z.w);
+            z = fmaf(0.0f, v.x, z);
+            z = fmaf(0.0f, v.y, z);
+            z = fmaf(0.0f, v.z, z);
+            z = fmaf(0.0f, v.w, z);
         }
-        const float zs = (z.x + z.y) + (z.z + z.w);
-        return zs != zs;
+        return z != z;
     };
     const int ktiles = (N + BK - 1) / BK;
     if (KS == 1 || g < ktiles)
