@@ -38,8 +38,8 @@
  * barrier, group g taking tiles g, g + 2, ...; at the end group 1's
  * (O, m, l) is merged into group 0's through shared memory. Each scheduler
  * then has four warps instead of two to issue from (mid's 128 blocks ran
- * at 0.43 issued a scheduler-cycle, dev/NOTES.md); the MLP weights are
- * staged once for both groups. */
+ * at 0.43 issued a scheduler-cycle, dev/NOTES.md); at PCAP = 32 the MLP
+ * weights are staged once for both groups. */
 #ifndef SGK_CUDA_ATTN_ROWS_CUH
 #define SGK_CUDA_ATTN_ROWS_CUH
 
