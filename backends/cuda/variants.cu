@@ -331,6 +331,12 @@ struct tiled_cfg {
 #else
 #define SGKC_AR_CW16 true
 #endif
+/* whether attn_rows at this PCAP reads the MLP's weights as kernel
+ * parameters (sgkc_mlp_c16) and stages none in shared memory */
+static constexpr bool rows_cw(int pcap)
+{
+    return pcap == 16 && SGKC_AR_CW16;
+}
 
 static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
 {
@@ -354,7 +360,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
      * whatever the grid: on the H200 it ran mid 89.7 us against 100.4,
      * large 428 against 566, xl 750 against 1317 (dev/NOTES.md, runs 13-16). */
-    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, c->pcap == 16 && SGKC_AR_CW16) * sizeof(float);
+    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, rows_cw(c->pcap)) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
 #ifdef SGKC_NO_ROWS /* dev A/B builds */
     c->rows = false;
@@ -363,7 +369,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
      * own and there are two key tiles to share: mid 64.9 -> 62.6 us
      * (dev/NOTES.md, run 80). Larger grids already hold 16 warps an SM. */
     const int64_t blocks_rows = B * ((N + SGKC_AR_BQ - 1) / SGKC_AR_BQ);
-    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, c->pcap == 16 && SGKC_AR_CW16) * sizeof(float);
+    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, rows_cw(c->pcap)) * sizeof(float);
     c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
 #ifdef SGKC_NO_RKSPLIT /* dev A/B builds */
     c->ks = 1;
@@ -393,7 +399,7 @@ template <int PCAP, int KS>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
                              cudaStream_t s)
 {
-    constexpr bool CW = PCAP == 16 && SGKC_AR_CW16;
+    constexpr bool CW = rows_cw(PCAP);
     typename sgkc_ar_cw<PCAP, CW>::type cw{};
     if constexpr (CW)
         cw = L->mlpc;
@@ -626,8 +632,8 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
-        (const void *)sgkc_attn_rows_kernel<16, 1, SGKC_AR_CW16>, (const void *)sgkc_attn_rows_kernel<32, 1, false>,
-        (const void *)sgkc_attn_rows_kernel<16, 2, SGKC_AR_CW16>, (const void *)sgkc_attn_rows_kernel<32, 2, false>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16)>, (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32)>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16)>, (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32)>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
     };
