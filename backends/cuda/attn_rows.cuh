@@ -28,6 +28,17 @@
  * cache serves at full rate, and even b1 and W2 alone as constants made
  * mid and large slower (dev/NOTES.md, runs 87-88).
  *
+ * DM (the tiled-dmma variant, compute capability 9.x): the relation MLP
+ * runs on the FP64 tensor cores instead (mlp_dmma.cuh), in groups of 16
+ * pairs: lane (g, t) of the warp loads one float4 of features of keys
+ * g and g + 8 of a group, the edge bits come from ballots of the lanes'
+ * mask tests, and each lane stores the biases of its two pairs for heads
+ * 2t and 2t + 1. Everything after the barrier is the same code. On the
+ * H200 it ran large 308 us against 363 and mid 59.5 against 62.0, xl
+ * 659 against 632 (dev/NOTES.md, runs 92-94): the fp32 <-> fp64
+ * conversions and silu's MUFUs share one pipe, 16 results an SM-clock,
+ * and all eight warps of a block are in their MLP at once.
+ *
  * Q and K rows sit in shared memory unpadded, their 16-byte chunks permuted
  * inside each head (sgkc_ar_q/k) so that every load phase hits 8 distinct
  * bank groups. The next tile's pair features are prefetched into L2 while
@@ -45,6 +56,7 @@
 
 #include "attn_tiled.cuh"
 #include "cuda_layer.h"
+#include "mlp_dmma.cuh"
 
 #define SGKC_AR_NT 256
 #define SGKC_AR_BQ 16 /* query rows of a block: 4 a warp pair */
@@ -56,10 +68,11 @@
 /* A key group's floats: its Q, K and V tiles and its B buffers */
 #define SGKC_AR_GF ((SGKC_AR_BQ + 2 * SGKC_AR_BK) * SGKC_AR_D + (SGKC_AR_NT / 64) * SGKC_AR_BLD)
 
-/* cw: the MLP's weights come as kernel parameters, so none are staged */
-__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks, bool cw)
+/* cw: the MLP's weights come as kernel parameters, so none are staged;
+ * dm: the MLP runs on DMMA (mlp_dmma.cuh), its weights staged as fp64 */
+__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks, bool cw, bool dm)
 {
-    return (size_t)ks * SGKC_AR_GF + (cw ? 0 : sgkc_mlp_floats(pcap, 8));
+    return (size_t)ks * SGKC_AR_GF + (cw ? 0 : dm ? 2 * sgkc_dm_doubles(pcap) : sgkc_mlp_floats(pcap, 8));
 }
 
 /* Where 16-byte chunk c (0..63; head c/8) of a row sits, as a float offset:
@@ -126,11 +139,12 @@ template <> struct sgkc_ar_cw<16, true> {
 #define SGKC_AR_CW_JC 4 /* hidden units a pass of sgkc_mlp_cregs */
 #endif
 
-template <int PCAP, int KS, bool CW>
+template <int PCAP, int KS, bool CW, bool DM>
 __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     sgkc_attn_rows_kernel(sgkc_attn_args a, const __grid_constant__ typename sgkc_ar_cw<PCAP, CW>::type cw)
 {
     static_assert(!CW || PCAP == 16, "constant MLP weights at PCAP = 16 only");
+    static_assert(!(CW && DM), "one place for the MLP's weights");
     constexpr int NT = SGKC_AR_NT, BQ = SGKC_AR_BQ, BK = SGKC_AR_BK, D = SGKC_AR_D, RS = SGKC_AR_BRS;
     static_assert(KS == 1 || KS == 2, "one or two key groups");
     constexpr int R4 = PCAP / 4;
@@ -149,6 +163,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     float *Vs = Ks + BK * D;           /* [BK][D] */
     float *Bb = Vs + BK * D;           /* per warp pair [8 heads][RS]: row r at 32 r */
     float *W1t = smem + KS * SGKC_AR_GF; /* sgkc_mlp_stage; none at CW */
+    double *Wd = reinterpret_cast<double *>(W1t); /* sgkc_dm_stage at DM */
     const float4 *b2s = reinterpret_cast<const float4 *>(W1t + sgkc_mlp_floats(PCAP, 8) - 8);
 
     const int tid = KS == 1 ? threadIdx.x : threadIdx.x % NT, lane = tid & 31, warp = tid >> 5;
@@ -159,7 +174,9 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     const float *qkv_b = a.qkv + (size_t)b * N * row3;
 
     /* ---- prologue: MLP weights, Q tile, K/V tile 0 ---- */
-    if constexpr (!CW)
+    if constexpr (DM)
+        sgkc_dm_stage<PCAP>(Wd, a, threadIdx.x, KS * NT);
+    else if constexpr (!CW)
         sgkc_mlp_stage<PCAP, 8>(W1t, a, 0, 8, threadIdx.x, KS * NT);
     sgkc_grid_wait(); /* qkv is the previous kernel's output */
     for (int i = tid; i < BQ * (D / 4); i += NT) {
@@ -248,7 +265,92 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
         }
 
         /* ---- relation MLP of pairs (qm + r, k0 + lane) -> B ---- */
-        {
+        if constexpr (DM) {
+            /* lane j: pair (qm + r, k0 + j) an edge? Then the groups of
+             * mlp_dmma.cuh: group G is row r = G / 2, keys 16 (G % 2) ..
+             * + 15; lane (mg, mt) holds keys + mg and + mg + 8 of it. */
+            const int mg = lane >> 2, mt = lane & 3;
+            unsigned eb[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int kg = k0 + lane;
+                eb[r] = __ballot_sync(0xffffffffu,
+                                      qm + r < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pr0 + (size_t)r * N + kg));
+            }
+            constexpr int K1 = PCAP / 16;
+            /* Group G's features load LA groups ahead of its MMAs (0: just
+             * before them). All four ahead at PCAP 16 and one at 32 were
+             * no faster and 2-3 % slower at mid and large (run 94). */
+            constexpr int LA = PCAP > 16 ? 0 : 1;
+            float4 F[4][2][K1];
+            auto load_group = [&](int G, auto full) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const int kk = 16 * (G & 1) + mg + 8 * s;
+                    const bool e = (eb[G >> 1] >> kk) & 1u;
+                    const size_t pi = pr0 + (size_t)(G >> 1) * N + k0 + kk;
+#pragma unroll
+                    for (int ks = 0; ks < K1; ks++) {
+                        if (!e)
+                            F[G][s][ks] = make_float4(0.f, 0.f, 0.f, 0.f);
+                        else if constexpr (decltype(full)::value)
+                            F[G][s][ks] = sgkc_ld4(a.pair + pi * PCAP + 16 * ks + 4 * mt);
+                        else
+                            F[G][s][ks] = sgkc_ld_feat4(a.pair + pi * P, 4 * ks + mt, P, a.pvec);
+                    }
+                }
+            };
+            /* O waits in shared memory during the MLP where PCAP > 16, as
+             * in the FFMA path below */
+            constexpr bool STASH = PCAP > 16;
+            float *ost = Bp + (2 * half) * 32 + lane;
+            if constexpr (STASH) {
+#pragma unroll
+                for (int q = 0; q < 16; q++)
+                    ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
+            }
+            float res[4][4];
+            auto mlp = [&](auto full) {
+#pragma unroll
+                for (int G = 0; G < (LA > 0 ? LA : 1); G++)
+                    load_group(G, full);
+#pragma unroll
+                for (int G = 0; G < 4; G++) {
+                    if (LA > 0 && G + LA < 4)
+                        load_group(G + LA, full);
+                    else if (LA == 0 && G > 0)
+                        load_group(G, full);
+                    sgkc_dm_group<PCAP>(F[G], Wd, lane, res[G]);
+                }
+            };
+            if ((eb[0] | eb[1]) != 0u) {
+                if (pfull) /* P and alignment known: no checks in the loads */
+                    mlp(std::true_type{});
+                else
+                    mlp(std::false_type{});
+            } else {
+#pragma unroll
+                for (int G = 0; G < 4; G++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        res[G][i] = 0.0f;
+            }
+            if constexpr (STASH) {
+                asm volatile("" ::: "memory");
+#pragma unroll
+                for (int q = 0; q < 16; q++)
+                    O[q >> 2][q & 3] = ost[(q >> 1) * RS + (q & 1) * 32];
+                __syncwarp(); /* a lane's B stores land in other lanes' O slots */
+            }
+#pragma unroll
+            for (int G = 0; G < 4; G++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int kk = 16 * (G & 1) + mg + 8 * (i >> 1), hh = 2 * mt + (i & 1);
+                    const bool e = (eb[G >> 1] >> kk) & 1u;
+                    Bp[hh * RS + (2 * half + (G >> 1)) * 32 + kk] = e ? res[G][i] : SGKC_NEG_INF;
+                }
+        } else {
             float4 x[2][R4];
             bool edge[2];
             const int kg = k0 + lane;

@@ -319,6 +319,7 @@ struct tiled_cfg {
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
     size_t smem16;
     bool rows;    /* warps own query rows (attn_rows.cuh) */
+    bool dm;      /* its relation MLP on DMMA (mlp_dmma.cuh; tiled-dmma) */
     int ks;       /* its key groups */
     size_t smem_rows;
 };
@@ -338,8 +339,9 @@ static constexpr bool rows_cw(int pcap)
     return pcap == 16 && SGKC_AR_CW16;
 }
 
-static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
+static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled_cfg *c)
 {
+    c->dm = dm;
     if (L->hd > SGKC_AT_DGMAX || L->P > 128)
         return false;
     c->pcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : L->P <= 64 ? 64 : 128;
@@ -360,7 +362,8 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
      * whatever the grid: on the H200 it ran mid 89.7 us against 100.4,
      * large 428 against 566, xl 750 against 1317 (dev/NOTES.md, runs 13-16). */
-    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, rows_cw(c->pcap)) * sizeof(float);
+    const bool cw = rows_cw(c->pcap) && !dm;
+    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, cw, dm) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
 #ifdef SGKC_NO_ROWS /* dev A/B builds */
     c->rows = false;
@@ -369,7 +372,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
      * own and there are two key tiles to share: mid 64.9 -> 62.6 us
      * (dev/NOTES.md, run 80). Larger grids already hold 16 warps an SM. */
     const int64_t blocks_rows = B * ((N + SGKC_AR_BQ - 1) / SGKC_AR_BQ);
-    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, rows_cw(c->pcap)) * sizeof(float);
+    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, cw, dm) * sizeof(float);
     c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
 #ifdef SGKC_NO_RKSPLIT /* dev A/B builds */
     c->ks = 1;
@@ -379,13 +382,32 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, tiled_cfg *c)
     return c->smem <= L->smem_optin || c->rows;
 }
 
-static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
+static int tiled_supports_dm(const sgkc_layer *L, int64_t B, int64_t N, bool dm)
 {
     tiled_cfg c;
-    if (!tiled_plan(L, B, N, &c) || N > INT_MAX / 4 || !gemm_fits(L, B * N))
+    if (!tiled_plan(L, B, N, dm, &c) || N > INT_MAX / 4 || !gemm_fits(L, B * N))
         return 0;
+    if (dm && !c.rows)
+        return 0; /* tiled-dmma is attn_rows' MLP on DMMA, nothing else */
     const int64_t blocks = B * ((N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ) * c.G;
     return blocks <= INT_MAX;
+}
+
+static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    return tiled_supports_dm(L, B, N, false);
+}
+
+/* tiled-dmma: tiled with attn_rows' relation MLP on DMMA (mlp_dmma.cuh),
+ * fp64 products and sums. It comes after tiled in the table, so the layer
+ * picks it only when asked: the CUDA issue asks for FFMA arithmetic,
+ * and tiled-dmma is faster at P 17-32 (large 308 us against 363) but
+ * slower at P <= 16 (xl 659 against 632; dev/NOTES.md, runs 92-94).
+ * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
+ * measured on 9.0 only, so other majors do not offer it. */
+static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    return L->cc_major == 9 && tiled_supports_dm(L, B, N, true);
 }
 
 template <int PCAP, int HMAX>
@@ -395,15 +417,16 @@ static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t s
     return cudaGetLastError();
 }
 
-template <int PCAP, int KS>
+template <int PCAP, int KS, bool DM>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
                              cudaStream_t s)
 {
-    constexpr bool CW = rows_cw(PCAP);
+    constexpr bool CW = rows_cw(PCAP) && !DM;
     typename sgkc_ar_cw<PCAP, CW>::type cw{};
     if constexpr (CW)
         cw = L->mlpc;
-    return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS, CW>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a, cw);
+    return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS, CW, DM>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a,
+                        cw);
 }
 
 template <int PCAP, int HMAX>
@@ -413,10 +436,10 @@ static cudaError_t tiled16_attn(const sgkc_attn_args &a, unsigned blocks, size_t
     return cudaGetLastError();
 }
 
-static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
+static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool dm)
 {
     tiled_cfg c;
-    if (!tiled_plan(L, f->B, f->N, &c))
+    if (!tiled_plan(L, f->B, f->N, dm, &c))
         return cudaErrorInvalidConfiguration;
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
@@ -432,11 +455,15 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
         a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles);
         const size_t smem = spread_smem(L, c.smem_rows, blocks, 2 / c.ks);
-        switch (c.pcap * 10 + c.ks) {
-        case 161: e = rows_attn<16, 1>(L, a, blocks, smem, f->stream); break;
-        case 162: e = rows_attn<16, 2>(L, a, blocks, smem, f->stream); break;
-        case 321: e = rows_attn<32, 1>(L, a, blocks, smem, f->stream); break;
-        default: e = rows_attn<32, 2>(L, a, blocks, smem, f->stream); break;
+        switch (c.pcap * 100 + c.ks * 10 + c.dm) {
+        case 1610: e = rows_attn<16, 1, false>(L, a, blocks, smem, f->stream); break;
+        case 1620: e = rows_attn<16, 2, false>(L, a, blocks, smem, f->stream); break;
+        case 3210: e = rows_attn<32, 1, false>(L, a, blocks, smem, f->stream); break;
+        case 3220: e = rows_attn<32, 2, false>(L, a, blocks, smem, f->stream); break;
+        case 1611: e = rows_attn<16, 1, true>(L, a, blocks, smem, f->stream); break;
+        case 1621: e = rows_attn<16, 2, true>(L, a, blocks, smem, f->stream); break;
+        case 3211: e = rows_attn<32, 1, true>(L, a, blocks, smem, f->stream); break;
+        default: e = rows_attn<32, 2, true>(L, a, blocks, smem, f->stream); break;
         }
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
@@ -465,6 +492,16 @@ static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
     }
     SGKC_RETURN_IF(e);
     return launch_out(L, f, ctx);
+}
+
+static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    return tiled_launch_dm(L, f, false);
+}
+
+static cudaError_t tiled_dmma_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    return tiled_launch_dm(L, f, true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -594,6 +631,7 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
 const sgkc_variant sgkc_variants[] = {
     {"fused-small", fused_supports, fused_workspace, fused_launch},
     {"tiled", tiled_supports, ws_qkv_ctx, tiled_launch},
+    {"tiled-dmma", tiled_dmma_supports, ws_qkv_ctx, tiled_dmma_launch},
     {"general", general_supports, ws_qkv_ctx, general_launch},
     {"generic-small", sgkc_generic_small_supports, sgkc_generic_small_workspace, sgkc_generic_small_launch},
     {"generic-tiled", sgkc_generic_tiled_supports, sgkc_generic_tiled_workspace, sgkc_generic_tiled_launch},
@@ -632,8 +670,12 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
-        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16)>, (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32)>,
-        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16)>, (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32)>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16), false>,
+        (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32), false>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16), false>,
+        (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32), false>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, false, true>, (const void *)sgkc_attn_rows_kernel<32, 1, false, true>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, false, true>, (const void *)sgkc_attn_rows_kernel<32, 2, false, true>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
     };
