@@ -139,277 +139,6 @@ template <> struct sgkc_ar_cw<16, true> {
 #define SGKC_AR_CW_JC 4 /* hidden units a pass of sgkc_mlp_cregs */
 #endif
 
-/* This thread's share of a K/V tile: chunk tid % 64 of rows tid / 64 + 4m.
- * It checks the V chunks it copied itself (its own cp.async writes are
- * visible to it after the wait). */
-struct sgkc_ar_kv {
-    static constexpr int M = SGKC_AR_BK * (SGKC_AR_D / 4) / SGKC_AR_NT;
-    int r0, ko0, ko1, vo;
-    const float *src; /* row r0's K, this thread's chunk */
-    __device__ __forceinline__ sgkc_ar_kv(const float *qkv_b, int tid)
-    {
-        constexpr int D = SGKC_AR_D;
-        const int c = tid & 63;
-        r0 = tid >> 6;
-        ko0 = r0 * D + sgkc_ar_k(r0, c);
-        ko1 = r0 * D + sgkc_ar_k(r0 + 4, c);
-        vo = r0 * D + c * 4; /* row + 4m: + 4mD */
-        src = qkv_b + (size_t)r0 * 3 * D + D + c * 4;
-    }
-    /* keys k0 .. k0 + 31 into Ks and Vs, one cp.async group */
-    __device__ __forceinline__ void load(float *Ks, float *Vs, int k0, int N) const
-    {
-        constexpr int D = SGKC_AR_D;
-#pragma unroll
-        for (int m = 0; m < M; m++) {
-            float *kd = Ks + (m & 1 ? ko1 : ko0) + 4 * m * D, *vd = Vs + vo + 4 * m * D;
-            if (k0 + r0 + 4 * m < N) {
-                const float *s = src + (size_t)(k0 + 4 * m) * (3 * (size_t)D);
-                sgkc_cp_async16(kd, s);
-                sgkc_cp_async16(vd, s + D);
-            } else {
-                /* rows past N must be zero in V: 0 * garbage could be NaN */
-                *reinterpret_cast<float4 *>(kd) = make_float4(0.f, 0.f, 0.f, 0.f);
-                *reinterpret_cast<float4 *>(vd) = make_float4(0.f, 0.f, 0.f, 0.f);
-            }
-        }
-        sgkc_cp_commit();
-    }
-    /* 0 * v is NaN exactly when v is NaN or Inf */
-    __device__ __forceinline__ bool v_nonfinite(const float *Vs) const
-    {
-        float z = 0.0f;
-#pragma unroll
-        for (int m = 0; m < M; m++) {
-            const float4 v = *reinterpret_cast<const float4 *>(Vs + vo + 4 * m * SGKC_AR_D);
-            z = fmaf(0.0f, v.x, z);
-            z = fmaf(0.0f, v.y, z);
-            z = fmaf(0.0f, v.z, z);
-            z = fmaf(0.0f, v.w, z);
-        }
-        return z != z;
-    }
-};
-
-/* Rows qm and qm + 1 of key tile k0 + step's pair features and mask into
- * L2, a line a lane: the MLP's loads of that tile then wait on L2, not
- * HBM. */
-__device__ __forceinline__ void sgkc_ar_prefetch(const sgkc_attn_args &a, size_t pr0, int k0, int step, int qm,
-                                                 int lane)
-{
-    const int N = a.N, P = a.P;
-    const bool pf = lane * 32 < min(SGKC_AR_BK, N - k0 - step) * P; /* a row's tile: P <= 32 lines */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (qm + r >= N)
-            continue;
-        const size_t pi = pr0 + (size_t)r * N + k0 + step;
-        if (pf)
-            sgkc_prefetch_l2(a.pair + pi * P + lane * 32);
-        if (lane == 0)
-            sgkc_prefetch_l2(a.mask_u8 ? (const void *)((const unsigned char *)a.mask + pi)
-                                       : (const void *)((const float *)a.mask + pi));
-    }
-}
-
-/* The biases of pairs (qm + r, k0 + j), r < 2, j < 32, on DMMA
- * (mlp_dmma.cuh); pr0 is the pair index of (qm, 0). Lane j tests pair
- * (qm + r, k0 + j): eb[r] holds the ballot. Group G of 16 pairs is row
- * r = G / 2, keys 16 (G % 2) ..; lane (mg, mt) = (lane / 4, lane % 4)
- * loads features of keys + mg and + mg + 8 of it, and res[G][2s + e] is
- * head 2 mt + e of key + mg + 8s. Group G's features load LA groups
- * ahead of its MMAs (0: just before them). In attn_rows, which holds O
- * and the attention's state meanwhile, all four ahead at PCAP 16 and one
- * at 32 were no faster and 2-3 % slower at mid and large (run 94). */
-template <int PCAP, int LA>
-__device__ __forceinline__ void sgkc_ar_dm_bias(const sgkc_attn_args &a, const double *Wd, size_t pr0, int k0,
-                                                int qm, int lane, bool pfull, unsigned (&eb)[2],
-                                                float (&res)[4][4])
-{
-    const int N = a.N, P = a.P;
-    const int mg = lane >> 2, mt = lane & 3;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int kg = k0 + lane;
-        eb[r] = __ballot_sync(0xffffffffu,
-                              qm + r < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pr0 + (size_t)r * N + kg));
-    }
-    constexpr int K1 = PCAP / 16;
-    static_assert(LA >= 0 && LA <= 3, "groups ahead");
-    float4 F[4][2][K1];
-    auto load_group = [&](int G, auto full) {
-#pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const int kk = 16 * (G & 1) + mg + 8 * s;
-            const bool e = (eb[G >> 1] >> kk) & 1u;
-            const size_t pi = pr0 + (size_t)(G >> 1) * N + k0 + kk;
-#pragma unroll
-            for (int ks = 0; ks < K1; ks++) {
-                if (!e)
-                    F[G][s][ks] = make_float4(0.f, 0.f, 0.f, 0.f);
-                else if constexpr (decltype(full)::value)
-                    F[G][s][ks] = sgkc_ld4(a.pair + pi * PCAP + 16 * ks + 4 * mt);
-                else
-                    F[G][s][ks] = sgkc_ld_feat4(a.pair + pi * P, 4 * ks + mt, P, a.pvec);
-            }
-        }
-    };
-    auto mlp = [&](auto full) {
-#pragma unroll
-        for (int G = 0; G < (LA > 0 ? LA : 1); G++)
-            load_group(G, full);
-#pragma unroll
-        for (int G = 0; G < 4; G++) {
-            if (LA > 0 && G + LA < 4)
-                load_group(G + LA, full);
-            else if (LA == 0 && G > 0)
-                load_group(G, full);
-            sgkc_dm_group<PCAP>(F[G], Wd, lane, res[G]);
-        }
-    };
-    if ((eb[0] | eb[1]) != 0u) {
-        if (pfull) /* P and alignment known: no checks in the loads */
-            mlp(std::true_type{});
-        else
-            mlp(std::false_type{});
-    } else {
-#pragma unroll
-        for (int G = 0; G < 4; G++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                res[G][i] = 0.0f;
-    }
-}
-
-/* res of sgkc_ar_dm_bias into the pair's B buffer Bp (the warp's rows
- * 2 half and 2 half + 1), -inf where the pair is not an edge */
-__device__ __forceinline__ void sgkc_ar_dm_store(float *Bp, int half, int lane, const unsigned (&eb)[2],
-                                                 const float (&res)[4][4])
-{
-    constexpr int RS = SGKC_AR_BRS;
-    const int mg = lane >> 2, mt = lane & 3;
-#pragma unroll
-    for (int G = 0; G < 4; G++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int kk = 16 * (G & 1) + mg + 8 * (i >> 1), hh = 2 * mt + (i & 1);
-            const bool e = (eb[G >> 1] >> kk) & 1u;
-            Bp[hh * RS + (2 * half + (G >> 1)) * 32 + kk] = e ? res[G][i] : SGKC_NEG_INF;
-        }
-}
-
-/* One key tile of attention for lane (h, t) of a warp pair, whose B
- * buffer Bp holds the tile's biases of its 4 rows: S = Q.K^T + B for keys
- * t + 8u of head h, the online softmax into (O, mrow, lrow) with the
- * head's row max over its 8 lanes, P back into B, O += P.V. */
-__device__ __forceinline__ void sgkc_ar_attend(const float *q_lane, const float *k_lane, const float *v_lane,
-                                               float *Bp, float *b_lane, int h, int t, bool v_nonfinite,
-                                               float (&O)[4][4], float (&mrow)[4], float (&lrow)[4])
-{
-    constexpr int D = SGKC_AR_D, BK = SGKC_AR_BK, RS = SGKC_AR_BRS;
-    /* ---- S = Q.K^T + B for keys t + 8u of head h, the pair's 4 rows ---- */
-    float S[4][4] = {};
-#pragma unroll 4
-    for (int d4 = 0; d4 < 8; d4++) {
-        float4 qv[4], kv[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            qv[r] = *reinterpret_cast<const float4 *>(q_lane + r * D + 4 * (d4 ^ h));
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            kv[u] = *reinterpret_cast<const float4 *>(k_lane + 8 * u * D + 4 * (d4 ^ t));
-        asm volatile("" ::: "memory"); /* all eight loads in flight before the first FMA */
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                sgkc_fma4(S[r][u], qv[r], kv[u]);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        float *br = b_lane + 32 * r;
-        float tmax = SGKC_NEG_INF;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            S[r][u] = sgkc_add_score(br[8 * u], S[r][u]);
-            tmax = fmaxf(tmax, S[r][u]);
-        }
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
-        const float m_new = fmaxf(mrow[r], tmax);
-        const float m_use = m_new == SGKC_NEG_INF ? 0.0f : m_new;
-        const float alpha = sgkc_ex2((mrow[r] - m_use) * SGKC_LOG2E);
-        float l = 0.0f;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const float p = sgkc_ex2((S[r][u] - m_use) * SGKC_LOG2E);
-            br[8 * u] = p;
-            l += p;
-        }
-        mrow[r] = m_new;
-        lrow[r] = lrow[r] * alpha + l;
-#pragma unroll
-        for (int c = 0; c < 4; c++)
-            O[r][c] *= alpha;
-    }
-    __syncwarp();
-
-    /* ---- O += P.V over the tile's 32 keys ---- */
-    auto pv = [&](auto guard) {
-        constexpr bool G = decltype(guard)::value;
-        const float *pl = Bp + h * RS;
-#pragma unroll 4
-        for (int j4 = 0; j4 < BK / 4; j4++) {
-            float4 pr[4], vv[4];
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                pr[r] = *reinterpret_cast<const float4 *>(pl + 32 * r + 4 * j4);
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                vv[e] = *reinterpret_cast<const float4 *>(v_lane + (4 * j4 + e) * D);
-            asm volatile("" ::: "memory");
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float va[4] = {vv[e].x, vv[e].y, vv[e].z, vv[e].w};
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    const float pe = e == 0 ? pr[r].x : e == 1 ? pr[r].y : e == 2 ? pr[r].z : pr[r].w;
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        O[r][c] = sgkc_pv<G>(pe, va[c], O[r][c]);
-                }
-            }
-        }
-    };
-    if (v_nonfinite)
-        pv(sgkc_guarded{});
-    else
-        pv(sgkc_plain{});
-}
-
-/* ctx = O / l for the pair's rows qp .., l summed over the head's 8
- * lanes; 0 for a row without an edge */
-__device__ __forceinline__ void sgkc_ar_store_ctx(const sgkc_attn_args &a, int64_t b, int qp, int h, int t,
-                                                  const float (&O)[4][4], const float (&lrow)[4])
-{
-    constexpr int D = SGKC_AR_D;
-    const int N = a.N;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        float l = lrow[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        l += __shfl_xor_sync(0xffffffffu, l, 4);
-        const int qg = qp + r;
-        if (qg >= N)
-            continue;
-        const float il = l == 0.0f ? 0.0f : 1.0f / l;
-        float *dst = a.ctx + ((size_t)b * N + qg) * D + h * 32 + 4 * t;
-        *reinterpret_cast<float4 *>(dst) = make_float4(O[r][0] * il, O[r][1] * il, O[r][2] * il, O[r][3] * il);
-    }
-}
-
 template <int PCAP, int KS, bool CW, bool DM>
 __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     sgkc_attn_rows_kernel(sgkc_attn_args a, const __grid_constant__ typename sgkc_ar_cw<PCAP, CW>::type cw)
@@ -458,10 +187,46 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
         else
             *reinterpret_cast<float4 *>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    const sgkc_ar_kv kv(qkv_b, tid);
+    /* This thread's K/V chunks: chunk tid % 64 of rows tid / 64 + 4m. It
+     * checks the V ones it copied itself (its own cp.async writes are
+     * visible to it after the wait). */
+    constexpr int KVM = BK * (D / 4) / NT;
+    const int kv_r0 = tid >> 6, kv_c = tid & 63;
+    const int ko0 = kv_r0 * D + sgkc_ar_k(kv_r0, kv_c), ko1 = kv_r0 * D + sgkc_ar_k(kv_r0 + 4, kv_c);
+    const int vo = kv_r0 * D + kv_c * 4; /* row + 4m: + 4mD */
+    const float *kv_src = qkv_b + (size_t)kv_r0 * row3 + D + kv_c * 4;
+    auto load_kv = [&](int k0) {
+#pragma unroll
+        for (int m = 0; m < KVM; m++) {
+            float *kd = Ks + (m & 1 ? ko1 : ko0) + 4 * m * D, *vd = Vs + vo + 4 * m * D;
+            if (k0 + kv_r0 + 4 * m < N) {
+                const float *src = kv_src + (size_t)(k0 + 4 * m) * row3;
+                sgkc_cp_async16(kd, src);
+                sgkc_cp_async16(vd, src + D);
+            } else {
+                /* rows past N must be zero in V: 0 * garbage could be NaN */
+                *reinterpret_cast<float4 *>(kd) = make_float4(0.f, 0.f, 0.f, 0.f);
+                *reinterpret_cast<float4 *>(vd) = make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+        }
+        sgkc_cp_commit();
+    };
+    /* 0 * v is NaN exactly when v is NaN or Inf */
+    auto v_nonfinite_mine = [&]() {
+        float z = 0.0f;
+#pragma unroll
+        for (int m = 0; m < KVM; m++) {
+            const float4 v = *reinterpret_cast<const float4 *>(Vs + vo + 4 * m * D);
+            z = fmaf(0.0f, v.x, z);
+            z = fmaf(0.0f, v.y, z);
+            z = fmaf(0.0f, v.z, z);
+            z = fmaf(0.0f, v.w, z);
+        }
+        return z != z;
+    };
     const int ktiles = (N + BK - 1) / BK;
     if (KS == 1 || g < ktiles)
-        kv.load(Ks, Vs, g * BK, N);
+        load_kv(g * BK);
 
     const int qp = q0 + 4 * wp;          /* the pair's rows: qp .. qp + 3 */
     const int qm = qp + 2 * half;        /* this warp's MLP rows: qm, qm + 1 */
@@ -482,12 +247,59 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
          * it costs PCAP = 32 a spill */
         const size_t pr0 = ((size_t)b * N + qm) * N;
 
-        /* the group's next tile's features and mask rows into L2 */
-        if (k0 + KS * BK < N)
-            sgkc_ar_prefetch(a, pr0, k0, KS * BK, qm, lane);
+        /* The group's next tile's features and mask rows into L2 (a line a
+         * lane): the loads below then wait on L2, not HBM. */
+        if (k0 + KS * BK < N) {
+            const bool pf = lane * 32 < min(BK, N - k0 - KS * BK) * P; /* a row's tile: P <= 32 lines */
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (qm + r >= N)
+                    continue;
+                const size_t pi = pr0 + (size_t)r * N + k0 + KS * BK;
+                if (pf)
+                    sgkc_prefetch_l2(a.pair + pi * P + lane * 32);
+                if (lane == 0)
+                    sgkc_prefetch_l2(a.mask_u8 ? (const void *)((const unsigned char *)a.mask + pi)
+                                               : (const void *)((const float *)a.mask + pi));
+            }
+        }
 
         /* ---- relation MLP of pairs (qm + r, k0 + lane) -> B ---- */
         if constexpr (DM) {
+            /* lane j: pair (qm + r, k0 + j) an edge? Then the groups of
+             * mlp_dmma.cuh: group G is row r = G / 2, keys 16 (G % 2) ..
+             * + 15; lane (mg, mt) holds keys + mg and + mg + 8 of it. */
+            const int mg = lane >> 2, mt = lane & 3;
+            unsigned eb[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int kg = k0 + lane;
+                eb[r] = __ballot_sync(0xffffffffu,
+                                      qm + r < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pr0 + (size_t)r * N + kg));
+            }
+            constexpr int K1 = PCAP / 16;
+            /* Group G's features load LA groups ahead of its MMAs (0: just
+             * before them). All four ahead at PCAP 16 and one at 32 were
+             * no faster and 2-3 % slower at mid and large (run 94). */
+            constexpr int LA = PCAP > 16 ? 0 : 1;
+            float4 F[4][2][K1];
+            auto load_group = [&](int G, auto full) {
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const int kk = 16 * (G & 1) + mg + 8 * s;
+                    const bool e = (eb[G >> 1] >> kk) & 1u;
+                    const size_t pi = pr0 + (size_t)(G >> 1) * N + k0 + kk;
+#pragma unroll
+                    for (int ks = 0; ks < K1; ks++) {
+                        if (!e)
+                            F[G][s][ks] = make_float4(0.f, 0.f, 0.f, 0.f);
+                        else if constexpr (decltype(full)::value)
+                            F[G][s][ks] = sgkc_ld4(a.pair + pi * PCAP + 16 * ks + 4 * mt);
+                        else
+                            F[G][s][ks] = sgkc_ld_feat4(a.pair + pi * P, 4 * ks + mt, P, a.pvec);
+                    }
+                }
+            };
             /* O waits in shared memory during the MLP where PCAP > 16, as
              * in the FFMA path below */
             constexpr bool STASH = PCAP > 16;
@@ -497,9 +309,32 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
                 for (int q = 0; q < 16; q++)
                     ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
             }
-            unsigned eb[2];
             float res[4][4];
-            sgkc_ar_dm_bias<PCAP, (PCAP > 16 ? 0 : 1)>(a, Wd, pr0, k0, qm, lane, pfull, eb, res);
+            auto mlp = [&](auto full) {
+#pragma unroll
+                for (int G = 0; G < (LA > 0 ? LA : 1); G++)
+                    load_group(G, full);
+#pragma unroll
+                for (int G = 0; G < 4; G++) {
+                    if (LA > 0 && G + LA < 4)
+                        load_group(G + LA, full);
+                    else if (LA == 0 && G > 0)
+                        load_group(G, full);
+                    sgkc_dm_group<PCAP>(F[G], Wd, lane, res[G]);
+                }
+            };
+            if ((eb[0] | eb[1]) != 0u) {
+                if (pfull) /* P and alignment known: no checks in the loads */
+                    mlp(std::true_type{});
+                else
+                    mlp(std::false_type{});
+            } else {
+#pragma unroll
+                for (int G = 0; G < 4; G++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        res[G][i] = 0.0f;
+            }
             if constexpr (STASH) {
                 asm volatile("" ::: "memory");
 #pragma unroll
@@ -507,7 +342,14 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
                     O[q >> 2][q & 3] = ost[(q >> 1) * RS + (q & 1) * 32];
                 __syncwarp(); /* a lane's B stores land in other lanes' O slots */
             }
-            sgkc_ar_dm_store(Bp, half, lane, eb, res);
+#pragma unroll
+            for (int G = 0; G < 4; G++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int kk = 16 * (G & 1) + mg + 8 * (i >> 1), hh = 2 * mt + (i & 1);
+                    const bool e = (eb[G >> 1] >> kk) & 1u;
+                    Bp[hh * RS + (2 * half + (G >> 1)) * 32 + kk] = e ? res[G][i] : SGKC_NEG_INF;
+                }
         } else {
             float4 x[2][R4];
             bool edge[2];
@@ -571,12 +413,90 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
 
         sgkc_cp_wait<0>();
         /* K/V of this tile landed, the pair's B complete */
-        const bool v_nonfinite = sgkc_group_sync_or<KS, NT>(g, kv.v_nonfinite(Vs));
+        const bool v_nonfinite = sgkc_group_sync_or<KS, NT>(g, v_nonfinite_mine());
 
-        sgkc_ar_attend(q_lane, k_lane, v_lane, Bp, b_lane, h, t, v_nonfinite, O, mrow, lrow);
+        /* ---- S = Q.K^T + B for keys t + 8u of head h, the pair's 4 rows ---- */
+        float S[4][4] = {};
+#pragma unroll 4
+        for (int d4 = 0; d4 < 8; d4++) {
+            float4 qv[4], kv[4];
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                qv[r] = *reinterpret_cast<const float4 *>(q_lane + r * D + 4 * (d4 ^ h));
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                kv[u] = *reinterpret_cast<const float4 *>(k_lane + 8 * u * D + 4 * (d4 ^ t));
+            asm volatile("" ::: "memory"); /* all eight loads in flight before the first FMA */
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    sgkc_fma4(S[r][u], qv[r], kv[u]);
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float *br = b_lane + 32 * r;
+            float tmax = SGKC_NEG_INF;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                S[r][u] = sgkc_add_score(br[8 * u], S[r][u]);
+                tmax = fmaxf(tmax, S[r][u]);
+            }
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
+            const float m_new = fmaxf(mrow[r], tmax);
+            const float m_use = m_new == SGKC_NEG_INF ? 0.0f : m_new;
+            const float alpha = sgkc_ex2((mrow[r] - m_use) * SGKC_LOG2E);
+            float l = 0.0f;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const float p = sgkc_ex2((S[r][u] - m_use) * SGKC_LOG2E);
+                br[8 * u] = p;
+                l += p;
+            }
+            mrow[r] = m_new;
+            lrow[r] = lrow[r] * alpha + l;
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                O[r][c] *= alpha;
+        }
+        __syncwarp();
+
+        /* ---- O += P.V over the tile's 32 keys ---- */
+        auto pv = [&](auto guard) {
+            constexpr bool G = decltype(guard)::value;
+            const float *pl = Bp + h * RS;
+#pragma unroll 4
+            for (int j4 = 0; j4 < BK / 4; j4++) {
+                float4 pr[4], vv[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    pr[r] = *reinterpret_cast<const float4 *>(pl + 32 * r + 4 * j4);
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    vv[e] = *reinterpret_cast<const float4 *>(v_lane + (4 * j4 + e) * D);
+                asm volatile("" ::: "memory");
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float va[4] = {vv[e].x, vv[e].y, vv[e].z, vv[e].w};
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const float pe = e == 0 ? pr[r].x : e == 1 ? pr[r].y : e == 2 ? pr[r].z : pr[r].w;
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            O[r][c] = sgkc_pv<G>(pe, va[c], O[r][c]);
+                    }
+                }
+            }
+        };
+        if (v_nonfinite)
+            pv(sgkc_guarded{});
+        else
+            pv(sgkc_plain{});
         sgkc_group_sync<KS, NT>(g); /* K/V and B read by every warp of the group */
         if (kt + KS < ktiles)
-            kv.load(Ks, Vs, k0 + KS * BK, N);
+            load_kv(k0 + KS * BK);
     }
 
     sgkc_grid_trigger();
@@ -610,7 +530,20 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
         }
     }
 
-    sgkc_ar_store_ctx(a, b, qp, h, t, O, lrow);
+    /* ---- ctx = O / l, l summed over the head's 8 lanes; 0 if no edge ---- */
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float l = lrow[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        l += __shfl_xor_sync(0xffffffffu, l, 4);
+        const int qg = qp + r;
+        if (qg >= N)
+            continue;
+        const float il = l == 0.0f ? 0.0f : 1.0f / l;
+        float *dst = a.ctx + ((size_t)b * N + qg) * D + h * 32 + 4 * t;
+        *reinterpret_cast<float4 *>(dst) = make_float4(O[r][0] * il, O[r][1] * il, O[r][2] * il, O[r][3] * il);
+    }
 }
 
 #endif

@@ -8,7 +8,6 @@
 #include "attn_tiled.cuh"
 #include "attn_tiled16.cuh"
 #include "attn_rows.cuh"
-#include "attn_rows_ws.cuh"
 #include "fused_small.cuh"
 #include "gemm_panel.cuh"
 #include "sgemm.cuh"
@@ -321,7 +320,6 @@ struct tiled_cfg {
     size_t smem16;
     bool rows;    /* warps own query rows (attn_rows.cuh) */
     bool dm;      /* its relation MLP on DMMA (mlp_dmma.cuh; tiled-dmma) */
-    bool ws;      /* that MLP in warps of its own (attn_rows_ws.cuh) */
     int ks;       /* its key groups */
     size_t smem_rows;
 };
@@ -381,17 +379,6 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
 #endif
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
-    /* tiled-dmma: the MLP and the attention in different warps of a block
-     * (SGKC_NO_WS, dev A/B builds: attn_rows' DM instances) */
-    const size_t smem_ws = sgkc_arw_smem_floats(c->pcap) * sizeof(float);
-    c->ws = dm && c->rows && smem_ws <= L->smem_optin;
-#ifdef SGKC_NO_WS
-    c->ws = false;
-#endif
-    if (c->ws) {
-        c->ks = 1;
-        c->smem_rows = smem_ws;
-    }
     return c->smem <= L->smem_optin || c->rows;
 }
 
@@ -464,14 +451,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
     a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
     a.qvec = L->D % 4 == 0;
     cudaError_t e;
-    if (c.rows && c.ws) {
-        a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
-        const unsigned blocks = (unsigned)(f->B * a.qtiles);
-        if (c.pcap == 16)
-            e = launch_after(L, sgkc_attn_rows_ws_kernel<16>, dim3(blocks), 2 * SGKC_AR_NT, c.smem_rows, f->stream, 0, a);
-        else
-            e = launch_after(L, sgkc_attn_rows_ws_kernel<32>, dim3(blocks), 2 * SGKC_AR_NT, c.smem_rows, f->stream, 0, a);
-    } else if (c.rows) {
+    if (c.rows) {
         a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles);
         const size_t smem = spread_smem(L, c.smem_rows, blocks, 2 / c.ks);
@@ -696,7 +676,6 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32), false>,
         (const void *)sgkc_attn_rows_kernel<16, 1, false, true>, (const void *)sgkc_attn_rows_kernel<32, 1, false, true>,
         (const void *)sgkc_attn_rows_kernel<16, 2, false, true>, (const void *)sgkc_attn_rows_kernel<32, 2, false, true>,
-        (const void *)sgkc_attn_rows_ws_kernel<16>, (const void *)sgkc_attn_rows_ws_kernel<32>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
     };
