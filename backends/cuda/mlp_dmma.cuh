@@ -12,11 +12,12 @@
  * Measured (runs 92-94): large 308 us against 363 with FFMAs, mid 59.5
  * against 62.0, xl 659 against 632.
  *
- * Exactness: every product of two fp32 values is exact in fp64 and the
- * sums are fp64, so each pre-activation and each bias is the fp64 value
- * rounded once to fp32. The FFMA path rounds after every FMA. silu is the
- * same fp32 sgkc_silu_u as the FFMA path's. No TF32 or lower precision
- * is involved.
+ * Exactness: a product of two fp32 values is exact in fp64, the sums are
+ * fp64 and the silu scale factors are applied to the weights in fp64, so
+ * each pre-activation and each bias is accurate to fp64 before its one
+ * rounding to fp32; the FFMA path rounds to fp32 after every FMA. silu
+ * is the same fp32 sgkc_silu_u as the FFMA path's. No TF32 or other
+ * reduced precision is involved.
  *
  * Layout (m16n8k16 .f64 fragments; lane = 4 g + t):
  *   A (16 x 16): a[2j + s] = A[g + 8s][t + 4j]
