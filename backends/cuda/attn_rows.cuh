@@ -265,6 +265,21 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
         }
 
         /* ---- relation MLP of pairs (qm + r, k0 + lane) -> B ---- */
+        /* At PCAP = 32 the MLP needs the registers of O: O waits in the
+         * 16 B slots this lane fills after the MLP (the pair's B is free
+         * since the last barrier). At PCAP = 16 it fits without. */
+        constexpr bool STASH = PCAP > 16;
+        float *ost = Bp + (2 * half) * 32 + lane;
+        auto stash_o = [&]() {
+#pragma unroll
+            for (int q = 0; q < 16; q++)
+                ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
+        };
+        auto reload_o = [&]() {
+#pragma unroll
+            for (int q = 0; q < 16; q++)
+                O[q >> 2][q & 3] = ost[(q >> 1) * RS + (q & 1) * 32];
+        };
         if constexpr (DM) {
             /* lane j: pair (qm + r, k0 + j) an edge? Then the groups of
              * mlp_dmma.cuh: group G is row r = G / 2, keys 16 (G % 2) ..
@@ -300,15 +315,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
                     }
                 }
             };
-            /* O waits in shared memory during the MLP where PCAP > 16, as
-             * in the FFMA path below */
-            constexpr bool STASH = PCAP > 16;
-            float *ost = Bp + (2 * half) * 32 + lane;
-            if constexpr (STASH) {
-#pragma unroll
-                for (int q = 0; q < 16; q++)
-                    ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
-            }
+            if constexpr (STASH)
+                stash_o();
             float res[4][4];
             auto mlp = [&](auto full) {
 #pragma unroll
@@ -337,9 +345,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             }
             if constexpr (STASH) {
                 asm volatile("" ::: "memory");
-#pragma unroll
-                for (int q = 0; q < 16; q++)
-                    O[q >> 2][q & 3] = ost[(q >> 1) * RS + (q & 1) * 32];
+                reload_o();
                 __syncwarp(); /* a lane's B stores land in other lanes' O slots */
             }
 #pragma unroll
@@ -365,15 +371,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
                     sgkc_ld_feats<R4>(x[r], a.pair + pi * P, P, a.pvec, edge[r]);
             }
             float acc[2][8];
-            /* At PCAP = 32 the MLP needs the registers of O: O waits in the
-             * 16 B slots this lane fills after the MLP (the pair's B is free
-             * since the last barrier). At PCAP = 16 it fits without. */
-            constexpr bool STASH = PCAP > 16;
-            float *ost = Bp + (2 * half) * 32 + lane;
             if constexpr (STASH) {
-#pragma unroll
-                for (int q = 0; q < 16; q++)
-                    ost[(q >> 1) * RS + (q & 1) * 32] = O[q >> 2][q & 3];
+                stash_o();
                 asm volatile("" ::: "memory"); /* the reload below is from memory */
             }
             /* The sums start at b2: loaded here into the registers they
@@ -400,9 +399,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             }
             if constexpr (STASH) {
                 asm volatile("" ::: "memory");
-#pragma unroll
-                for (int q = 0; q < 16; q++)
-                    O[q >> 2][q & 3] = ost[(q >> 1) * RS + (q & 1) * 32];
+                reload_o();
             }
 #pragma unroll
             for (int r = 0; r < 2; r++)
