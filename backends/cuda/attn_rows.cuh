@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             };
             if constexpr (STASH)
                 stash_o();
-            float res[4][4];
+            float res[4][4] = {}; /* no edge: only -inf is stored */
             auto mlp = [&](auto full) {
 #pragma unroll
                 for (int G = 0; G < (LA > 0 ? LA : 1); G++)
@@ -336,12 +336,6 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
                     mlp(std::true_type{});
                 else
                     mlp(std::false_type{});
-            } else {
-#pragma unroll
-                for (int G = 0; G < 4; G++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-                        res[G][i] = 0.0f;
             }
             if constexpr (STASH) {
                 asm volatile("" ::: "memory");

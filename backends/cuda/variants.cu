@@ -319,7 +319,6 @@ struct tiled_cfg {
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
     size_t smem16;
     bool rows;    /* warps own query rows (attn_rows.cuh) */
-    bool dm;      /* its relation MLP on DMMA (mlp_dmma.cuh; tiled-dmma) */
     int ks;       /* its key groups */
     size_t smem_rows;
 };
@@ -332,17 +331,20 @@ struct tiled_cfg {
 #else
 #define SGKC_AR_CW16 true
 #endif
-/* whether attn_rows at this PCAP reads the MLP's weights as kernel
- * parameters (sgkc_mlp_c16) and stages none in shared memory */
-static constexpr bool rows_cw(int pcap)
+/* whether attn_rows at this PCAP, with its MLP on DMMA or not, reads the
+ * MLP's weights as kernel parameters (sgkc_mlp_c16) and stages none in
+ * shared memory */
+static constexpr bool rows_cw(int pcap, bool dm)
 {
-    return pcap == 16 && SGKC_AR_CW16;
+    return pcap == 16 && SGKC_AR_CW16 && !dm;
 }
 
+/* dm: tiled-dmma, which is attn_rows with its MLP on DMMA and nothing
+ * else: a shape attn_rows does not take, or a device other than compute
+ * capability 9.x, has no plan. */
 static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled_cfg *c)
 {
-    c->dm = dm;
-    if (L->hd > SGKC_AT_DGMAX || L->P > 128)
+    if (L->hd > SGKC_AT_DGMAX || L->P > 128 || (dm && L->cc_major != 9))
         return false;
     c->pcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : L->P <= 64 ? 64 : 128;
     const int fit = SGKC_AT_DGMAX / L->hd;
@@ -362,7 +364,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
      * whatever the grid: on the H200 it ran mid 89.7 us against 100.4,
      * large 428 against 566, xl 750 against 1317 (dev/NOTES.md, runs 13-16). */
-    const bool cw = rows_cw(c->pcap) && !dm;
+    const bool cw = rows_cw(c->pcap, dm);
     c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, cw, dm) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
 #ifdef SGKC_NO_ROWS /* dev A/B builds */
@@ -379,6 +381,8 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
 #endif
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
+    if (dm)
+        return c->rows;
     return c->smem <= L->smem_optin || c->rows;
 }
 
@@ -387,8 +391,6 @@ static int tiled_supports_dm(const sgkc_layer *L, int64_t B, int64_t N, bool dm)
     tiled_cfg c;
     if (!tiled_plan(L, B, N, dm, &c) || N > INT_MAX / 4 || !gemm_fits(L, B * N))
         return 0;
-    if (dm && !c.rows)
-        return 0; /* tiled-dmma is attn_rows' MLP on DMMA, nothing else */
     const int64_t blocks = B * ((N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ) * c.G;
     return blocks <= INT_MAX;
 }
@@ -404,10 +406,10 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
  * and tiled-dmma is faster at P 17-32 (large 308 us against 363) but
  * slower at P <= 16 (xl 659 against 632; dev/NOTES.md, runs 92-94).
  * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
- * measured on 9.0 only, so other majors do not offer it. */
+ * measured on 9.0 only, so other majors do not offer it (tiled_plan). */
 static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
-    return L->cc_major == 9 && tiled_supports_dm(L, B, N, true);
+    return tiled_supports_dm(L, B, N, true);
 }
 
 template <int PCAP, int HMAX>
@@ -421,12 +423,25 @@ template <int PCAP, int KS, bool DM>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
                              cudaStream_t s)
 {
-    constexpr bool CW = rows_cw(PCAP) && !DM;
+    constexpr bool CW = rows_cw(PCAP, DM);
     typename sgkc_ar_cw<PCAP, CW>::type cw{};
     if constexpr (CW)
         cw = L->mlpc;
     return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS, CW, DM>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a,
                         cw);
+}
+
+/* the attn_rows instance for the plan's PCAP and key groups */
+template <bool DM>
+static cudaError_t rows_dispatch(const sgkc_layer *L, const tiled_cfg &c, const sgkc_attn_args &a, unsigned blocks,
+                                 size_t smem, cudaStream_t s)
+{
+    switch (c.pcap * 10 + c.ks) {
+    case 161: return rows_attn<16, 1, DM>(L, a, blocks, smem, s);
+    case 162: return rows_attn<16, 2, DM>(L, a, blocks, smem, s);
+    case 321: return rows_attn<32, 1, DM>(L, a, blocks, smem, s);
+    default: return rows_attn<32, 2, DM>(L, a, blocks, smem, s);
+    }
 }
 
 template <int PCAP, int HMAX>
@@ -455,16 +470,8 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
         a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles);
         const size_t smem = spread_smem(L, c.smem_rows, blocks, 2 / c.ks);
-        switch (c.pcap * 100 + c.ks * 10 + c.dm) {
-        case 1610: e = rows_attn<16, 1, false>(L, a, blocks, smem, f->stream); break;
-        case 1620: e = rows_attn<16, 2, false>(L, a, blocks, smem, f->stream); break;
-        case 3210: e = rows_attn<32, 1, false>(L, a, blocks, smem, f->stream); break;
-        case 3220: e = rows_attn<32, 2, false>(L, a, blocks, smem, f->stream); break;
-        case 1611: e = rows_attn<16, 1, true>(L, a, blocks, smem, f->stream); break;
-        case 1621: e = rows_attn<16, 2, true>(L, a, blocks, smem, f->stream); break;
-        case 3211: e = rows_attn<32, 1, true>(L, a, blocks, smem, f->stream); break;
-        default: e = rows_attn<32, 2, true>(L, a, blocks, smem, f->stream); break;
-        }
+        e = dm ? rows_dispatch<true>(L, c, a, blocks, smem, f->stream)
+               : rows_dispatch<false>(L, c, a, blocks, smem, f->stream);
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
@@ -670,12 +677,14 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
-        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16), false>,
-        (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32), false>,
-        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16), false>,
-        (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32), false>,
-        (const void *)sgkc_attn_rows_kernel<16, 1, false, true>, (const void *)sgkc_attn_rows_kernel<32, 1, false, true>,
-        (const void *)sgkc_attn_rows_kernel<16, 2, false, true>, (const void *)sgkc_attn_rows_kernel<32, 2, false, true>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16, false), false>,
+        (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32, false), false>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16, false), false>,
+        (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32, false), false>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16, true), true>,
+        (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32, true), true>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16, true), true>,
+        (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32, true), true>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
     };
