@@ -28,6 +28,10 @@ struct sgkc_layer {
     const float *gamma, *beta; /* (D) */
     const float *wqkv_t;       /* (D, 3D): [k][n], n < D -> Wq row n, then Wk, then Wv */
     const float *wo_t;         /* (D, D): [k][n] = Wo[n][k] */
+    /* Wq | Wk | Wv (3D, D) and Wo (D, D) as given, [n][k], for
+     * gemm_dmma.cuh: packed where tiled-dmma can run (compute capability
+     * 9.x, D = 256), NULL otherwise. */
+    const float *wqkv_nk, *wo_nk;
     const float *w1, *b1;      /* (P, P) as given: w1[p][r]; (P) */
     const float *w2t, *b2;     /* (P, H): w2t[p][h] = w2[h][p]; (H) */
     /* fused-small's per-head-group images (fused_small.cuh), NULL where the

@@ -50,15 +50,15 @@ static inline bool sgkc_gp_fits(const sgkc_gemm_args &g, int BN)
     return g.K == SGKC_GP_K && g.Nc % BN == 0 && g.vec && g.vec_out;
 }
 
-/* LayerNorm of a panel's BM rows in place (row stride K + 4): warp w of
+/* LayerNorm of a panel's BM rows in place (row stride LDA): warp w of
  * NW takes rows 8w .. 8w + 7, then 8 (w + NW) .., eight at a time so that
  * the reductions' shuffle chains overlap; lane l holds columns l + 32 u.
  * Two passes, mean then centred squares, over the row shifted by its
  * first element, as sgkc_rows_stats4. */
-template <int BM, int NW>
+template <int BM, int NW, int LDA = SGKC_GP_K + 4>
 __device__ __forceinline__ void sgkc_gp_layernorm(float *As, const sgkc_gemm_args &a, int wid, int lane)
 {
-    constexpr int K = SGKC_GP_K, LDA = K + 4, RB = 8, KU = K / 32;
+    constexpr int K = SGKC_GP_K, RB = 8, KU = K / 32;
     static_assert(BM % (NW * RB) == 0, "whole row batches per warp");
     float g[KU], bt[KU];
 #pragma unroll

@@ -9,6 +9,7 @@
 #include "attn_tiled16.cuh"
 #include "attn_rows.cuh"
 #include "fused_small.cuh"
+#include "gemm_dmma.cuh"
 #include "gemm_panel.cuh"
 #include "sgemm.cuh"
 
@@ -170,13 +171,14 @@ static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g, bool one_wa
 #define SGKC_GP_OUT2 false, true, 32, 64, 4, 4, 3, 2, 2
 
 /* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
-static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
+static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
 {
     sgkc_gemm_args g;
     memset(&g, 0, sizeof g);
     const int D = L->D;
     g.A = f->nodes;
     g.Bt = L->wqkv_t;
+    g.Wnk = L->wqkv_nk;
     g.C = qkv;
     g.M = f->B * f->N;
     g.Nc = 3 * D;
@@ -188,6 +190,12 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
     g.vec_out = g.vec; /* qkv is workspace */
+    return g;
+}
+
+static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
+{
+    const sgkc_gemm_args g = qkv_args(L, f, qkv);
     /* D = 256: gemm_panel.cuh (dev/NOTES.md, runs 49-51: mid 72.6 -> 66.9
      * us with the output panel off, large 369.1 -> 365.4, xl 688.9 ->
      * 686.0). Otherwise sgemm.cuh, in 64x128 tiles of 8x8 a thread (128
@@ -209,13 +217,14 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
 }
 
 /* out = nodes + ctx Wo^T */
-static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
+static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
 {
     sgkc_gemm_args g;
     memset(&g, 0, sizeof g);
     const int D = L->D;
     g.A = ctx;
     g.Bt = L->wo_t;
+    g.Wnk = L->wo_nk;
     g.C = f->out;
     g.M = f->B * f->N;
     g.Nc = D;
@@ -223,6 +232,12 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
     g.residual = f->nodes;
     g.vec = D % 4 == 0;
     g.vec_out = g.vec && sgkc_aligned16(f->out) && sgkc_aligned16(f->nodes);
+    return g;
+}
+
+static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
+{
+    const sgkc_gemm_args g = out_args(L, f, ctx);
     /* D = 256 and the grid in one wave of three blocks an SM: gemm_panel.cuh
      * (mid 66.9 -> 64.8 us). Past one wave it lost: large's 512 blocks ran
      * 1.3 waves there against one of sgemm.cuh's four an SM (large 365.4 ->
@@ -241,6 +256,27 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
         return launch_panel<SGKC_GP_OUT>(L, f->stream, g);
 #endif
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, f->stream, g);
+}
+
+/* tiled-dmma's projections (gemm_dmma.cuh): 64 x 64 tiles, two blocks an
+ * SM, spread over every SM where the grid is smaller. */
+template <bool LN, bool RES>
+static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+{
+    const dim3 grid((unsigned)((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM), (unsigned)(g.Nc / SGKC_GD_BN));
+    const size_t smem = spread_smem(L, sgkc_gd_smem_bytes(), (int64_t)grid.x * grid.y, 2);
+    return launch_after(L, sgkc_gemm_dmma_kernel<LN, RES>, grid, SGKC_GD_NT, smem, s, 0, g);
+}
+
+/* The output projection on DMMA where its grid has a block for every SM.
+ * Mid's 128 blocks of four warps, one warp a scheduler, ran 60.3 us
+ * against 58.4 with tiled's panel in two K groups (dev/NOTES.md, run 99). */
+static cudaError_t launch_out_dmma(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
+{
+    const sgkc_gemm_args g = out_args(L, f, ctx);
+    if ((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM * (g.Nc / SGKC_GD_BN) < L->sm_count)
+        return launch_out(L, f, ctx);
+    return launch_dgemm<false, true>(L, f->stream, g);
 }
 
 /* ------------------------------------------------------------------ */
@@ -381,8 +417,8 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
 #endif
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
-    if (dm)
-        return c->rows;
+    if (dm) /* and gemm_dmma.cuh's projections: D = 256 (K, and Nc = 3D and D whole tiles), W packed for them */
+        return c->rows && L->wqkv_nk != NULL;
     return c->smem <= L->smem_optin || c->rows;
 }
 
@@ -458,7 +494,12 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
         return cudaErrorInvalidConfiguration;
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    SGKC_RETURN_IF(launch_qkv(L, f, qkv));
+#ifdef SGKC_NO_DGEMM /* dev A/B builds: tiled-dmma with tiled's projections */
+    const bool dg = false;
+#else
+    const bool dg = dm;
+#endif
+    SGKC_RETURN_IF(dg ? (launch_dgemm<true, false>)(L, f->stream, qkv_args(L, f, qkv)) : launch_qkv(L, f, qkv));
     sgkc_attn_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.HG = c.HG;
@@ -498,7 +539,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
         }
     }
     SGKC_RETURN_IF(e);
-    return launch_out(L, f, ctx);
+    return dg ? launch_out_dmma(L, f, ctx) : launch_out(L, f, ctx);
 }
 
 static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
@@ -687,6 +728,7 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32, true), true>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
+        (const void *)sgkc_gemm_dmma_kernel<true, false>, (const void *)sgkc_gemm_dmma_kernel<false, true>,
     };
     SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     SGKC_RETURN_IF(set_func_attr(fused_fns, SGKC_NFNS(fused_fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
@@ -814,7 +856,9 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     const bool seed = Ch && fused_seed_layer(D, H, P, Ch);
     const size_t rw = seed ? d * 3 * (D / Ch) : 0, rwo = seed ? d * (D / Ch) : 0; /* a head group's */
     const size_t o_rw = o_woimg + up64(Ch * wo_img), o_rwo = o_rw + up64(Ch * rw);
-    const size_t total = o_rwo + up64(Ch * rwo);
+    const bool nk = L->cc_major == 9 && D == SGKC_GP_K; /* gemm_dmma.cuh's copies */
+    const size_t o_qkvnk = o_rwo + up64(Ch * rwo), o_wonk = o_qkvnk + up64(nk ? 3 * d * d : 0);
+    const size_t total = o_wonk + up64(nk ? d * d : 0);
 
     if (alloc_fail && alloc_fail())
         return cudaErrorMemoryAllocation;
@@ -838,6 +882,12 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
             h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
     memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
     sgk_pack_weights(desc, h + o_gen);
+    if (nk) {
+        memcpy(h + o_qkvnk, wq, d * d * sizeof(float));
+        memcpy(h + o_qkvnk + d * d, wk, d * d * sizeof(float));
+        memcpy(h + o_qkvnk + 2 * d * d, wv, d * d * sizeof(float));
+        memcpy(h + o_wonk, wo, d * d * sizeof(float));
+    }
     static_assert(sgkc_mlp_fold(16), "the scaling below is sgkc_mlp_stage's at PCAP = 16");
     if (P <= 16 && H == 8) { /* as sgkc_mlp_stage<16, 8> stages them */
         sgkc_mlp_c16 *c = &L->mlpc;
@@ -882,6 +932,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->beta = base + o_beta;
     L->wqkv_t = base + o_qkv;
     L->wo_t = base + o_wo;
+    L->wqkv_nk = nk ? base + o_qkvnk : NULL;
+    L->wo_nk = nk ? base + o_wonk : NULL;
     L->w1 = base + o_w1;
     L->b1 = base + o_b1;
     L->w2t = base + o_w2;

@@ -1,0 +1,175 @@
+/* The projections of the tiled-dmma variant where K (the layer's D) is
+ * 256: C = op(A) W^T (+ residual), the arguments of sgemm.cuh, on the FP64
+ * tensor cores of compute capability 9.x (mma.sync m16n8k16 .f64, as
+ * mlp_dmma.cuh).
+ *
+ * Why: gemm_panel.cuh's FFMA loop issues about one instruction a FMA and
+ * ran mid's Q/K/V GEMM at a third of the FFMA peak (28.9 us for 12 us of
+ * FMAs; dev/NOTES.md, runs 49-52). One DMMA does 2,048 FMAs in one issue
+ * slot at the same peak, so the loop is a few loads and conversions a
+ * DMMA and the pipe, not issue, sets the pace.
+ *
+ * Exactness: A (LayerNorm'd in fp32, as everywhere) and W are fp32; their
+ * products are exact in fp64 and the sums are fp64; the Q scale and the
+ * residual are applied in fp64, so each output is rounded to fp32 once.
+ *
+ * A block is 64 x 64 outputs, 4 warps of 32 x 32 (2 m-tiles of 16 by 4
+ * n-tiles of 8). Its A panel (64 rows x 256) is copied into shared memory
+ * whole and LayerNorm'd in place (gemm_panel.cuh's routine); W streams
+ * through a ring of STAGES slices of 64 rows n by 32 k, each issued
+ * STAGES - 1 slices ahead. W comes as [n][k] (Wnk, the layer's packed
+ * copy in PyTorch's layout), so that both operands are k-contiguous:
+ * the k-slots t + 4j of a lane (g, t) in an m16n8k16 fragment stand for
+ * k = 4t + j of the k-step, and each fragment is one 16-byte load of four
+ * fp32 values per row (A: rows g and g + 8; W: row g), converted to fp64
+ * in registers. Rows of 272 and 48 floats (16 mod 32 banks) give those
+ * loads 4 wavefronts each, the least for 512 bytes.
+ *
+ * Shapes: K = 256, Nc a multiple of 64 (3D and D at D = 256), Wnk 16-byte
+ * aligned; A, C and the residual at any four-byte alignment (a.vec and
+ * a.vec_out say which copies and stores may be wide). */
+#ifndef SGK_CUDA_GEMM_DMMA_CUH
+#define SGK_CUDA_GEMM_DMMA_CUH
+
+#include "gemm_panel.cuh"
+#include "mlp_dmma.cuh"
+
+#define SGKC_GD_BM 64
+#define SGKC_GD_BN 64
+#define SGKC_GD_NT 128               /* 4 warps of 32 x 32 */
+#define SGKC_GD_LDA (SGKC_GP_K + 16) /* the A panel's row, floats */
+#define SGKC_GD_BKC 32                 /* k of a ring slot */
+#define SGKC_GD_LDB (SGKC_GD_BKC + 16) /* a ring slot's row (one n), floats */
+#define SGKC_GD_STAGES 3
+
+__host__ __device__ constexpr size_t sgkc_gd_smem_bytes()
+{
+    return ((size_t)SGKC_GD_BM * SGKC_GD_LDA + (size_t)SGKC_GD_STAGES * SGKC_GD_BN * SGKC_GD_LDB) * sizeof(float);
+}
+
+template <bool LN, bool RES>
+__global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm_args a)
+{
+    constexpr int BM = SGKC_GD_BM, BN = SGKC_GD_BN, NT = SGKC_GD_NT, K = SGKC_GP_K;
+    constexpr int LDA = SGKC_GD_LDA, BKC = SGKC_GD_BKC, LDB = SGKC_GD_LDB, STAGES = SGKC_GD_STAGES;
+    constexpr int NCK = K / BKC;
+    static_assert((BN * BKC / 4) % NT == 0 && (BM * K / 4) % NT == 0, "whole copies a thread");
+
+    extern __shared__ __align__(16) float smem[];
+    float *As = smem; /* [BM][LDA] */
+    float *Bs = As + BM * LDA; /* [STAGES][BN][LDB] */
+    const int64_t M = a.M;
+    const int64_t m0 = (int64_t)blockIdx.x * BM;
+    const int n0 = blockIdx.y * BN;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 1, wn = warp & 1, g = lane >> 2, t = lane & 3;
+
+    auto load_b = [&](int c) {
+        float *dst = Bs + (c % STAGES) * BN * LDB;
+        const float *src = a.Wnk + (size_t)n0 * K + c * BKC;
+#pragma unroll
+        for (int l = 0; l < BN * BKC / 4 / NT; l++) {
+            const int e = tid + l * NT, r = e / (BKC / 4), q = e % (BKC / 4);
+            sgkc_cp_async16(dst + r * LDB + 4 * q, src + (size_t)r * K + 4 * q);
+        }
+    };
+
+    /* W (packed when the layer was created) before the grid wait; A may be
+     * the previous kernel's output. One commit group for slice 0 and the
+     * panel, then one a slice, as the waits below count. */
+#pragma unroll
+    for (int c = 0; c < STAGES - 1; c++)
+        load_b(c);
+    sgkc_grid_wait();
+    for (int e = tid; e < BM * (K / 4); e += NT) {
+        const int r = e / (K / 4), q = e % (K / 4);
+        float *dst = As + r * LDA + 4 * q;
+        const float *src = a.A + (size_t)(m0 + r) * K + 4 * q;
+        if (m0 + r >= M) /* rows past M: zeros, never stored */
+            *reinterpret_cast<float4 *>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+        else if (a.vec)
+            sgkc_cp_async16(dst, src);
+        else
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                sgkc_cp_async4(dst + i, src + i);
+    }
+    sgkc_cp_commit();
+#pragma unroll
+    for (int c = 1; c < STAGES - 1; c++)
+        sgkc_cp_commit();
+
+    double acc[2][4][4] = {};
+    const float *a_lane = As + (wm * 32 + g) * LDA + 4 * t;
+    for (int c = 0; c < NCK; c++) {
+        sgkc_cp_wait<STAGES - 2>();
+        __syncthreads(); /* slice c (and at c = 0 the panel) landed; slot (c - 1) % STAGES free */
+        if constexpr (LN) {
+            if (c == 0) {
+                sgkc_gp_layernorm<BM, NT / 32, LDA>(As, a, warp, lane);
+                __syncthreads();
+            }
+        }
+        if (c + STAGES - 1 < NCK)
+            load_b(c + STAGES - 1);
+        sgkc_cp_commit();
+
+        const float *b_lane = Bs + (c % STAGES) * BN * LDB + (wn * 32 + g) * LDB + 4 * t;
+#pragma unroll
+        for (int kk = 0; kk < BKC / 16; kk++) {
+            double af[2][8];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const float4 v =
+                        *reinterpret_cast<const float4 *>(a_lane + (16 * mt + 8 * s) * LDA + c * BKC + 16 * kk);
+                    af[mt][s] = v.x;
+                    af[mt][2 + s] = v.y;
+                    af[mt][4 + s] = v.z;
+                    af[mt][6 + s] = v.w;
+                }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const float4 w = *reinterpret_cast<const float4 *>(b_lane + 8 * nt * LDB + 16 * kk);
+                const double2 b01 = make_double2(w.x, w.y), b23 = make_double2(w.z, w.w);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+                    sgkc_dmma(acc[mt][nt], af[mt], b01, b23, acc[mt][nt]);
+            }
+        }
+    }
+
+    sgkc_grid_trigger();
+
+    /* c[2s + e] of tile (mt, nt) is row 16 mt + g + 8s, column 8 nt + 2t + e */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const int64_t m = m0 + wm * 32 + 16 * mt + g + 8 * s;
+            if (m >= M)
+                continue;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int n = n0 + wn * 32 + 8 * nt + 2 * t;
+                double v[2] = {acc[mt][nt][2 * s], acc[mt][nt][2 * s + 1]};
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (n + e < a.scale_cols)
+                        v[e] *= (double)a.scale;
+                    if constexpr (RES)
+                        v[e] += (double)__ldg(a.residual + (size_t)m * a.Nc + n + e);
+                }
+                float *dst = a.C + (size_t)m * a.Nc + n;
+                if (a.vec_out)
+                    *reinterpret_cast<float2 *>(dst) = make_float2(__double2float_rn(v[0]), __double2float_rn(v[1]));
+                else {
+                    dst[0] = __double2float_rn(v[0]);
+                    dst[1] = __double2float_rn(v[1]);
+                }
+            }
+        }
+}
+
+#endif
