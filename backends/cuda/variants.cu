@@ -375,9 +375,9 @@ static constexpr bool rows_cw(int pcap, bool dm)
     return pcap == 16 && SGKC_AR_CW16 && !dm;
 }
 
-/* dm: tiled-dmma, which is attn_rows with its MLP on DMMA and nothing
- * else: a shape attn_rows does not take, or a device other than compute
- * capability 9.x, has no plan. */
+/* dm: tiled-dmma, which is attn_rows with its MLP on DMMA and the
+ * projections of gemm_dmma.cuh, nothing else: a shape attn_rows does not
+ * take, or a device other than compute capability 9.x, has no plan. */
 static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled_cfg *c)
 {
     if (L->hd > SGKC_AT_DGMAX || L->P > 128 || (dm && L->cc_major != 9))
@@ -436,11 +436,12 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
     return tiled_supports_dm(L, B, N, false);
 }
 
-/* tiled-dmma: tiled with attn_rows' relation MLP on DMMA (mlp_dmma.cuh),
- * fp64 products and sums. It comes after tiled in the table, so the layer
- * picks it only when asked: the CUDA issue asks for FFMA arithmetic,
- * and tiled-dmma is faster at P 17-32 (large 308 us against 363) but
- * slower at P <= 16 (xl 659 against 632; dev/NOTES.md, runs 92-94).
+/* tiled-dmma: tiled with attn_rows' relation MLP (mlp_dmma.cuh) and the
+ * projections (gemm_dmma.cuh) on DMMA, fp64 products and sums. It comes
+ * after tiled in the table, so the layer picks it only when asked: the
+ * CUDA issue asks for FFMA arithmetic, and tiled-dmma is faster at P
+ * 17-32 (large 296 us against 364) but slower at P <= 16 (xl 653 against
+ * 632; dev/NOTES.md, runs 92-94 and 98-99).
  * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
  * measured on 9.0 only, so other majors do not offer it (tiled_plan). */
 static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N)
