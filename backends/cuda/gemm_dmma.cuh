@@ -41,10 +41,7 @@
 
 #define SGKC_GD_BM 64
 #define SGKC_GD_BN 64
-#ifndef SGKC_GD_MT
-#define SGKC_GD_MT 1 /* m-tiles of 16 a warp: 1 (8 warps of 16 x 32) or 2 (4 of 32 x 32): run 101's A/B */
-#endif
-#define SGKC_GD_NT (256 / SGKC_GD_MT)
+#define SGKC_GD_NT 128               /* 4 warps of 32 x 32 */
 #define SGKC_GD_LDA (SGKC_GP_K + 16) /* the A panel's row, floats */
 #define SGKC_GD_BKC 32                 /* k of a ring slot */
 #define SGKC_GD_LDB (SGKC_GD_BKC + 16) /* a ring slot's row (one n), floats */
@@ -70,7 +67,6 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     const int64_t m0 = (int64_t)blockIdx.x * BM;
     const int n0 = blockIdx.y * BN;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    constexpr int MT = SGKC_GD_MT;
     const int wm = warp >> 1, wn = warp & 1, g = lane >> 2, t = lane & 3;
 
     auto load_b = [&](int c) {
@@ -108,8 +104,8 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     for (int c = 1; c < STAGES - 1; c++)
         sgkc_cp_commit();
 
-    double acc[MT][4][4] = {};
-    const float *a_lane = As + (wm * 16 * MT + g) * LDA + 4 * t;
+    double acc[2][4][4] = {};
+    const float *a_lane = As + (wm * 32 + g) * LDA + 4 * t;
     for (int c = 0; c < NCK; c++) {
         sgkc_cp_wait<STAGES - 2>();
         __syncthreads(); /* slice c (and at c = 0 the panel) landed; slot (c - 1) % STAGES free */
@@ -126,9 +122,9 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
         const float *b_lane = Bs + (c % STAGES) * BN * LDB + (wn * 32 + g) * LDB + 4 * t;
 #pragma unroll
         for (int kk = 0; kk < BKC / 16; kk++) {
-            double af[MT][8];
+            double af[2][8];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
+            for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
                     const float4 v =
@@ -143,7 +139,7 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
                 const float4 w = *reinterpret_cast<const float4 *>(b_lane + 8 * nt * LDB + 16 * kk);
                 const double2 b01 = make_double2(w.x, w.y), b23 = make_double2(w.z, w.w);
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                for (int mt = 0; mt < 2; mt++)
                     sgkc_dmma(acc[mt][nt], af[mt], b01, b23, acc[mt][nt]);
             }
         }
@@ -153,10 +149,10 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
 
     /* c[2s + e] of tile (mt, nt) is row 16 mt + g + 8s, column 8 nt + 2t + e */
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
         for (int s = 0; s < 2; s++) {
-            const int64_t m = m0 + wm * 16 * MT + 16 * mt + g + 8 * s;
+            const int64_t m = m0 + wm * 32 + 16 * mt + g + 8 * s;
             if (m >= M)
                 continue;
 #pragma unroll

@@ -274,10 +274,8 @@ static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_
 static cudaError_t launch_out_dmma(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
 {
     const sgkc_gemm_args g = out_args(L, f, ctx);
-#ifndef SGKC_DGEMM_OUT_ALWAYS /* dev A/B builds */
     if ((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM * (g.Nc / SGKC_GD_BN) < L->sm_count)
         return launch_out(L, f, ctx);
-#endif
     return launch_dgemm<false, true>(L, f->stream, g);
 }
 
