@@ -7,12 +7,12 @@
  * ran mid's Q/K/V GEMM at a third of the FFMA peak (28.9 us for 12 us of
  * FMAs; dev/NOTES.md, runs 49-52). One DMMA does 2,048 FMAs in one issue
  * slot at the same peak, so the loop is a few loads and conversions a
- * DMMA. Measured on the H200 (dev/NOTES.md, runs 98-100): tiled-dmma at
+ * DMMA. Measured on the H200 (dev/NOTES.md, runs 98-101): tiled-dmma at
  * large 308.8 -> 296.3 us, xl 659.8 -> 652.6, mid 60.8 -> 58.4. The
  * pipe does not set the pace yet: ncu put the Q/K/V GEMM at large at 51
- * us with DMMA 48 % active (24 us of FMAs at its peak), its two warps a
- * scheduler waiting on dependent steps; W as fp64, which halved the
- * conversions, was slower.
+ * us with DMMA 48 % active (24 us of FMAs at its peak); W as fp64, which
+ * halved the conversions, was slower, and twice the warps (16 x 32 each)
+ * changed nothing.
  *
  * Exactness: A (LayerNorm'd in fp32, as everywhere) and W are fp32; their
  * products are exact in fp64 and the sums are fp64; the Q scale and the
