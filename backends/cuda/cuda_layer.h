@@ -28,10 +28,6 @@ struct sgkc_layer {
     const float *gamma, *beta; /* (D) */
     const float *wqkv_t;       /* (D, 3D): [k][n], n < D -> Wq row n, then Wk, then Wv */
     const float *wo_t;         /* (D, D): [k][n] = Wo[n][k] */
-    /* Wq | Wk | Wv (3D, D) and Wo (D, D) as given, [n][k], for
-     * gemm_dmma.cuh: packed where tiled-dmma can run (compute capability
-     * 9.x, D = 256), NULL otherwise. */
-    const float *wqkv_nk, *wo_nk;
     const float *w1, *b1;      /* (P, P) as given: w1[p][r]; (P) */
     const float *w2t, *b2;     /* (P, H): w2t[p][h] = w2[h][p]; (H) */
     /* fused-small's per-head-group images (fused_small.cuh), NULL where the
@@ -44,7 +40,8 @@ struct sgkc_layer {
     /* The MLP's weights for attn_rows' kernel parameters, filled where
      * P <= 16 and H = 8 (the only layers attn_rows takes at PCAP = 16). */
     sgkc_mlp_c16 mlpc;
-    /* The same weights as the generated kernels take them (kernels/plan.h). */
+    /* The same weights as the generated kernels take them (kernels/plan.h);
+     * gemm_dmma.cuh reads its Wq | Wk | Wv and Wo there ([n][k], as given). */
     const float *gen;
     sgk_packed gen_off;
     /* Device limits read once at layer creation. */

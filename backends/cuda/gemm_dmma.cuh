@@ -22,8 +22,9 @@
  * n-tiles of 8). Its A panel (64 rows x 256) is copied into shared memory
  * whole and LayerNorm'd in place (gemm_panel.cuh's routine); W streams
  * through a ring of STAGES slices of 64 rows n by 32 k, each issued
- * STAGES - 1 slices ahead. W comes as [n][k] (Wnk, the layer's packed
- * copy in PyTorch's layout), so that both operands are k-contiguous:
+ * STAGES - 1 slices ahead. W comes as [n][k] (Wnk: PyTorch's layout, as
+ * the generated kernels' packed weights hold it), so that both operands
+ * are k-contiguous:
  * the k-slots t + 4j of a lane (g, t) in an m16n8k16 fragment stand for
  * k = 4t + j of the k-step, and each fragment is one 16-byte load of four
  * fp32 values per row (A: rows g and g + 8; W: row g), converted to fp64
@@ -31,7 +32,8 @@
  * loads 4 wavefronts each, the least for 512 bytes.
  *
  * Shapes: K = 256, Nc a multiple of 64 (3D and D at D = 256), Wnk 16-byte
- * aligned; A, C and the residual at any four-byte alignment (a.vec and
+ * aligned (sgk_packed_layout's offsets are multiples of 4 floats when D
+ * is); A, C and the residual at any four-byte alignment (a.vec and
  * a.vec_out say which copies and stores may be wide). */
 #ifndef SGK_CUDA_GEMM_DMMA_CUH
 #define SGK_CUDA_GEMM_DMMA_CUH

@@ -178,7 +178,7 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
     const int D = L->D;
     g.A = f->nodes;
     g.Bt = L->wqkv_t;
-    g.Wnk = L->wqkv_nk;
+    g.Wnk = L->gen + L->gen_off.wqkv; /* Wq | Wk | Wv as given: [n][k] */
     g.C = qkv;
     g.M = f->B * f->N;
     g.Nc = 3 * D;
@@ -193,9 +193,8 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
     return g;
 }
 
-static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
+static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const sgkc_gemm_args g = qkv_args(L, f, qkv);
     /* D = 256: gemm_panel.cuh (dev/NOTES.md, runs 49-51: mid 72.6 -> 66.9
      * us with the output panel off, large 369.1 -> 365.4, xl 688.9 ->
      * 686.0). Otherwise sgemm.cuh, in 64x128 tiles of 8x8 a thread (128
@@ -208,12 +207,12 @@ static cudaError_t launch_qkv(const sgkc_layer *L, const sgkc_fwd *f, float *qkv
      * 72.5 (dev/NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
 #ifndef SGKC_NO_PANEL /* dev A/B builds */
     if (panel_fits<SGKC_GP_QKV>(L, g, false))
-        return launch_panel<SGKC_GP_QKV>(L, f->stream, g);
+        return launch_panel<SGKC_GP_QKV>(L, s, g);
 #endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
-        return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, f->stream, g);
-    return launch_gemm<true, false, 64, 64, 16, 4, 4, 3>(L, f->stream, g);
+        return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, s, g);
+    return launch_gemm<true, false, 64, 64, 16, 4, 4, 3>(L, s, g);
 }
 
 /* out = nodes + ctx Wo^T */
@@ -224,7 +223,7 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
     const int D = L->D;
     g.A = ctx;
     g.Bt = L->wo_t;
-    g.Wnk = L->wo_nk;
+    g.Wnk = L->gen + L->gen_off.wo;
     g.C = f->out;
     g.M = f->B * f->N;
     g.Nc = D;
@@ -235,9 +234,8 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
     return g;
 }
 
-static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
+static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const sgkc_gemm_args g = out_args(L, f, ctx);
     /* D = 256 and the grid in one wave of three blocks an SM: gemm_panel.cuh
      * (mid 66.9 -> 64.8 us). Past one wave it lost: large's 512 blocks ran
      * 1.3 waves there against one of sgemm.cuh's four an SM (large 365.4 ->
@@ -250,20 +248,25 @@ static cudaError_t launch_out(const sgkc_layer *L, const sgkc_fwd *f, const floa
      * (mid 62.9-63.4 -> 62.4-62.9 us, dev/NOTES.md, run 82). */
 #ifndef SGKC_NO_GKSPLIT /* dev A/B builds */
     if (panel_fits<SGKC_GP_OUT2>(L, g, true))
-        return launch_panel<SGKC_GP_OUT2>(L, f->stream, g);
+        return launch_panel<SGKC_GP_OUT2>(L, s, g);
 #endif
     if (panel_fits<SGKC_GP_OUT>(L, g, true))
-        return launch_panel<SGKC_GP_OUT>(L, f->stream, g);
+        return launch_panel<SGKC_GP_OUT>(L, s, g);
 #endif
-    return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, f->stream, g);
+    return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
 
 /* tiled-dmma's projections (gemm_dmma.cuh): 64 x 64 tiles, two blocks an
  * SM, spread over every SM where the grid is smaller. */
+static dim3 dgemm_grid(const sgkc_gemm_args &g)
+{
+    return dim3((unsigned)((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM), (unsigned)(g.Nc / SGKC_GD_BN));
+}
+
 template <bool LN, bool RES>
 static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const dim3 grid((unsigned)((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM), (unsigned)(g.Nc / SGKC_GD_BN));
+    const dim3 grid = dgemm_grid(g);
     const size_t smem = spread_smem(L, sgkc_gd_smem_bytes(), (int64_t)grid.x * grid.y, 2);
     return launch_after(L, sgkc_gemm_dmma_kernel<LN, RES>, grid, SGKC_GD_NT, smem, s, 0, g);
 }
@@ -271,12 +274,12 @@ static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_
 /* The output projection on DMMA where its grid has a block for every SM.
  * Mid's 128 blocks of four warps, one warp a scheduler, ran 60.3 us
  * against 58.4 with tiled's panel in two K groups (dev/NOTES.md, run 99). */
-static cudaError_t launch_out_dmma(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
+static cudaError_t launch_out_dmma(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const sgkc_gemm_args g = out_args(L, f, ctx);
-    if ((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM * (g.Nc / SGKC_GD_BN) < L->sm_count)
-        return launch_out(L, f, ctx);
-    return launch_dgemm<false, true>(L, f->stream, g);
+    const dim3 grid = dgemm_grid(g);
+    if ((int64_t)grid.x * grid.y < L->sm_count)
+        return launch_out(L, s, g);
+    return launch_dgemm<false, true>(L, s, g);
 }
 
 /* ------------------------------------------------------------------ */
@@ -335,14 +338,14 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgkc_fwd *f)
 {
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    SGKC_RETURN_IF(launch_qkv(L, f, qkv));
+    SGKC_RETURN_IF(launch_qkv(L, f->stream, qkv_args(L, f, qkv)));
     sgkc_gen_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.KC = general_kc(L, f->N);
     const size_t smem = sgkc_ag_smem_floats(a.D, a.H, a.P, a.KC) * sizeof(float);
     sgkc_attn_general_kernel<<<(unsigned)(f->B * f->N), SGKC_AG_NT, smem, f->stream>>>(a);
     SGKC_RETURN_IF(cudaGetLastError());
-    return launch_out(L, f, ctx);
+    return launch_out(L, f->stream, out_args(L, f, ctx));
 }
 
 /* ------------------------------------------------------------------ */
@@ -417,8 +420,8 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
 #endif
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
-    if (dm) /* and gemm_dmma.cuh's projections: D = 256 (K, and Nc = 3D and D whole tiles), W packed for them */
-        return c->rows && L->wqkv_nk != NULL;
+    if (dm) /* rows' D = 256 is gemm_dmma.cuh's K, and 3D and D are whole column tiles */
+        return c->rows;
     return c->smem <= L->smem_optin || c->rows;
 }
 
@@ -500,7 +503,8 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
 #else
     const bool dg = dm;
 #endif
-    SGKC_RETURN_IF(dg ? (launch_dgemm<true, false>)(L, f->stream, qkv_args(L, f, qkv)) : launch_qkv(L, f, qkv));
+    const sgkc_gemm_args gq = qkv_args(L, f, qkv), go = out_args(L, f, ctx);
+    SGKC_RETURN_IF(dg ? (launch_dgemm<true, false>)(L, f->stream, gq) : launch_qkv(L, f->stream, gq));
     sgkc_attn_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.HG = c.HG;
@@ -540,7 +544,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
         }
     }
     SGKC_RETURN_IF(e);
-    return dg ? launch_out_dmma(L, f, ctx) : launch_out(L, f, ctx);
+    return dg ? launch_out_dmma(L, f->stream, go) : launch_out(L, f->stream, go);
 }
 
 static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
@@ -857,9 +861,7 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     const bool seed = Ch && fused_seed_layer(D, H, P, Ch);
     const size_t rw = seed ? d * 3 * (D / Ch) : 0, rwo = seed ? d * (D / Ch) : 0; /* a head group's */
     const size_t o_rw = o_woimg + up64(Ch * wo_img), o_rwo = o_rw + up64(Ch * rw);
-    const bool nk = L->cc_major == 9 && D == SGKC_GP_K; /* gemm_dmma.cuh's copies */
-    const size_t o_qkvnk = o_rwo + up64(Ch * rwo), o_wonk = o_qkvnk + up64(nk ? 3 * d * d : 0);
-    const size_t total = o_wonk + up64(nk ? d * d : 0);
+    const size_t total = o_rwo + up64(Ch * rwo);
 
     if (alloc_fail && alloc_fail())
         return cudaErrorMemoryAllocation;
@@ -883,12 +885,6 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
             h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
     memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
     sgk_pack_weights(desc, h + o_gen);
-    if (nk) {
-        memcpy(h + o_qkvnk, wq, d * d * sizeof(float));
-        memcpy(h + o_qkvnk + d * d, wk, d * d * sizeof(float));
-        memcpy(h + o_qkvnk + 2 * d * d, wv, d * d * sizeof(float));
-        memcpy(h + o_wonk, wo, d * d * sizeof(float));
-    }
     static_assert(sgkc_mlp_fold(16), "the scaling below is sgkc_mlp_stage's at PCAP = 16");
     if (P <= 16 && H == 8) { /* as sgkc_mlp_stage<16, 8> stages them */
         sgkc_mlp_c16 *c = &L->mlpc;
@@ -933,8 +929,6 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->beta = base + o_beta;
     L->wqkv_t = base + o_qkv;
     L->wo_t = base + o_wo;
-    L->wqkv_nk = nk ? base + o_qkvnk : NULL;
-    L->wo_nk = nk ? base + o_wonk : NULL;
     L->w1 = base + o_w1;
     L->b1 = base + o_b1;
     L->w2t = base + o_w2;
