@@ -3,7 +3,8 @@
  * SM-clock, on 4, 8 and 16 warps an SM. On the H200 (run 92): DMMA 128 fp64
  * FMAs an SM-clock in either shape; conversions 15 and ex2 16, and the two
  * together take the sum of their times (one pipe); DMMA beside FFMA keeps
- * 107 of its 128.
+ * 107 of its 128. Mode 8 and gemm_loop (run 102) ask the same of DMMA
+ * beside conversions and of gemm_dmma.cuh's inner loop alone.
  *   nvcc -O3 -arch=sm_90 -o mma_probe mma_probe.cu && ./mma_probe
  */
 #include <cstdio>
@@ -47,7 +48,10 @@ template <int MODE> __global__ void __launch_bounds__(512) probe(long long *cyc,
       mma884(*(double(*)[2])&d2[0], a[4], b[0]); mma884(*(double(*)[2])&d2[2], a[5], b[1]);
       mma884(*(double(*)[2])&d3[0], a[6], b[2]); mma884(*(double(*)[2])&d3[2], a[7], b[3]);
     }
-    if (MODE == 2 || MODE == 5 || MODE == 6) { // 8 f32->f64 and 8 f64->f32
+    if (MODE == 8) { // 4 independent m16n8k16 beside the conversions below
+      mma16816(d0, a, b); mma16816(d1, a, b); mma16816(d2, a, b); mma16816(d3, a, b);
+    }
+    if (MODE == 2 || MODE == 5 || MODE == 6 || MODE == 8) { // 8 f32->f64 and 8 f64->f32
 #pragma unroll
       for (int i = 0; i < 8; i++) dd[i] = cvt_d(f[i]);
 #pragma unroll
@@ -71,6 +75,93 @@ template <int MODE> __global__ void __launch_bounds__(512) probe(long long *cyc,
   for (int i = 0; i < 8; i++) fs += f[i] + acc[i];
   sinkd[blockIdx.x * 512 + threadIdx.x] = s;
   sinkf[blockIdx.x * 512 + threadIdx.x] = fs;
+}
+
+/* gemm_dmma.cuh's inner loop alone (no barriers, no copies): a warp's 32 x 32
+ * tile, per k-step of 16 four A and four W loads of 16 bytes, 32 f32 -> f64
+ * conversions and 8 m16n8k16. G = 0: that loop; 1: fragments stored as fp64
+ * (eight A and eight W loads of 16 bytes, no conversions); 2: the loads and
+ * conversions of G = 0 without the DMMAs (their operands summed instead). */
+template <int G> __global__ void __launch_bounds__(256) gemm_loop(long long *cyc, float seed) {
+  extern __shared__ __align__(16) float sm[];
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = threadIdx.x >> 5;
+  for (int i = threadIdx.x; i < 8192; i += blockDim.x) sm[i] = seed * (i & 255);
+  __syncthreads();
+  double acc[2][4][4] = {};
+  double s = 0;
+  long long t0 = clock64();
+  for (int it = 0; it < IT / 4; it++) {
+    const int k = (it * 16 + w * 48) & 255; /* rows of 272 floats (A) and 48 (W), as gemm_dmma */
+    double af[2][8];
+    double2 bf[4][2];
+    if (G != 1) {
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const float4 v = *reinterpret_cast<const float4 *>(sm + ((16 * mt + 8 * r + g) * 272 + 4 * t + k) % 8192);
+          af[mt][r] = v.x; af[mt][2 + r] = v.y; af[mt][4 + r] = v.z; af[mt][6 + r] = v.w;
+        }
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++) {
+        const float4 v = *reinterpret_cast<const float4 *>(sm + 4096 + ((8 * nt + g) * 48 + 4 * t + (k & 31)) % 4096);
+        bf[nt][0] = make_double2(v.x, v.y); bf[nt][1] = make_double2(v.z, v.w);
+      }
+    } else {
+      const double *smd = reinterpret_cast<const double *>(sm);
+#pragma unroll
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+          for (int h = 0; h < 2; h++) {
+            const double2 v = *reinterpret_cast<const double2 *>(smd + ((16 * mt + 8 * r + g) * 264 + 4 * t + 2 * h + k) % 2048);
+            af[mt][4 * h + r] = v.x; af[mt][4 * h + 2 + r] = v.y;
+          }
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+          bf[nt][h] = *reinterpret_cast<const double2 *>(smd + 2048 + ((8 * nt + g) * 40 + 4 * t + 2 * h + (k & 31)) % 2048);
+    }
+    if (G == 2) {
+#pragma unroll /* 32 independent adds, not one chain */
+      for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[mt][i & 3][i >> 2] += af[mt][i];
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++) {
+        acc[0][nt][2] += bf[nt][0].x; acc[0][nt][3] += bf[nt][0].y; acc[1][nt][2] += bf[nt][1].x; acc[1][nt][3] += bf[nt][1].y;
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+          double b[4] = {bf[nt][0].x, bf[nt][0].y, bf[nt][1].x, bf[nt][1].y};
+          mma16816(acc[mt][nt], af[mt], b);
+        }
+    }
+  }
+  long long t1 = clock64();
+  if (lane == 0) cyc[blockIdx.x * 16 + w] = t1 - t0;
+  for (int mt = 0; mt < 2; mt++)
+    for (int nt = 0; nt < 4; nt++) s += acc[mt][nt][0] + acc[mt][nt][3];
+  sinkd[blockIdx.x * 512 + threadIdx.x] = s;
+}
+
+template <int G> void run_gemm(const char *name, int warps) {
+  long long *cyc; cudaMalloc(&cyc, 132 * 16 * sizeof(long long));
+  cudaFuncSetAttribute(gemm_loop<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, 32768);
+  gemm_loop<G><<<132, warps * 32, 32768>>>(cyc, 1e-3f);
+  gemm_loop<G><<<132, warps * 32, 32768>>>(cyc, 1e-3f);
+  cudaDeviceSynchronize();
+  long long h[132 * 16]; cudaMemcpy(h, cyc, sizeof h, cudaMemcpyDeviceToHost);
+  long long mx = 0; for (int i = 0; i < warps; i++) mx = h[i] > mx ? h[i] : mx;
+  const double dmma_fma = 8 * 2048.0 * (IT / 4) * warps / (double)mx;
+  printf("%-34s warps/SM %2d: %8.1f DMMA-FMA-equivalent per SM-clock (peak 128), %7.1f cycles a k-step a warp (%s)\n", name, warps,
+         dmma_fma, (double)mx / (IT / 4), cudaGetErrorString(cudaGetLastError()));
+  cudaFree(cyc);
 }
 
 template <int MODE> void run(const char *name, int warps, double per_it_ops, const char *unit) {
@@ -99,6 +190,13 @@ int main() {
     run<3>("DMMA x4 + FFMA x64: DMMA FMA", w, 4 * 2048.0, "FMA");
     run<5>("cvt 16 + FFMA 64: cvt", w, 16 * 32.0, "cvt");
     run<6>("cvt 16 + EX2 8: cvt", w, 16 * 32.0, "cvt");
+    run<8>("DMMA x4 + cvt 16: DMMA FMA", w, 4 * 2048.0, "FMA");
+    run<2>("  (cvt 16 alone, for the sum)", w, 16 * 32.0, "cvt");
+  }
+  for (int w : {4, 8}) { /* gemm_dmma runs 8 warps an SM */
+    run_gemm<0>("gemm loop: fp32 + cvt + DMMA", w);
+    run_gemm<1>("gemm loop: fp64 frags + DMMA", w);
+    run_gemm<2>("gemm loop: fp32 + cvt, no DMMA", w);
   }
   return 0;
 }
