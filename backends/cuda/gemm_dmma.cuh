@@ -54,6 +54,43 @@ __host__ __device__ constexpr size_t sgkc_gd_smem_bytes()
     return ((size_t)SGKC_GD_BM * SGKC_GD_LDA + (size_t)SGKC_GD_STAGES * SGKC_GD_BN * SGKC_GD_LDB) * sizeof(float);
 }
 
+/* A warp's 32 x 32 outputs, then its accumulators zeroed for the next
+ * n-tile. c[2s + e] of tile (mt, nt) is row m + 16 mt + 8s, column
+ * n + 8 nt + e (m and n: the lane's first row and column). */
+template <bool RES>
+__device__ __forceinline__ void sgkc_gd_store(const sgkc_gemm_args &a, double (&acc)[2][4][4], int64_t m_lane,
+                                              int n_lane)
+{
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const int64_t m = m_lane + 16 * mt + 8 * s;
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int n = n_lane + 8 * nt;
+                double v[2] = {acc[mt][nt][2 * s], acc[mt][nt][2 * s + 1]};
+                acc[mt][nt][2 * s] = acc[mt][nt][2 * s + 1] = 0.0;
+                if (m >= a.M)
+                    continue;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (n + e < a.scale_cols)
+                        v[e] *= (double)a.scale;
+                    if constexpr (RES)
+                        v[e] += (double)__ldg(a.residual + (size_t)m * a.Nc + n + e);
+                }
+                float *dst = a.C + (size_t)m * a.Nc + n;
+                if (a.vec_out)
+                    *reinterpret_cast<float2 *>(dst) = make_float2(__double2float_rn(v[0]), __double2float_rn(v[1]));
+                else {
+                    dst[0] = __double2float_rn(v[0]);
+                    dst[1] = __double2float_rn(v[1]);
+                }
+            }
+        }
+}
+
 template <bool LN, bool RES>
 __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm_args a)
 {
@@ -67,13 +104,16 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     float *Bs = As + BM * LDA; /* [STAGES][BN][LDB] */
     const int64_t M = a.M;
     const int64_t m0 = (int64_t)blockIdx.x * BM;
-    const int n0 = blockIdx.y * BN;
+    /* gridDim.y groups of the Nc / BN n-tiles; this block walks its group's
+     * tiles in turn over one panel, its W slices one stream through the ring */
+    const int ntiles = a.Nc / BN / (int)gridDim.y, nbase = (int)blockIdx.y * ntiles * BN;
+    const int NS = ntiles * NCK; /* ring slices this block */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 1, wn = warp & 1, g = lane >> 2, t = lane & 3;
 
-    auto load_b = [&](int c) {
-        float *dst = Bs + (c % STAGES) * BN * LDB;
-        const float *src = a.Wnk + (size_t)n0 * K + c * BKC;
+    auto load_b = [&](int sl) {
+        float *dst = Bs + (sl % STAGES) * BN * LDB;
+        const float *src = a.Wnk + (size_t)(nbase + sl / NCK * BN) * K + sl % NCK * BKC;
 #pragma unroll
         for (int l = 0; l < BN * BKC / 4 / NT; l++) {
             const int e = tid + l * NT, r = e / (BKC / 4), q = e % (BKC / 4);
@@ -85,8 +125,9 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
      * the previous kernel's output. One commit group for slice 0 and the
      * panel, then one a slice, as the waits below count. */
 #pragma unroll
-    for (int c = 0; c < STAGES - 1; c++)
-        load_b(c);
+    for (int sl = 0; sl < STAGES - 1; sl++)
+        if (sl < NS)
+            load_b(sl);
     sgkc_grid_wait();
     for (int e = tid; e < BM * (K / 4); e += NT) {
         const int r = e / (K / 4), q = e % (K / 4);
@@ -103,25 +144,26 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     }
     sgkc_cp_commit();
 #pragma unroll
-    for (int c = 1; c < STAGES - 1; c++)
+    for (int sl = 1; sl < STAGES - 1; sl++)
         sgkc_cp_commit();
 
     double acc[2][4][4] = {};
     const float *a_lane = As + (wm * 32 + g) * LDA + 4 * t;
-    for (int c = 0; c < NCK; c++) {
+    for (int sl = 0; sl < NS; sl++) {
+        const int c = sl % NCK;
         sgkc_cp_wait<STAGES - 2>();
-        __syncthreads(); /* slice c (and at c = 0 the panel) landed; slot (c - 1) % STAGES free */
+        __syncthreads(); /* slice sl (and at sl = 0 the panel) landed; slot (sl - 1) % STAGES free */
         if constexpr (LN) {
-            if (c == 0) {
+            if (sl == 0) {
                 sgkc_gp_layernorm<BM, NT / 32, LDA>(As, a, warp, lane);
                 __syncthreads();
             }
         }
-        if (c + STAGES - 1 < NCK)
-            load_b(c + STAGES - 1);
+        if (sl + STAGES - 1 < NS)
+            load_b(sl + STAGES - 1);
         sgkc_cp_commit();
 
-        const float *b_lane = Bs + (c % STAGES) * BN * LDB + (wn * 32 + g) * LDB + 4 * t;
+        const float *b_lane = Bs + (sl % STAGES) * BN * LDB + (wn * 32 + g) * LDB + 4 * t;
 #pragma unroll
         for (int kk = 0; kk < BKC / 16; kk++) {
             double af[2][8];
@@ -145,38 +187,12 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
                     sgkc_dmma(acc[mt][nt], af[mt], b01, b23, acc[mt][nt]);
             }
         }
-    }
-
-    sgkc_grid_trigger();
-
-    /* c[2s + e] of tile (mt, nt) is row 16 mt + g + 8s, column 8 nt + 2t + e */
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const int64_t m = m0 + wm * 32 + 16 * mt + g + 8 * s;
-            if (m >= M)
-                continue;
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const int n = n0 + wn * 32 + 8 * nt + 2 * t;
-                double v[2] = {acc[mt][nt][2 * s], acc[mt][nt][2 * s + 1]};
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (n + e < a.scale_cols)
-                        v[e] *= (double)a.scale;
-                    if constexpr (RES)
-                        v[e] += (double)__ldg(a.residual + (size_t)m * a.Nc + n + e);
-                }
-                float *dst = a.C + (size_t)m * a.Nc + n;
-                if (a.vec_out)
-                    *reinterpret_cast<float2 *>(dst) = make_float2(__double2float_rn(v[0]), __double2float_rn(v[1]));
-                else {
-                    dst[0] = __double2float_rn(v[0]);
-                    dst[1] = __double2float_rn(v[1]);
-                }
-            }
+        if (c == NCK - 1) {
+            if (sl == NS - 1)
+                sgkc_grid_trigger();
+            sgkc_gd_store<RES>(a, acc, m0 + wm * 32 + g, nbase + sl / NCK * BN + wn * 32 + 2 * t);
         }
+    }
 }
 
 #endif

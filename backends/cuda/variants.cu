@@ -257,16 +257,48 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
 }
 
 /* tiled-dmma's projections (gemm_dmma.cuh): 64 x 64 tiles, two blocks an
- * SM, spread over every SM where the grid is smaller. */
-static dim3 dgemm_grid(const sgkc_gemm_args &g)
+ * SM, spread over every SM where the grid is smaller. A block LayerNorms
+ * its A panel once and walks a group of the n-tiles over it, so more
+ * n-tiles a block pay that prologue less often, while fewer blocks may
+ * leave SMs with one block (one warp a scheduler, whose loop keeps 62 %
+ * of the DMMA pipe busy against 90 % for two: run 102's probe). The cost
+ * below, in the time of one 32-k slice, counts the prologue as four
+ * slices and waves of two blocks an SM. Without LayerNorm the prologue is
+ * a copy, and a block takes one n-tile. */
+static int dgemm_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, bool ln)
 {
-    return dim3((unsigned)((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM), (unsigned)(g.Nc / SGKC_GD_BN));
+    const int nt = g.Nc / SGKC_GD_BN;
+    const int64_t rows = (g.M + SGKC_GD_BM - 1) / SGKC_GD_BM, sms = L->sm_count;
+#ifdef SGKC_GD_NTILES /* dev A/B builds: this many n-tiles a LayerNorm block where it divides them */
+    if (ln && nt % SGKC_GD_NTILES == 0)
+        return SGKC_GD_NTILES;
+#endif
+    if (!ln)
+        return 1;
+    int best = 1;
+    double best_cost = 0;
+    for (int d = 1; d <= nt; d++) {
+        if (nt % d)
+            continue;
+        const int64_t blocks = rows * (nt / d);
+        const double waves = blocks <= sms ? 0.72 : (double)((blocks + 2 * sms - 1) / (2 * sms));
+        const double cost = waves * (4 + 8 * d);
+        if (d == 1 || cost < best_cost)
+            best = d, best_cost = cost;
+    }
+    return best;
+}
+
+static dim3 dgemm_grid(const sgkc_layer *L, const sgkc_gemm_args &g, bool ln)
+{
+    return dim3((unsigned)((g.M + SGKC_GD_BM - 1) / SGKC_GD_BM),
+                (unsigned)(g.Nc / SGKC_GD_BN / dgemm_ntiles(L, g, ln)));
 }
 
 template <bool LN, bool RES>
 static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const dim3 grid = dgemm_grid(g);
+    const dim3 grid = dgemm_grid(L, g, LN);
     const size_t smem = spread_smem(L, sgkc_gd_smem_bytes(), (int64_t)grid.x * grid.y, 2);
     return launch_after(L, sgkc_gemm_dmma_kernel<LN, RES>, grid, SGKC_GD_NT, smem, s, 0, g);
 }
@@ -276,7 +308,7 @@ static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_
  * against 58.4 with tiled's panel in two K groups (dev/NOTES.md, run 99). */
 static cudaError_t launch_out_dmma(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const dim3 grid = dgemm_grid(g);
+    const dim3 grid = dgemm_grid(L, g, false);
     if ((int64_t)grid.x * grid.y < L->sm_count)
         return launch_out(L, s, g);
     return launch_dgemm<false, true>(L, s, g);
