@@ -49,9 +49,13 @@
 #define SGKC_GD_LDB (SGKC_GD_BKC + 16) /* a ring slot's row (one n), floats */
 #define SGKC_GD_STAGES 3
 
-__host__ __device__ constexpr size_t sgkc_gd_smem_bytes()
+/* With LayerNorm a block holds its whole A panel and a ring of W slices;
+ * without, a ring slot holds the A slice (BM rows) above the W slice. */
+__host__ __device__ constexpr size_t sgkc_gd_smem_bytes(bool ln)
 {
-    return ((size_t)SGKC_GD_BM * SGKC_GD_LDA + (size_t)SGKC_GD_STAGES * SGKC_GD_BN * SGKC_GD_LDB) * sizeof(float);
+    return (ln ? (size_t)SGKC_GD_BM * SGKC_GD_LDA + (size_t)SGKC_GD_STAGES * SGKC_GD_BN * SGKC_GD_LDB
+               : (size_t)SGKC_GD_STAGES * (SGKC_GD_BM + SGKC_GD_BN) * SGKC_GD_LDB) *
+           sizeof(float);
 }
 
 /* A warp's 32 x 32 outputs, then its accumulators zeroed for the next
@@ -100,8 +104,9 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     static_assert((BN * BKC / 4) % NT == 0 && (BM * K / 4) % NT == 0, "whole copies a thread");
 
     extern __shared__ __align__(16) float smem[];
-    float *As = smem; /* [BM][LDA] */
-    float *Bs = As + BM * LDA; /* [STAGES][BN][LDB] */
+    constexpr int SLOT = (LN ? BN : BM + BN) * LDB; /* a ring slot: [BM][LDB] of A (without LN), [BN][LDB] of W */
+    float *As = smem;                         /* LN: the panel, [BM][LDA] */
+    float *ring = smem + (LN ? BM * LDA : 0); /* [STAGES][SLOT] */
     const int64_t M = a.M;
     const int64_t m0 = (int64_t)blockIdx.x * BM;
     /* gridDim.y groups of the Nc / BN n-tiles; this block walks its group's
@@ -112,7 +117,7 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     const int wm = warp >> 1, wn = warp & 1, g = lane >> 2, t = lane & 3;
 
     auto load_b = [&](int sl) {
-        float *dst = Bs + (sl % STAGES) * BN * LDB;
+        float *dst = ring + (sl % STAGES) * SLOT + (LN ? 0 : BM * LDB);
         const float *src = a.Wnk + (size_t)(nbase + sl / NCK * BN) * K + sl % NCK * BKC;
 #pragma unroll
         for (int l = 0; l < BN * BKC / 4 / NT; l++) {
@@ -120,37 +125,48 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
             sgkc_cp_async16(dst + r * LDB + 4 * q, src + (size_t)r * K + 4 * q);
         }
     };
+    /* BM rows of A, KQ float4 columns from kq0 on, into rows of ld floats */
+    auto load_a = [&](float *dst0, int ld, int kq0, int KQ) {
+        for (int e = tid; e < BM * KQ; e += NT) {
+            const int r = e / KQ, q = e % KQ;
+            float *dst = dst0 + r * ld + 4 * q;
+            const float *src = a.A + (size_t)(m0 + r) * K + 4 * (kq0 + q);
+            if (m0 + r >= M) /* rows past M: zeros, never stored */
+                *reinterpret_cast<float4 *>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+            else if (a.vec)
+                sgkc_cp_async16(dst, src);
+            else
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    sgkc_cp_async4(dst + i, src + i);
+        }
+    };
+    auto load_a_slice = [&](int sl) { load_a(ring + (sl % STAGES) * SLOT, LDB, sl % NCK * (BKC / 4), BKC / 4); };
 
     /* W (packed when the layer was created) before the grid wait; A may be
-     * the previous kernel's output. One commit group for slice 0 and the
-     * panel, then one a slice, as the waits below count. */
+     * the previous kernel's output. Slice sl is complete with commit group
+     * max(sl - STAGES + 2, 0), as the waits below count: with LayerNorm the
+     * first group holds the panel and groups 1 .. STAGES - 2 are empty;
+     * without, group sl holds A's slice sl. */
 #pragma unroll
     for (int sl = 0; sl < STAGES - 1; sl++)
         if (sl < NS)
             load_b(sl);
     sgkc_grid_wait();
-    for (int e = tid; e < BM * (K / 4); e += NT) {
-        const int r = e / (K / 4), q = e % (K / 4);
-        float *dst = As + r * LDA + 4 * q;
-        const float *src = a.A + (size_t)(m0 + r) * K + 4 * q;
-        if (m0 + r >= M) /* rows past M: zeros, never stored */
-            *reinterpret_cast<float4 *>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
-        else if (a.vec)
-            sgkc_cp_async16(dst, src);
-        else
+    if constexpr (LN)
+        load_a(As, LDA, 0, K / 4);
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                sgkc_cp_async4(dst + i, src + i);
-    }
-    sgkc_cp_commit();
-#pragma unroll
-    for (int sl = 1; sl < STAGES - 1; sl++)
+    for (int sl = 0; sl < STAGES - 1; sl++) {
+        if (!LN && sl < NS)
+            load_a_slice(sl);
         sgkc_cp_commit();
+    }
 
     double acc[2][4][4] = {};
-    const float *a_lane = As + (wm * 32 + g) * LDA + 4 * t;
-    for (int sl = 0; sl < NS; sl++) {
-        const int c = sl % NCK;
+    for (int j = 0; j < ntiles; j++) {
+#pragma unroll 1
+    for (int c = 0; c < NCK; c++) {
+        const int sl = j * NCK + c;
         sgkc_cp_wait<STAGES - 2>();
         __syncthreads(); /* slice sl (and at sl = 0 the panel) landed; slot (sl - 1) % STAGES free */
         if constexpr (LN) {
@@ -159,11 +175,17 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
                 __syncthreads();
             }
         }
-        if (sl + STAGES - 1 < NS)
+        if (sl + STAGES - 1 < NS) {
             load_b(sl + STAGES - 1);
+            if constexpr (!LN)
+                load_a_slice(sl + STAGES - 1);
+        }
         sgkc_cp_commit();
 
-        const float *b_lane = Bs + (sl % STAGES) * BN * LDB + (wn * 32 + g) * LDB + 4 * t;
+        const float *slot = ring + (sl % STAGES) * SLOT;
+        const float *a_lane = LN ? As + (wm * 32 + g) * LDA + 4 * t + c * BKC : slot + (wm * 32 + g) * LDB + 4 * t;
+        constexpr int ALD = LN ? LDA : LDB;
+        const float *b_lane = slot + (LN ? 0 : BM * LDB) + (wn * 32 + g) * LDB + 4 * t;
 #pragma unroll
         for (int kk = 0; kk < BKC / 16; kk++) {
             double af[2][8];
@@ -171,8 +193,7 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
             for (int mt = 0; mt < 2; mt++)
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
-                    const float4 v =
-                        *reinterpret_cast<const float4 *>(a_lane + (16 * mt + 8 * s) * LDA + c * BKC + 16 * kk);
+                    const float4 v = *reinterpret_cast<const float4 *>(a_lane + (16 * mt + 8 * s) * ALD + 16 * kk);
                     af[mt][s] = v.x;
                     af[mt][2 + s] = v.y;
                     af[mt][4 + s] = v.z;
@@ -187,11 +208,10 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
                     sgkc_dmma(acc[mt][nt], af[mt], b01, b23, acc[mt][nt]);
             }
         }
-        if (c == NCK - 1) {
-            if (sl == NS - 1)
-                sgkc_grid_trigger();
-            sgkc_gd_store<RES>(a, acc, m0 + wm * 32 + g, nbase + sl / NCK * BN + wn * 32 + 2 * t);
-        }
+    }
+    if (j == ntiles - 1)
+        sgkc_grid_trigger();
+    sgkc_gd_store<RES>(a, acc, m0 + wm * 32 + g, nbase + j * BN + wn * 32 + 2 * t);
     }
 }
 

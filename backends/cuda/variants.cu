@@ -299,7 +299,7 @@ template <bool LN, bool RES>
 static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     const dim3 grid = dgemm_grid(L, g, LN);
-    const size_t smem = spread_smem(L, sgkc_gd_smem_bytes(), (int64_t)grid.x * grid.y, 2);
+    const size_t smem = spread_smem(L, sgkc_gd_smem_bytes(LN), (int64_t)grid.x * grid.y, 2);
     return launch_after(L, sgkc_gemm_dmma_kernel<LN, RES>, grid, SGKC_GD_NT, smem, s, 0, g);
 }
 
@@ -309,8 +309,10 @@ static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_
 static cudaError_t launch_out_dmma(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     const dim3 grid = dgemm_grid(L, g, false);
+#ifndef SGKC_DGEMM_OUT_ALWAYS /* dev A/B builds */
     if ((int64_t)grid.x * grid.y < L->sm_count)
         return launch_out(L, s, g);
+#endif
     return launch_dgemm<false, true>(L, s, g);
 }
 
