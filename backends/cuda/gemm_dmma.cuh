@@ -45,9 +45,11 @@
 #define SGKC_GD_BN 64
 #define SGKC_GD_NT 128               /* 4 warps of 32 x 32 */
 #define SGKC_GD_LDA (SGKC_GP_K + 16) /* the A panel's row, floats */
-#define SGKC_GD_BKC 32                 /* k of a ring slot */
-#define SGKC_GD_LDB (SGKC_GD_BKC + 16) /* a ring slot's row (one n), floats */
+#ifndef SGKC_GD_BKC /* dev A/B builds: -DSGKC_GD_BKC=64 -DSGKC_GD_STAGES=2 (run 105) */
+#define SGKC_GD_BKC 32 /* k of a ring slot */
 #define SGKC_GD_STAGES 3
+#endif
+#define SGKC_GD_LDB (SGKC_GD_BKC + 16) /* a ring slot's row (one n), floats */
 
 /* With LayerNorm a block holds its whole A panel and a ring of W slices;
  * without, a ring slot holds the A slice (BM rows) above the W slice. */

@@ -81,7 +81,8 @@ template <int MODE> __global__ void __launch_bounds__(512) probe(long long *cyc,
  * tile, per k-step of 16 four A and four W loads of 16 bytes, 32 f32 -> f64
  * conversions and 8 m16n8k16. G = 0: that loop; 1: fragments stored as fp64
  * (eight A and eight W loads of 16 bytes, no conversions); 2: the loads and
- * conversions of G = 0 without the DMMAs (their operands summed instead). */
+ * conversions of G = 0 without the DMMAs (their operands summed instead);
+ * 3: G = 0 with a block barrier every two k-steps, as gemm_dmma's slices. */
 template <int G> __global__ void __launch_bounds__(256) gemm_loop(long long *cyc, float seed) {
   extern __shared__ __align__(16) float sm[];
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, w = threadIdx.x >> 5;
@@ -124,6 +125,8 @@ template <int G> __global__ void __launch_bounds__(256) gemm_loop(long long *cyc
         for (int h = 0; h < 2; h++)
           bf[nt][h] = *reinterpret_cast<const double2 *>(smd + 2048 + ((8 * nt + g) * 40 + 4 * t + 2 * h + (k & 31)) % 2048);
     }
+    if (G == 3 && (it & 1))
+      __syncthreads();
     if (G == 2) {
 #pragma unroll /* 32 independent adds, not one chain */
       for (int mt = 0; mt < 2; mt++)
@@ -150,17 +153,18 @@ template <int G> __global__ void __launch_bounds__(256) gemm_loop(long long *cyc
   sinkd[blockIdx.x * 512 + threadIdx.x] = s;
 }
 
-template <int G> void run_gemm(const char *name, int warps) {
-  long long *cyc; cudaMalloc(&cyc, 132 * 16 * sizeof(long long));
+template <int G> void run_gemm(const char *name, int warps, int blocks_per_sm = 1) {
+  long long *cyc; cudaMalloc(&cyc, 132 * 2 * 16 * sizeof(long long));
   cudaFuncSetAttribute(gemm_loop<G>, cudaFuncAttributeMaxDynamicSharedMemorySize, 32768);
-  gemm_loop<G><<<132, warps * 32, 32768>>>(cyc, 1e-3f);
-  gemm_loop<G><<<132, warps * 32, 32768>>>(cyc, 1e-3f);
+  const int nb = 132 * blocks_per_sm, nt = warps / blocks_per_sm * 32;
+  gemm_loop<G><<<nb, nt, 32768>>>(cyc, 1e-3f);
+  gemm_loop<G><<<nb, nt, 32768>>>(cyc, 1e-3f);
   cudaDeviceSynchronize();
-  long long h[132 * 16]; cudaMemcpy(h, cyc, sizeof h, cudaMemcpyDeviceToHost);
-  long long mx = 0; for (int i = 0; i < warps; i++) mx = h[i] > mx ? h[i] : mx;
+  static long long h[132 * 2 * 16]; cudaMemcpy(h, cyc, sizeof h, cudaMemcpyDeviceToHost);
+  long long mx = 0; for (int i = 0; i < warps / blocks_per_sm; i++) mx = h[i] > mx ? h[i] : mx;
   const double dmma_fma = 8 * 2048.0 * (IT / 4) * warps / (double)mx;
-  printf("%-34s warps/SM %2d: %8.1f DMMA-FMA-equivalent per SM-clock (peak 128), %7.1f cycles a k-step a warp (%s)\n", name, warps,
-         dmma_fma, (double)mx / (IT / 4), cudaGetErrorString(cudaGetLastError()));
+  printf("%-34s warps/SM %2d in %d blocks: %8.1f DMMA-FMA-equivalent per SM-clock (peak 128), %7.1f cycles a k-step a warp (%s)\n",
+         name, warps, blocks_per_sm, dmma_fma, (double)mx / (IT / 4), cudaGetErrorString(cudaGetLastError()));
   cudaFree(cyc);
 }
 
@@ -198,5 +202,8 @@ int main() {
     run_gemm<1>("gemm loop: fp64 frags + DMMA", w);
     run_gemm<2>("gemm loop: fp32 + cvt, no DMMA", w);
   }
+  run_gemm<0>("gemm loop: fp32 + cvt + DMMA", 8, 2);
+  run_gemm<3>("gemm loop + barrier each 2 k-steps", 8, 2);
+  run_gemm<3>("gemm loop + barrier each 2 k-steps", 8, 1);
   return 0;
 }
