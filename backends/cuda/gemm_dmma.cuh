@@ -18,17 +18,22 @@
  * products are exact in fp64 and the sums are fp64; the Q scale and the
  * residual are applied in fp64, so each output is rounded to fp32 once.
  *
- * A block is 64 x 64 outputs, 4 warps of 32 x 32 (2 m-tiles of 16 by 4
- * n-tiles of 8). Its A panel (64 rows x 256) is copied into shared memory
- * whole and LayerNorm'd in place (gemm_panel.cuh's routine); W streams
- * through a ring of STAGES slices of 64 rows n by 32 k, each issued
- * STAGES - 1 slices ahead. W comes as [n][k] (Wnk: PyTorch's layout, as
+ * A block is 64 x 64 outputs at a time, 4 warps of 32 x 32 (2 m-tiles of
+ * 16 by 4 n-tiles of 8), and walks the n-tiles of its group (gridDim.y
+ * groups) in turn; variants.cu's dgemm_ntiles picks how many: three at
+ * large, where that took tiled-dmma from 302 to 291 us against one a
+ * block (run 103). With LayerNorm its A panel (64 rows x 256) is copied
+ * into shared memory whole and LayerNorm'd in place once (gemm_panel.cuh's
+ * routine), and W streams through a ring of STAGES slices of 64 rows n by
+ * BKC k, each issued STAGES - 1 slices ahead; without, each ring slot
+ * holds A's slice beside W's, so the first DMMAs wait for one slice, not
+ * the panel. W comes as [n][k] (Wnk: PyTorch's layout, as
  * the generated kernels' packed weights hold it), so that both operands
  * are k-contiguous:
  * the k-slots t + 4j of a lane (g, t) in an m16n8k16 fragment stand for
  * k = 4t + j of the k-step, and each fragment is one 16-byte load of four
  * fp32 values per row (A: rows g and g + 8; W: row g), converted to fp64
- * in registers. Rows of 272 and 48 floats (16 mod 32 banks) give those
+ * in registers. Rows of 272 and 80 floats (16 mod 32 banks) give those
  * loads 4 wavefronts each, the least for 512 bytes.
  *
  * Shapes: K = 256, Nc a multiple of 64 (3D and D at D = 256), Wnk 16-byte
@@ -45,9 +50,9 @@
 #define SGKC_GD_BN 64
 #define SGKC_GD_NT 128               /* 4 warps of 32 x 32 */
 #define SGKC_GD_LDA (SGKC_GP_K + 16) /* the A panel's row, floats */
-#ifndef SGKC_GD_BKC /* dev A/B builds: -DSGKC_GD_BKC=64 -DSGKC_GD_STAGES=2 (run 105) */
-#define SGKC_GD_BKC 32 /* k of a ring slot */
-#define SGKC_GD_STAGES 3
+#ifndef SGKC_GD_BKC /* dev A/B builds (run 105: slices of 32 k in 3 stages, 3.5 us slower at large) */
+#define SGKC_GD_BKC 64 /* k of a ring slot */
+#define SGKC_GD_STAGES 2
 #endif
 #define SGKC_GD_LDB (SGKC_GD_BKC + 16) /* a ring slot's row (one n), floats */
 
@@ -167,53 +172,53 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     double acc[2][4][4] = {};
     for (int j = 0; j < ntiles; j++) {
 #pragma unroll 1
-    for (int c = 0; c < NCK; c++) {
-        const int sl = j * NCK + c;
-        sgkc_cp_wait<STAGES - 2>();
-        __syncthreads(); /* slice sl (and at sl = 0 the panel) landed; slot (sl - 1) % STAGES free */
-        if constexpr (LN) {
-            if (sl == 0) {
-                sgkc_gp_layernorm<BM, NT / 32, LDA>(As, a, warp, lane);
-                __syncthreads();
-            }
-        }
-        if (sl + STAGES - 1 < NS) {
-            load_b(sl + STAGES - 1);
-            if constexpr (!LN)
-                load_a_slice(sl + STAGES - 1);
-        }
-        sgkc_cp_commit();
-
-        const float *slot = ring + (sl % STAGES) * SLOT;
-        const float *a_lane = LN ? As + (wm * 32 + g) * LDA + 4 * t + c * BKC : slot + (wm * 32 + g) * LDB + 4 * t;
-        constexpr int ALD = LN ? LDA : LDB;
-        const float *b_lane = slot + (LN ? 0 : BM * LDB) + (wn * 32 + g) * LDB + 4 * t;
-#pragma unroll
-        for (int kk = 0; kk < BKC / 16; kk++) {
-            double af[2][8];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int s = 0; s < 2; s++) {
-                    const float4 v = *reinterpret_cast<const float4 *>(a_lane + (16 * mt + 8 * s) * ALD + 16 * kk);
-                    af[mt][s] = v.x;
-                    af[mt][2 + s] = v.y;
-                    af[mt][4 + s] = v.z;
-                    af[mt][6 + s] = v.w;
+        for (int c = 0; c < NCK; c++) {
+            const int sl = j * NCK + c;
+            sgkc_cp_wait<STAGES - 2>();
+            __syncthreads(); /* slice sl (and at sl = 0 the panel) landed; slot (sl - 1) % STAGES free */
+            if constexpr (LN) {
+                if (sl == 0) {
+                    sgkc_gp_layernorm<BM, NT / 32, LDA>(As, a, warp, lane);
+                    __syncthreads();
                 }
+            }
+            if (sl + STAGES - 1 < NS) {
+                load_b(sl + STAGES - 1);
+                if constexpr (!LN)
+                    load_a_slice(sl + STAGES - 1);
+            }
+            sgkc_cp_commit();
+
+            const float *slot = ring + (sl % STAGES) * SLOT;
+            const float *a_lane = LN ? As + (wm * 32 + g) * LDA + 4 * t + c * BKC : slot + (wm * 32 + g) * LDB + 4 * t;
+            constexpr int ALD = LN ? LDA : LDB;
+            const float *b_lane = slot + (LN ? 0 : BM * LDB) + (wn * 32 + g) * LDB + 4 * t;
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const float4 w = *reinterpret_cast<const float4 *>(b_lane + 8 * nt * LDB + 16 * kk);
-                const double2 b01 = make_double2(w.x, w.y), b23 = make_double2(w.z, w.w);
+            for (int kk = 0; kk < BKC / 16; kk++) {
+                double af[2][8];
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++)
-                    sgkc_dmma(acc[mt][nt], af[mt], b01, b23, acc[mt][nt]);
+#pragma unroll
+                    for (int s = 0; s < 2; s++) {
+                        const float4 v = *reinterpret_cast<const float4 *>(a_lane + (16 * mt + 8 * s) * ALD + 16 * kk);
+                        af[mt][s] = v.x;
+                        af[mt][2 + s] = v.y;
+                        af[mt][4 + s] = v.z;
+                        af[mt][6 + s] = v.w;
+                    }
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const float4 w = *reinterpret_cast<const float4 *>(b_lane + 8 * nt * LDB + 16 * kk);
+                    const double2 b01 = make_double2(w.x, w.y), b23 = make_double2(w.z, w.w);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++)
+                        sgkc_dmma(acc[mt][nt], af[mt], b01, b23, acc[mt][nt]);
+                }
             }
         }
-    }
-    if (j == ntiles - 1)
-        sgkc_grid_trigger();
-    sgkc_gd_store<RES>(a, acc, m0 + wm * 32 + g, nbase + j * BN + wn * 32 + 2 * t);
+        if (j == ntiles - 1)
+            sgkc_grid_trigger();
+        sgkc_gd_store<RES>(a, acc, m0 + wm * 32 + g, nbase + j * BN + wn * 32 + 2 * t);
     }
 }
 

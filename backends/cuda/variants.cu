@@ -262,9 +262,11 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
  * n-tiles a block pay that prologue less often, while fewer blocks may
  * leave SMs with one block (one warp a scheduler, whose loop keeps 62 %
  * of the DMMA pipe busy against 90 % for two: run 102's probe). The cost
- * below, in the time of one 32-k slice, counts the prologue as four
- * slices and waves of two blocks an SM. Without LayerNorm the prologue is
- * a copy, and a block takes one n-tile. */
+ * below, in the time of 32 k of one n-tile, counts the prologue as four
+ * of those and waves of two blocks an SM; it picks what run 103 measured
+ * best (three n-tiles a block at large and xl, two at mid). Without
+ * LayerNorm the prologue is one slice's copy, and a block takes one
+ * n-tile. */
 static int dgemm_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, bool ln)
 {
     const int nt = g.Nc / SGKC_GD_BN;
