@@ -7,12 +7,16 @@
  * ran mid's Q/K/V GEMM at a third of the FFMA peak (28.9 us for 12 us of
  * FMAs; dev/NOTES.md, runs 49-52). One DMMA does 2,048 FMAs in one issue
  * slot at the same peak, so the loop is a few loads and conversions a
- * DMMA. Measured on the H200 (dev/NOTES.md, runs 98-101): tiled-dmma at
- * large 308.8 -> 296.3 us, xl 659.8 -> 652.6, mid 60.8 -> 58.4. The
- * pipe does not set the pace yet: ncu put the Q/K/V GEMM at large at 51
- * us with DMMA 48 % active (24 us of FMAs at its peak); W as fp64, which
- * halved the conversions, was slower, and twice the warps (16 x 32 each)
- * changed nothing.
+ * DMMA. Measured on the H200 (dev/NOTES.md, runs 98-105): tiled-dmma at
+ * large 308.8 -> 296.3 us, xl 659.8 -> 652.6, mid 60.8 -> 58.4 (runs
+ * 98-99), then, in one call of run 105, from 0f0e5aa to a956dff at large
+ * 293.3 -> 289.8, xl 648.4 -> 643.8, mid 61.1 -> 59.3 with the n-tile
+ * walk, A streamed beside W and slices of 64 k. The loop alone keeps the
+ * DMMA pipe about 90 % busy at two warps a scheduler, conversions and a
+ * barrier every two k-steps included (`dev/mma_probe.cu`, runs 102 and
+ * 105); the kernel keeps it 60 % busy for the Q/K/V GEMM and 40 % for
+ * the output one (ncu, run 105), so what is left is around the loop: the
+ * prologue, the waits for slices and the epilogue.
  *
  * Exactness: A (LayerNorm'd in fp32, as everywhere) and W are fp32; their
  * products are exact in fp64 and the sums are fp64; the Q scale and the
