@@ -27,7 +27,8 @@ $NVCC $F -c ../generic.cu -o /tmp/sgkc_g.o 2> "$O/build_g.txt" &
 $NVCC $F -c "$ROOT/kernels/plan.c" -o /tmp/sgkc_p.o 2> "$O/build_p.txt" &
 $NVCC $F -Xcompiler -fopenmp -c harness.cu -o /tmp/sgkc_h.o 2> "$O/build_h.txt" &
 # ab: the same harness built once per flag set in AB_FLAGS (sets separated
-# by '|'; default: the tiled variant's previous attention dispatch), each
+# by '|', none empty: read -a drops a trailing empty one, so give a
+# harmless -D instead; default: the tiled variant's previous attention dispatch), each
 # from the folder at the same place in AB_SRC (a copy of backends/cuda,
 # for example another commit's; default: this one). A folder other than
 # this one also gives its own harness and generic.cu, which share its
