@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 runs behind bench/results/ and the CUDA/OpenCL test reports.
 # Run from the repository root on the GPU machine:
-#   bash bench/results/run-h200.sh test              conformance + defects on cuda and NVIDIA's OpenCL
+#   bash bench/results/run-h200.sh test              conformance, defects and device offsets on cuda,
+#                                                    conformance and defects on NVIDIA's OpenCL
 #                                                    (TESTS names other meson tests)
 #   bash bench/results/run-h200.sh sanitize [TOOLS]  compute-sanitizer over the quick case table
 #                                                    (SAN_TIMEOUT s a tool, default 450: racecheck
@@ -52,7 +53,7 @@ build/bench/sgk-bench --list | tee "$O/list.txt"
 case $mode in
 test)
   SGK_TEST_XL=1 meson test -C build --no-rebuild --print-errorlogs --num-processes 1 \
-      ${TESTS:-conformance-cuda defects-cuda conformance-opencl defects-opencl api golden} > "$O/tests.txt" 2>&1
+      ${TESTS:-conformance-cuda defects-cuda device-offsets-cuda conformance-opencl defects-opencl api golden} > "$O/tests.txt" 2>&1
   stamp "tests rc=$?"
   grep -hE "^ *[0-9]+/[0-9]+ |^conformance: backend=.*variant" "$O/tests.txt" build/meson-logs/testlog.txt | sort -u | cut -c1-160
   cp build/meson-logs/testlog.txt "$O/testlog.txt";;
