@@ -44,8 +44,7 @@ typedef struct devmem {
 
 static int host_alloc(void **p, size_t n) { return (*p = malloc(n)) ? 0 : -1; }
 static void host_release(void *p) { free(p); }
-static int host_copy(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }
-static int host_copy_back(void *h, const void *d, size_t n) { memcpy(h, d, n); return 0; }
+static int host_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); return 0; }
 static int host_sync(void) { return 0; }
 
 /* CUDA driver API: the runtime the plugin uses works in the device's
@@ -105,7 +104,7 @@ static int hip_sync(void) { return hp.sync(); }
 static int devmem_open(const char *backend, int ordinal, devmem *m, char *why, size_t why_len)
 {
     if (strcmp(backend, "cpu") == 0) {
-        *m = (devmem){"host memory", host_alloc, host_release, host_copy, host_copy_back, host_sync};
+        *m = (devmem){"host memory", host_alloc, host_release, host_copy, host_copy, host_sync};
         return 0;
     }
     if (strcmp(backend, "cuda") == 0) {

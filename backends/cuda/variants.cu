@@ -298,9 +298,8 @@ static dim3 dgemm_grid(const sgkc_layer *L, const sgkc_gemm_args &g, bool ln)
 }
 
 template <bool LN, bool RES>
-static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g, dim3 grid)
 {
-    const dim3 grid = dgemm_grid(L, g, LN);
     const size_t smem = spread_smem(L, sgkc_gd_smem_bytes(LN), (int64_t)grid.x * grid.y, 2);
     return launch_after(L, sgkc_gemm_dmma_kernel<LN, RES>, grid, SGKC_GD_NT, smem, s, 0, g);
 }
@@ -315,7 +314,7 @@ static cudaError_t launch_out_dmma(const sgkc_layer *L, cudaStream_t s, const sg
     if ((int64_t)grid.x * grid.y < L->sm_count)
         return launch_out(L, s, g);
 #endif
-    return launch_dgemm<false, true>(L, s, g);
+    return launch_dgemm<false, true>(L, s, g, grid);
 }
 
 /* ------------------------------------------------------------------ */
@@ -540,7 +539,8 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
     const bool dg = dm;
 #endif
     const sgkc_gemm_args gq = qkv_args(L, f, qkv), go = out_args(L, f, ctx);
-    SGKC_RETURN_IF(dg ? (launch_dgemm<true, false>)(L, f->stream, gq) : launch_qkv(L, f->stream, gq));
+    SGKC_RETURN_IF(dg ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
+                      : launch_qkv(L, f->stream, gq));
     sgkc_attn_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.HG = c.HG;
