@@ -74,7 +74,7 @@ __host__ __device__ constexpr size_t sgkc_gd_smem_bytes(bool ln)
  * n + 8 nt + e (m and n: the lane's first row and column). */
 template <bool RES>
 __device__ __forceinline__ void sgkc_gd_store(const sgkc_gemm_args &a, double (&acc)[2][4][4], int64_t m_lane,
-                                              int n_lane)
+                                              int n_lane, const float (&res)[2][2][4][2])
 {
 #pragma unroll
     for (int mt = 0; mt < 2; mt++)
@@ -93,7 +93,7 @@ __device__ __forceinline__ void sgkc_gd_store(const sgkc_gemm_args &a, double (&
                     if (n + e < a.scale_cols)
                         v[e] *= (double)a.scale;
                     if constexpr (RES)
-                        v[e] += (double)__ldg(a.residual + (size_t)m * a.Nc + n + e);
+                        v[e] += (double)res[mt][s][nt][e];
                 }
                 float *dst = a.C + (size_t)m * a.Nc + n;
                 if (a.vec_out)
@@ -154,6 +154,30 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
     };
     auto load_a_slice = [&](int sl) { load_a(ring + (sl % STAGES) * SLOT, LDB, sl % NCK * (BKC / 4), BKC / 4); };
 
+    /* The residual of the lane's outputs of n-tile j, into registers long
+     * before the epilogue (its loads were the output projection's longest
+     * stall, run 106). The residual (the call's nodes) was complete before
+     * the call's first kernel passed its wait, so n-tile 0's is read before
+     * this one's. */
+    float res[2][2][4][2];
+    auto load_res = [&](int j) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                const int64_t m = m0 + wm * 32 + g + 16 * mt + 8 * s;
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        res[mt][s][nt][e] = m < M ? __ldg(a.residual + (size_t)m * a.Nc + nbase + j * BN + wn * 32 +
+                                                          2 * t + 8 * nt + e)
+                                                  : 0.0f;
+            }
+    };
+    if constexpr (RES)
+        load_res(0);
+
     /* W (packed when the layer was created) before the grid wait; A may be
      * the previous kernel's output. Slice sl is complete with commit group
      * max(sl - STAGES + 2, 0), as the waits below count: with LayerNorm the
@@ -175,6 +199,8 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
 
     double acc[2][4][4] = {};
     for (int j = 0; j < ntiles; j++) {
+        if (RES && j > 0)
+            load_res(j);
 #pragma unroll 1
         for (int c = 0; c < NCK; c++) {
             const int sl = j * NCK + c;
@@ -222,7 +248,7 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
         }
         if (j == ntiles - 1)
             sgkc_grid_trigger();
-        sgkc_gd_store<RES>(a, acc, m0 + wm * 32 + g, nbase + j * BN + wn * 32 + 2 * t);
+        sgkc_gd_store<RES>(a, acc, m0 + wm * 32 + g, nbase + j * BN + wn * 32 + 2 * t, res);
     }
 }
 
