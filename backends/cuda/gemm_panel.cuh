@@ -118,7 +118,14 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
     const int Nc = a.Nc;
     const int64_t M = a.M;
     const int64_t m0 = (int64_t)blockIdx.x * BM;
-    const int n0 = blockIdx.y * BN;
+    /* With LayerNorm a block walks ntiles column blocks over its panel
+     * (gridDim.y = Nc / BN / ntiles), so it copies and LayerNorms its rows
+     * once for all of them; their B slices stream through the ring as one
+     * sequence of S slices. Without it (and so with a residual or K
+     * groups) a block has one column block. */
+    const int ntiles = LN ? Nc / BN / (int)gridDim.y : 1;
+    const int nb = blockIdx.y * ntiles * BN;
+    const int S = ntiles * GCK;
     /* K group kg (threads NT kg ..) sums slices kg GCK .. (kg + 1) GCK - 1
      * with its own ring and barrier (sgkc_group_sync); group 0 adds group
      * 1's sums. */
@@ -131,10 +138,10 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
     const int tx = (wid % (TX / 8)) * 8 + (lane & 7);
     const int ty = (wid / (TX / 8)) * 4 + (lane >> 3);
 
-    auto load_b = [&](int c) { /* c counts from the group's first slice */
-        float *dst = Bs + (c % STAGES) * BKC * BN;
-        c += c0;
-        const float *src = a.Bt + (size_t)c * BKC * Nc + n0;
+    auto load_b = [&](int sl) { /* slice sl % GCK of the group's K range, column block sl / GCK */
+        float *dst = Bs + (sl % STAGES) * BKC * BN;
+        const int c = c0 + sl % GCK;
+        const float *src = a.Bt + (size_t)c * BKC * Nc + nb + sl / GCK * BN;
 #pragma unroll
         for (int l = 0; l < BKC * BN / 4 / NT; l++) {
             const int e = tid + l * NT, r = e / (BN / 4), q = e % (BN / 4);
@@ -149,7 +156,7 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
 #pragma unroll
         for (int i = 0; i < TM; i++) {
             const int64_t m = m0 + ty + TY * i;
-            const float *rr = a.residual + (size_t)(m < M ? m : 0) * Nc + n0;
+            const float *rr = a.residual + (size_t)(m < M ? m : 0) * Nc + nb;
 #pragma unroll
             for (int c = 0; c < C4; c++) {
                 const float4 v = sgkc_ld4(rr + c * 4 * TX + 4 * tx);
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
      * when the layer was created) and the whole A panel, which may be what
      * the previous kernel wrote. Empty groups after it keep "slice c is in
      * group max(c - STAGES + 2, 0)" for the waits below. */
-    for (int c = 0; c < STAGES - 1 && c < GCK; c++)
+    for (int c = 0; c < STAGES - 1 && c < S; c++)
         load_b(c);
     sgkc_grid_wait();
     { /* a group copies the columns it reads */
@@ -187,99 +194,104 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
     for (int c = 1; c < STAGES - 1; c++)
         sgkc_cp_commit();
 
-    float acc[TM][TN] = {};
-
     const float *a_th = As + ty * LDA + c0 * BKC;
-    for (int c = 0; c < GCK; c++) {
-        sgkc_cp_wait<STAGES - 2>();
-        sgkc_group_sync<KG, NT>(kg); /* slice c (and at c = 0 the A panel) landed; slot (c - 1) % STAGES free */
-        if constexpr (LN) {
-            if (c == 0) {
-                sgkc_gp_layernorm<BM, NT / 32>(As, a, wid, lane);
-                __syncthreads();
+#pragma unroll 1
+    for (int jt = 0; jt < ntiles; jt++) {
+        const int n0 = nb + jt * BN;
+        float acc[TM][TN] = {};
+        for (int c = 0; c < GCK; c++) {
+            const int sl = jt * GCK + c;
+            sgkc_cp_wait<STAGES - 2>();
+            sgkc_group_sync<KG, NT>(kg); /* slice sl (and at sl = 0 the A panel) landed; slot (sl - 1) % STAGES free */
+            if constexpr (LN) {
+                if (sl == 0) {
+                    sgkc_gp_layernorm<BM, NT / 32>(As, a, wid, lane);
+                    __syncthreads();
+                }
+            }
+            if (sl + STAGES - 1 < S)
+                load_b(sl + STAGES - 1);
+            sgkc_cp_commit();
+
+            const float *a_c = a_th + c * BKC;
+            const float *b_c = Bs + (sl % STAGES) * BKC * BN;
+#pragma unroll
+            for (int k4 = 0; k4 < BKC / 4; k4++) {
+                float4 av[TM];
+#pragma unroll
+                for (int i = 0; i < TM; i++)
+                    av[i] = *reinterpret_cast<const float4 *>(a_c + TY * i * LDA + 4 * k4);
+                float bv[4][TN];
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    const float *br = b_c + (4 * k4 + kk) * BN;
+#pragma unroll
+                    for (int cc = 0; cc < C4; cc++)
+                        *reinterpret_cast<float4 *>(&bv[kk][4 * cc]) =
+                            *reinterpret_cast<const float4 *>(br + cc * 4 * TX + 4 * tx);
+                    if constexpr (C2)
+                        *reinterpret_cast<float2 *>(&bv[kk][4 * C4]) =
+                            *reinterpret_cast<const float2 *>(br + C4 * 4 * TX + 2 * tx);
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                    for (int i = 0; i < TM; i++) {
+                        const float av_k = kk == 0 ? av[i].x : kk == 1 ? av[i].y : kk == 2 ? av[i].z : av[i].w;
+#pragma unroll
+                        for (int j = 0; j < TN; j++)
+                            acc[i][j] = fmaf(av_k, bv[kk][j], acc[i][j]);
+                    }
             }
         }
-        if (c + STAGES - 1 < GCK)
-            load_b(c + STAGES - 1);
-        sgkc_cp_commit();
 
-        const float *a_c = a_th + c * BKC;
-        const float *b_c = Bs + (c % STAGES) * BKC * BN;
+        if (jt == ntiles - 1)
+            sgkc_grid_trigger();
+
+        if constexpr (KG == 2) {
+            /* Group 1's sums go to the slot of its ring after the one its last
+             * slice is in: every thread of the group read that slot before the
+             * last slice's barrier, and no copy into it is pending. */
+            static_assert(STAGES >= 2 && TM * TN * NT <= BKC * BN, "group 1's sums fit in one free slot");
+            float *st = As + BM * LDA + (STAGES + GCK % STAGES) * BKC * BN + tid;
+            if (kg == 1) {
 #pragma unroll
-        for (int k4 = 0; k4 < BKC / 4; k4++) {
-            float4 av[TM];
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-                av[i] = *reinterpret_cast<const float4 *>(a_c + TY * i * LDA + 4 * k4);
-            float bv[4][TN];
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++) {
-                const float *br = b_c + (4 * k4 + kk) * BN;
-#pragma unroll
-                for (int cc = 0; cc < C4; cc++)
-                    *reinterpret_cast<float4 *>(&bv[kk][4 * cc]) =
-                        *reinterpret_cast<const float4 *>(br + cc * 4 * TX + 4 * tx);
-                if constexpr (C2)
-                    *reinterpret_cast<float2 *>(&bv[kk][4 * C4]) =
-                        *reinterpret_cast<const float2 *>(br + C4 * 4 * TX + 2 * tx);
-            }
-#pragma unroll
-            for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-                for (int i = 0; i < TM; i++) {
-                    const float av_k = kk == 0 ? av[i].x : kk == 1 ? av[i].y : kk == 2 ? av[i].z : av[i].w;
+                for (int i = 0; i < TM; i++)
 #pragma unroll
                     for (int j = 0; j < TN; j++)
-                        acc[i][j] = fmaf(av_k, bv[kk][j], acc[i][j]);
-                }
-        }
-    }
-
-    sgkc_grid_trigger();
-
-    if constexpr (KG == 2) {
-        /* Group 1's sums go to the slot of its ring after the one its last
-         * slice is in: every thread of the group read that slot before the
-         * last slice's barrier, and no copy into it is pending. */
-        static_assert(STAGES >= 2 && TM * TN * NT <= BKC * BN, "group 1's sums fit in one free slot");
-        float *st = As + BM * LDA + (STAGES + GCK % STAGES) * BKC * BN + tid;
-        if (kg == 1) {
+                        st[(i * TN + j) * NT] = acc[i][j];
+            }
+            __syncthreads();
+            if (kg == 1)
+                return;
 #pragma unroll
             for (int i = 0; i < TM; i++)
 #pragma unroll
                 for (int j = 0; j < TN; j++)
-                    st[(i * TN + j) * NT] = acc[i][j];
+                    acc[i][j] += st[(i * TN + j) * NT];
         }
-        __syncthreads();
-        if (kg == 1)
-            return;
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++)
-                acc[i][j] += st[(i * TN + j) * NT];
-    }
 
 #pragma unroll
-    for (int i = 0; i < TM; i++) {
-        const int64_t m = m0 + ty + TY * i;
-        if (m >= M)
-            continue;
-        float *cr = a.C + (size_t)m * Nc + n0;
+        for (int i = 0; i < TM; i++) {
+            const int64_t m = m0 + ty + TY * i;
+            if (m >= M)
+                continue;
+            float *cr = a.C + (size_t)m * Nc + n0;
 #pragma unroll
-        for (int j = 0; j < TN; j++) {
-            const int n = n0 + (j < 4 * C4 ? (j / 4) * 4 * TX + 4 * tx + j % 4 : C4 * 4 * TX + 2 * tx + j - 4 * C4);
-            if (n < a.scale_cols)
-                acc[i][j] *= a.scale;
-            if constexpr (RES)
-                acc[i][j] += res[i][j];
+            for (int j = 0; j < TN; j++) {
+                const int n = n0 + (j < 4 * C4 ? (j / 4) * 4 * TX + 4 * tx + j % 4 : C4 * 4 * TX + 2 * tx + j - 4 * C4);
+                if (n < a.scale_cols)
+                    acc[i][j] *= a.scale;
+                if constexpr (RES)
+                    acc[i][j] += res[i][j];
+            }
+#pragma unroll
+            for (int cc = 0; cc < C4; cc++)
+                *reinterpret_cast<float4 *>(cr + cc * 4 * TX + 4 * tx) =
+                    make_float4(acc[i][4 * cc], acc[i][4 * cc + 1], acc[i][4 * cc + 2], acc[i][4 * cc + 3]);
+            if constexpr (C2)
+                *reinterpret_cast<float2 *>(cr + C4 * 4 * TX + 2 * tx) = make_float2(acc[i][4 * C4], acc[i][4 * C4 + 1]);
         }
-#pragma unroll
-        for (int cc = 0; cc < C4; cc++)
-            *reinterpret_cast<float4 *>(cr + cc * 4 * TX + 4 * tx) =
-                make_float4(acc[i][4 * cc], acc[i][4 * cc + 1], acc[i][4 * cc + 2], acc[i][4 * cc + 3]);
-        if constexpr (C2)
-            *reinterpret_cast<float2 *>(cr + C4 * 4 * TX + 2 * tx) = make_float2(acc[i][4 * C4], acc[i][4 * C4 + 1]);
     }
 }
 

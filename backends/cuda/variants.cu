@@ -132,18 +132,47 @@ static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_g
                         0, g);
 }
 
+/* How many column blocks a LayerNorm block of gemm_panel.cuh walks over
+ * its panel: the cost, in the time of one 32-deep slice, counts waves of
+ * MINB blocks an SM and the panel's copy and LayerNorm as two slices; a
+ * grid of fewer blocks than SMs is not taken. It picks two at large and
+ * xl (512 blocks of one column block are two waves, 256 of two are one)
+ * and one at mid. Without LayerNorm a block takes one. */
+static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, int BM, int BN, int MINB, bool ln)
+{
+    const int nt = g.Nc / BN;
+    const int64_t rows = (g.M + BM - 1) / BM, slots = (int64_t)MINB * L->sm_count;
+#ifdef SGKC_GP_NTILES /* dev A/B builds: this many column blocks a LayerNorm block where it divides them */
+    if (ln && nt % SGKC_GP_NTILES == 0)
+        return SGKC_GP_NTILES;
+#endif
+    if (!ln)
+        return 1;
+    int best = 1;
+    int64_t best_cost = 0;
+    for (int d = 1; d <= nt; d++) {
+        const int64_t blocks = rows * (nt / d);
+        if (nt % d || (d > 1 && blocks < L->sm_count))
+            continue;
+        const int64_t cost = (blocks + slots - 1) / slots * (2 + (SGKC_GP_K / SGKC_GP_BKC) * d);
+        if (d == 1 || cost < best_cost)
+            best = d, best_cost = cost;
+    }
+    return best;
+}
+
 /* The same for gemm_panel.cuh's kernel: STAGES ring slots of B, MINB blocks
  * an SM. */
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
-static dim3 panel_grid(const sgkc_gemm_args &g)
+static dim3 panel_grid(const sgkc_layer *L, const sgkc_gemm_args &g)
 {
-    return dim3((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN));
+    return dim3((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN / panel_ntiles(L, g, BM, BN, MINB, LN)));
 }
 
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
 static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>(g);
+    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>(L, g);
     const size_t smem = spread_smem(L, sgkc_gp_smem_bytes(BM, BN, STAGES, KG), (int64_t)grid.x * grid.y, MINB);
     return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>, grid,
                         KG * (BM / TM) * (BN / TN), smem, s, 0, g);
@@ -157,7 +186,7 @@ static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g, bool one_wa
 {
     if (!sgkc_gp_fits(g, BN) || sgkc_gp_smem_bytes(BM, BN, STAGES, KG) > L->smem_optin)
         return false;
-    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>(g);
+    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>(L, g);
     return !one_wave || (int64_t)grid.x * grid.y <= (int64_t)MINB * L->sm_count;
 }
 
