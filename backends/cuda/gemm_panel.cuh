@@ -101,12 +101,13 @@ __device__ __forceinline__ void sgkc_gp_layernorm(float *As, const sgkc_gemm_arg
     }
 }
 
-template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
 __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_panel_kernel(sgkc_gemm_args a)
 {
     constexpr int TX = BN / TN, TY = BM / TM, NT = TX * TY, BKC = SGKC_GP_BKC;
     constexpr int K = SGKC_GP_K, LDA = K + 4, NCK = K / BKC, GCK = NCK / KG;
     static_assert(KG == 1 || (KG == 2 && !LN), "K groups only without LayerNorm (it needs whole rows)");
+    static_assert(!WALK || (LN && !RES && KG == 1), "a walk over a LayerNorm'd panel only");
     static_assert(NCK % KG == 0, "whole slices a group");
     constexpr int C4 = TN / 4, C2 = TN % 4 == 2; /* chunks of 4 and of 2 */
     static_assert(TN % 2 == 0 && BN % TN == 0 && BM % TM == 0, "whole chunks and tiles");
@@ -118,12 +119,13 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
     const int Nc = a.Nc;
     const int64_t M = a.M;
     const int64_t m0 = (int64_t)blockIdx.x * BM;
-    /* With LayerNorm a block walks ntiles column blocks over its panel
-     * (gridDim.y = Nc / BN / ntiles), so it copies and LayerNorms its rows
-     * once for all of them; their B slices stream through the ring as one
-     * sequence of S slices. Without it (and so with a residual or K
-     * groups) a block has one column block. */
-    const int ntiles = LN ? Nc / BN / (int)gridDim.y : 1;
+    /* WALK: a block walks ntiles column blocks over its panel (gridDim.y =
+     * Nc / BN / ntiles), so it copies and LayerNorms its rows once for all
+     * of them; their B slices stream through the ring as one sequence of S
+     * slices. Otherwise a block has one column block, and the code is the
+     * same as before the walk existed (mid measured 0.7 us slower with a
+     * walk of one, run 110). */
+    const int ntiles = WALK ? Nc / BN / (int)gridDim.y : 1;
     const int nb = blockIdx.y * ntiles * BN;
     const int S = ntiles * GCK;
     /* K group kg (threads NT kg ..) sums slices kg GCK .. (kg + 1) GCK - 1
@@ -140,8 +142,8 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
 
     auto load_b = [&](int sl) { /* slice sl % GCK of the group's K range, column block sl / GCK */
         float *dst = Bs + (sl % STAGES) * BKC * BN;
-        const int c = c0 + sl % GCK;
-        const float *src = a.Bt + (size_t)c * BKC * Nc + nb + sl / GCK * BN;
+        const int c = c0 + (WALK ? sl % GCK : sl);
+        const float *src = a.Bt + (size_t)c * BKC * Nc + nb + (WALK ? sl / GCK * BN : 0);
 #pragma unroll
         for (int l = 0; l < BKC * BN / 4 / NT; l++) {
             const int e = tid + l * NT, r = e / (BN / 4), q = e % (BN / 4);

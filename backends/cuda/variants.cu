@@ -137,7 +137,9 @@ static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_g
  * MINB blocks an SM and the panel's copy and LayerNorm as two slices; a
  * grid of fewer blocks than SMs is not taken. It picks two at large and
  * xl (512 blocks of one column block are two waves, 256 of two are one)
- * and one at mid. Without LayerNorm a block takes one. */
+ * and one at mid. Four at large and xl, one block an SM, lost to one
+ * (run 110: 368.0 and 635.6 us against 363.7 and 633.2). Without
+ * LayerNorm a block takes one. */
 static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, int BM, int BN, int MINB, bool ln)
 {
     const int nt = g.Nc / BN;
@@ -163,18 +165,18 @@ static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, int BM, in
 
 /* The same for gemm_panel.cuh's kernel: STAGES ring slots of B, MINB blocks
  * an SM. */
-template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
 static dim3 panel_grid(const sgkc_layer *L, const sgkc_gemm_args &g)
 {
-    return dim3((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN / panel_ntiles(L, g, BM, BN, MINB, LN)));
+    return dim3((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN / (WALK ? panel_ntiles(L, g, BM, BN, MINB, LN) : 1)));
 }
 
-template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG>
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
 static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>(L, g);
+    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG, WALK>(L, g);
     const size_t smem = spread_smem(L, sgkc_gp_smem_bytes(BM, BN, STAGES, KG), (int64_t)grid.x * grid.y, MINB);
-    return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG>, grid,
+    return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG, WALK>, grid,
                         KG * (BM / TM) * (BN / TN), smem, s, 0, g);
 }
 
@@ -191,11 +193,13 @@ static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g, bool one_wa
 }
 
 /* gemm_panel.cuh's instances: Q/K/V in 64x96 tiles of 8x6 a thread
- * (128 threads, 203 registers, two blocks an SM), the output projection in
+ * (128 threads, 205 registers, two blocks an SM), the same walking
+ * several column blocks a block (200 registers), the output projection in
  * 32x64 tiles of 4x4 (128 threads, 106 registers, three an SM), or the
  * same in two K groups (256 threads, two an SM) where the grid is one wave
  * of two an SM. */
 #define SGKC_GP_QKV true, false, 64, 96, 8, 6, 3, 2, 1
+#define SGKC_GP_QKVW true, false, 64, 96, 8, 6, 3, 2, 1, true
 #define SGKC_GP_OUT false, true, 32, 64, 4, 4, 3, 3, 1
 #define SGKC_GP_OUT2 false, true, 32, 64, 4, 4, 3, 2, 2
 
@@ -235,8 +239,12 @@ static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
      * 192 of the larger tiles for 396 block slots, and ran 98.0 us against
      * 72.5 (dev/NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
 #ifndef SGKC_NO_PANEL /* dev A/B builds */
+    /* Where one column block a block takes more than one wave, a block
+     * walks several (panel_ntiles; dev/NOTES.md, run 110: large 363.7 ->
+     * 357.8 us, xl 633.2 -> 626.9). */
     if (panel_fits<SGKC_GP_QKV>(L, g, false))
-        return launch_panel<SGKC_GP_QKV>(L, s, g);
+        return panel_ntiles(L, g, 64, 96, 2, true) > 1 ? launch_panel<SGKC_GP_QKVW>(L, s, g)
+                                                       : launch_panel<SGKC_GP_QKV>(L, s, g);
 #endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
@@ -796,8 +804,8 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32, true), true>,
         (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16, true), true>,
         (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32, true), true>,
-        (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>,
-        (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
+        (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKVW>,
+        (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
         (const void *)sgkc_gemm_dmma_kernel<true, false>, (const void *)sgkc_gemm_dmma_kernel<false, true>,
     };
     SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
