@@ -24,6 +24,11 @@
  * ring of B, and the two sums are added at the end: twice the warps an SM
  * for the same registers a thread.
  *
+ * With WALK (the Q/K/V projection at large and xl, where one column block
+ * a block made two waves) a block walks several column blocks over its
+ * one copied and LayerNormed panel: large 363.7 -> 357.8 us, xl 633.2 ->
+ * 626.9 (dev/NOTES.md, run 110).
+ *
  * At mid, ncu put the Q/K/V GEMM at 28.9 us against sgemm.cuh's 34.2, at
  * 0.66 issued a scheduler-cycle with 8 warps an SM (the main loop is 85 %
  * FFMA). The A panel (66.5 KB at BM = 64) is what caps a block's SM at
