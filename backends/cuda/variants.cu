@@ -132,24 +132,25 @@ static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_g
                         0, g);
 }
 
-/* How many column blocks a LayerNorm block of gemm_panel.cuh walks over
- * its panel: the cost, in the time of one 32-deep slice, counts waves of
- * MINB blocks an SM and the panel's copy and LayerNorm as two slices; a
- * grid of fewer blocks than SMs is not taken. It picks two at large and
- * xl (512 blocks of one column block are two waves, 256 of two are one)
- * and one at mid. Four at large and xl, one block an SM, lost to one
- * (run 110: 368.0 and 635.6 us against 363.7 and 633.2). Without
- * LayerNorm a block takes one. */
-static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, int BM, int BN, int MINB, bool ln)
+/* How many column blocks a block of gemm_panel.cuh's WALK instance walks
+ * over its LayerNorm'd panel: the cost, in the time of one 32-deep slice,
+ * counts waves of MINB blocks an SM and the panel's copy and LayerNorm as
+ * two slices; a grid of fewer blocks than SMs is not taken. It picks two
+ * at large and xl (512 blocks of one column block are two waves, 256 of
+ * two are one) and one at mid. Four at large and xl, one block an SM, lost
+ * to one (run 110: 368.0 and 635.6 us against 363.7 and 633.2). Other
+ * instances take one. */
+template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
+static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g)
 {
+    if (!WALK)
+        return 1;
     const int nt = g.Nc / BN;
     const int64_t rows = (g.M + BM - 1) / BM, slots = (int64_t)MINB * L->sm_count;
-#ifdef SGKC_GP_NTILES /* dev A/B builds: this many column blocks a LayerNorm block where it divides them */
-    if (ln && nt % SGKC_GP_NTILES == 0)
+#ifdef SGKC_GP_NTILES /* dev A/B builds: this many column blocks a block where it divides them */
+    if (nt % SGKC_GP_NTILES == 0)
         return SGKC_GP_NTILES;
 #endif
-    if (!ln)
-        return 1;
     int best = 1;
     int64_t best_cost = 0;
     for (int d = 1; d <= nt; d++) {
@@ -168,7 +169,8 @@ static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, int BM, in
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
 static dim3 panel_grid(const sgkc_layer *L, const sgkc_gemm_args &g)
 {
-    return dim3((unsigned)((g.M + BM - 1) / BM), (unsigned)(g.Nc / BN / (WALK ? panel_ntiles(L, g, BM, BN, MINB, LN) : 1)));
+    return dim3((unsigned)((g.M + BM - 1) / BM),
+                (unsigned)(g.Nc / BN / panel_ntiles<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG, WALK>(L, g)));
 }
 
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
@@ -243,8 +245,8 @@ static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
      * walks several (panel_ntiles; dev/NOTES.md, run 110: large 363.7 ->
      * 357.8 us, xl 633.2 -> 626.9). */
     if (panel_fits<SGKC_GP_QKV>(L, g, false))
-        return panel_ntiles(L, g, 64, 96, 2, true) > 1 ? launch_panel<SGKC_GP_QKVW>(L, s, g)
-                                                       : launch_panel<SGKC_GP_QKV>(L, s, g);
+        return panel_ntiles<SGKC_GP_QKVW>(L, g) > 1 ? launch_panel<SGKC_GP_QKVW>(L, s, g)
+                                                    : launch_panel<SGKC_GP_QKV>(L, s, g);
 #endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
