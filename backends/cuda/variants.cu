@@ -132,6 +132,26 @@ static cudaError_t launch_gemm(const sgkc_layer *L, cudaStream_t s, const sgkc_g
                         0, g);
 }
 
+/* The divisor d of nt, the column tiles of a GEMM, that a block walks
+ * over one prologue (its A panel copied and LayerNorm'd once): the one of
+ * least cost(blocks, d), blocks = rows * (nt / d) being the grid; one is
+ * the default, and a cost below zero refuses d. gemm_panel.cuh and
+ * gemm_dmma.cuh each give their own cost, below. */
+template <class Cost>
+static int walk_ntiles(int nt, int64_t rows, const Cost &cost)
+{
+    int best = 1;
+    double best_cost = 0;
+    for (int d = 1; d <= nt; d++) {
+        if (nt % d)
+            continue;
+        const double c = cost(rows * (nt / d), d);
+        if (d == 1 || (c >= 0 && c < best_cost))
+            best = d, best_cost = c;
+    }
+    return best;
+}
+
 /* How many column blocks a block of gemm_panel.cuh's WALK instance walks
  * over its LayerNorm'd panel: the cost, in the time of one 32-deep slice,
  * counts waves of MINB blocks an SM and the panel's copy and LayerNorm as
@@ -151,17 +171,10 @@ static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g)
     if (nt % SGKC_GP_NTILES == 0)
         return SGKC_GP_NTILES;
 #endif
-    int best = 1;
-    int64_t best_cost = 0;
-    for (int d = 1; d <= nt; d++) {
-        const int64_t blocks = rows * (nt / d);
-        if (nt % d || (d > 1 && blocks < L->sm_count))
-            continue;
-        const int64_t cost = (blocks + slots - 1) / slots * (2 + (SGKC_GP_K / SGKC_GP_BKC) * d);
-        if (d == 1 || cost < best_cost)
-            best = d, best_cost = cost;
-    }
-    return best;
+    return walk_ntiles(nt, rows, [&](int64_t blocks, int d) {
+        const int64_t waves = (blocks + slots - 1) / slots;
+        return blocks < L->sm_count ? -1.0 : (double)(waves * (2 + (SGKC_GP_K / SGKC_GP_BKC) * d));
+    });
 }
 
 /* The same for gemm_panel.cuh's kernel: STAGES ring slots of B, MINB blocks
@@ -173,10 +186,10 @@ static dim3 panel_grid(const sgkc_layer *L, const sgkc_gemm_args &g)
                 (unsigned)(g.Nc / BN / panel_ntiles<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG, WALK>(L, g)));
 }
 
+/* grid: panel_grid's, which the caller has computed to choose the instance */
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
-static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+static cudaError_t launch_panel(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g, dim3 grid)
 {
-    const dim3 grid = panel_grid<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG, WALK>(L, g);
     const size_t smem = spread_smem(L, sgkc_gp_smem_bytes(BM, BN, STAGES, KG), (int64_t)grid.x * grid.y, MINB);
     return launch_after(L, sgkc_gemm_panel_kernel<LN, RES, BM, BN, TM, TN, STAGES, MINB, KG, WALK>, grid,
                         KG * (BM / TM) * (BN / TN), smem, s, 0, g);
@@ -244,9 +257,10 @@ static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
     /* Where one column block a block takes more than one wave, a block
      * walks several (panel_ntiles; dev/NOTES.md, run 110: large 363.7 ->
      * 357.8 us, xl 633.2 -> 626.9). */
-    if (panel_fits<SGKC_GP_QKV>(L, g, false))
-        return panel_ntiles<SGKC_GP_QKVW>(L, g) > 1 ? launch_panel<SGKC_GP_QKVW>(L, s, g)
-                                                    : launch_panel<SGKC_GP_QKV>(L, s, g);
+    if (panel_fits<SGKC_GP_QKV>(L, g, false)) {
+        const dim3 one = panel_grid<SGKC_GP_QKV>(L, g), walk = panel_grid<SGKC_GP_QKVW>(L, g);
+        return walk.y < one.y ? launch_panel<SGKC_GP_QKVW>(L, s, g, walk) : launch_panel<SGKC_GP_QKV>(L, s, g, one);
+    }
 #endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
@@ -287,10 +301,10 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
      * (mid 62.9-63.4 -> 62.4-62.9 us, dev/NOTES.md, run 82). */
 #ifndef SGKC_NO_GKSPLIT /* dev A/B builds */
     if (panel_fits<SGKC_GP_OUT2>(L, g, true))
-        return launch_panel<SGKC_GP_OUT2>(L, s, g);
+        return launch_panel<SGKC_GP_OUT2>(L, s, g, panel_grid<SGKC_GP_OUT2>(L, g));
 #endif
     if (panel_fits<SGKC_GP_OUT>(L, g, true))
-        return launch_panel<SGKC_GP_OUT>(L, s, g);
+        return launch_panel<SGKC_GP_OUT>(L, s, g, panel_grid<SGKC_GP_OUT>(L, g));
 #endif
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
@@ -316,18 +330,10 @@ static int dgemm_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, bool ln)
 #endif
     if (!ln)
         return 1;
-    int best = 1;
-    double best_cost = 0;
-    for (int d = 1; d <= nt; d++) {
-        if (nt % d)
-            continue;
-        const int64_t blocks = rows * (nt / d);
+    return walk_ntiles(nt, rows, [&](int64_t blocks, int d) {
         const double waves = blocks <= sms ? 0.72 : (double)((blocks + 2 * sms - 1) / (2 * sms));
-        const double cost = waves * (4 + 8 * d);
-        if (d == 1 || cost < best_cost)
-            best = d, best_cost = cost;
-    }
-    return best;
+        return waves * (4 + 8 * d);
+    });
 }
 
 static dim3 dgemm_grid(const sgkc_layer *L, const sgkc_gemm_args &g, bool ln)
