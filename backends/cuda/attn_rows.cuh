@@ -196,6 +196,23 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     const int vo = kv_r0 * D + kv_c * 4; /* row + 4m: + 4mD */
     const float *kv_src = qkv_b + (size_t)kv_r0 * row3 + D + kv_c * 4;
     auto load_kv = [&](int k0) {
+#ifndef SGKC_AR_NO_KVFAST /* dev A/B builds */
+        /* A whole tile without a test a row: ptxas then issues its 16
+         * copies in about 60 instructions a warp, against about 140 with
+         * the tests (xl -12 us, large -6: dev/NOTES.md, run 116). Not with
+         * two key groups (mid, whose groups load their one tile each before
+         * the loop) nor DMMA, where it spills. */
+        if (KS == 1 && !DM && k0 + BK <= N) {
+            const float *src = kv_src + (size_t)k0 * row3;
+#pragma unroll
+            for (int m = 0; m < KVM; m++) {
+                sgkc_cp_async16(Ks + (m & 1 ? ko1 : ko0) + 4 * m * D, src + (size_t)(4 * m) * row3);
+                sgkc_cp_async16(Vs + vo + 4 * m * D, src + (size_t)(4 * m) * row3 + D);
+            }
+            sgkc_cp_commit();
+            return;
+        }
+#endif
 #pragma unroll
         for (int m = 0; m < KVM; m++) {
             float *kd = Ks + (m & 1 ? ko1 : ko0) + 4 * m * D, *vd = Vs + vo + 4 * m * D;
