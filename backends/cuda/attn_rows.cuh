@@ -195,6 +195,9 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     const int ko0 = kv_r0 * D + sgkc_ar_k(kv_r0, kv_c), ko1 = kv_r0 * D + sgkc_ar_k(kv_r0 + 4, kv_c);
     const int vo = kv_r0 * D + kv_c * 4; /* row + 4m: + 4mD */
     const float *kv_src = qkv_b + (size_t)kv_r0 * row3 + D + kv_c * 4;
+    /* row m of this thread's chunks: K and V of key k0 + kv_r0 + 4m */
+    auto kv_k = [&](int m) { return Ks + (m & 1 ? ko1 : ko0) + 4 * m * D; };
+    auto kv_v = [&](int m) { return Vs + vo + 4 * m * D; };
     auto load_kv = [&](int k0) {
 #ifndef SGKC_AR_NO_KVFAST /* dev A/B builds */
         /* A whole tile without a test a row: ptxas then issues its 16
@@ -206,8 +209,8 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             const float *src = kv_src + (size_t)k0 * row3;
 #pragma unroll
             for (int m = 0; m < KVM; m++) {
-                sgkc_cp_async16(Ks + (m & 1 ? ko1 : ko0) + 4 * m * D, src + (size_t)(4 * m) * row3);
-                sgkc_cp_async16(Vs + vo + 4 * m * D, src + (size_t)(4 * m) * row3 + D);
+                sgkc_cp_async16(kv_k(m), src + (size_t)(4 * m) * row3);
+                sgkc_cp_async16(kv_v(m), src + (size_t)(4 * m) * row3 + D);
             }
             sgkc_cp_commit();
             return;
@@ -215,7 +218,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
 #endif
 #pragma unroll
         for (int m = 0; m < KVM; m++) {
-            float *kd = Ks + (m & 1 ? ko1 : ko0) + 4 * m * D, *vd = Vs + vo + 4 * m * D;
+            float *kd = kv_k(m), *vd = kv_v(m);
             if (k0 + kv_r0 + 4 * m < N) {
                 const float *src = kv_src + (size_t)(k0 + 4 * m) * row3;
                 sgkc_cp_async16(kd, src);
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
         float z = 0.0f;
 #pragma unroll
         for (int m = 0; m < KVM; m++) {
-            const float4 v = *reinterpret_cast<const float4 *>(Vs + vo + 4 * m * D);
+            const float4 v = *reinterpret_cast<const float4 *>(kv_v(m));
             z = fmaf(0.0f, v.x, z);
             z = fmaf(0.0f, v.y, z);
             z = fmaf(0.0f, v.z, z);

@@ -523,8 +523,8 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
  * projections (gemm_dmma.cuh) on DMMA, fp64 products and sums. It comes
  * after tiled in the table, so the layer picks it only when asked: the
  * CUDA issue asks for FFMA arithmetic, and tiled-dmma is faster at P
- * 17-32 (large 290 us against 364) but slower at P <= 16 (xl 644 against
- * 632; dev/NOTES.md, runs 92-94, 98-99 and 105).
+ * 17-32 (large 287 us against 352) but slower at P <= 16 (xl 640 against
+ * 613; dev/NOTES.md, runs 92-94, 98-99, 105 and 116).
  * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
  * measured on 9.0 only, so other majors do not offer it (tiled_plan). */
 static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N)
