@@ -1,0 +1,223 @@
+/* Validate-then-time harness for tc_gemm.cuh (standalone, needs a GPU):
+ *
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -I backends/cuda backends/cuda/dev/tc_gemm_check.cu -o /tmp/tcg
+ *   /tmp/tcg [seed]
+ *
+ * Each case (M, Nc, K, LN, RES) runs through both tile instances and the
+ * dispatcher: C is poisoned with NaN first, then every element must be
+ * written and finite, and the checked rows (all of them, or the first and
+ * last tiles' rows plus 64 random ones when M is large) must be within
+ * relative L2 1e-5 and max abs 1e-4 of a double reference. Then each is
+ * timed with events (3 warm-ups, median of 25). Exit status 1 on any
+ * failure. */
+#include "tc_gemm.cuh"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                               \
+    do {                                                                                    \
+        cudaError_t e_ = (x);                                                               \
+        if (e_ != cudaSuccess) {                                                            \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(2);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+struct tc_case {
+    int M, Nc, K;
+    bool ln, res, adv; /* adv: LayerNorm rows with means 1e3..1e4 and spread 1e-2 */
+    int offset;        /* floats added to A's and C's base (0: aligned; 1: the 4-byte copy path) */
+    const char *name;
+};
+
+static const tc_case cases[] = {
+    {2048, 768, 256, true, false, false, 0, "mid qkv"},
+    {4096, 768, 256, true, false, false, 0, "qkv M=4096"},
+    {2048, 256, 256, false, true, false, 0, "mid out"},
+    {1536, 2304, 768, true, false, false, 0, "s13 qkv"},
+    {1536, 768, 768, false, true, false, 0, "s13 out"},
+    {600, 3072, 1024, true, false, false, 0, "s12 qkv"},
+    {600, 1024, 1024, false, true, false, 0, "s12 out"},
+    {100, 1536, 512, true, false, false, 0, "s02 qkv"},
+    {96, 288, 96, true, false, false, 0, "seed qkv"},
+    {96, 96, 96, false, true, false, 0, "seed out"},
+    {37, 300, 100, true, false, false, 0, "odd qkv"},
+    {37, 100, 100, false, true, false, 0, "odd out"},
+    {5, 3, 7, true, false, false, 0, "tiny ln"},
+    {5, 3, 7, false, true, false, 0, "tiny res"},
+    {1280, 960, 320, true, false, false, 0, "s05 qkv"},
+    {1280, 960, 320, false, false, false, 0, "plain"},
+    {2048, 768, 256, true, false, true, 0, "adversarial ln"},
+    {37, 300, 100, true, false, true, 0, "adversarial odd"},
+    {300, 200, 96, true, true, false, 1, "unaligned ln+res"},
+};
+
+static uint64_t rng_state;
+static double urand() /* [-1, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+typedef cudaError_t (*launch_fn)(const sgkc_tc_gemm_args &, cudaStream_t);
+static int g_sms;
+static cudaError_t launch_large(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm_launch<SGKC_TC_LARGE>(g, s); }
+static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm_launch<SGKC_TC_SMALL>(g, s); }
+static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, s); }
+
+int main(int argc, char **argv)
+{
+    const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
+    printf("seed %llu\n", seed);
+    CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+    const struct { launch_fn fn; const char *name; } insts[] = {
+        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}};
+    int fails = 0;
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("%-18s %5s %5s %5s %-7s %9s %9s %9s %9s %6s\n", "case", "M", "Nc", "K", "tile", "relL2", "maxabs",
+           "us", "TFLOP/s", "%FMA");
+    for (const tc_case &c : cases) {
+        rng_state = seed ^ ((uint64_t)c.M * 1000003u + (uint64_t)c.Nc * 1009u + (uint64_t)c.K + (c.adv ? 7 : 0));
+        const size_t M = c.M, Nc = c.Nc, K = c.K;
+        std::vector<float> A(M * K), W(Nc * K), gam(K), bet(K), R(M * Nc), C(M * Nc);
+        for (size_t i = 0; i < M; i++) {
+            const double mu = c.adv ? 1e3 + 9e3 * (0.5 + 0.5 * urand()) : 0.0, sp = c.adv ? 1e-2 : 1.0;
+            for (size_t k = 0; k < K; k++)
+                A[i * K + k] = (float)(mu + sp * urand());
+        }
+        for (auto &w : W)
+            w = (float)(urand() / std::sqrt((double)K));
+        for (size_t k = 0; k < K; k++) {
+            gam[k] = (float)(1.0 + 0.2 * urand());
+            bet[k] = (float)(0.2 * urand());
+        }
+        for (auto &r : R)
+            r = (float)urand();
+        const int hd = 32;
+        const int scale_cols = c.ln ? std::min<int>(c.K, c.Nc) : 0;
+        const float scale = (float)(1.0 / std::sqrt((double)hd));
+
+        /* the checked rows: all, or the first and last 128 plus 64 random */
+        std::vector<size_t> rows;
+        if (M <= 320) {
+            for (size_t i = 0; i < M; i++)
+                rows.push_back(i);
+        } else {
+            for (size_t i = 0; i < 128; i++)
+                rows.push_back(i), rows.push_back(M - 1 - i);
+            for (int i = 0; i < 64; i++)
+                rows.push_back(128 + (size_t)((0.5 + 0.5 * urand()) * (double)(M - 256)));
+        }
+        std::vector<double> ref(rows.size() * Nc), xr(K);
+        for (size_t ri = 0; ri < rows.size(); ri++) {
+            const size_t i = rows[ri];
+            for (size_t k = 0; k < K; k++)
+                xr[k] = A[i * K + k];
+            if (c.ln) {
+                double mu = 0, var = 0;
+                for (size_t k = 0; k < K; k++)
+                    mu += xr[k];
+                mu /= (double)K;
+                for (size_t k = 0; k < K; k++)
+                    var += (xr[k] - mu) * (xr[k] - mu);
+                const double rs = 1.0 / std::sqrt(var / (double)K + 1e-5);
+                for (size_t k = 0; k < K; k++)
+                    xr[k] = (xr[k] - mu) * rs * gam[k] + bet[k];
+            }
+            for (size_t n = 0; n < Nc; n++) {
+                double s = 0;
+                for (size_t k = 0; k < K; k++)
+                    s += xr[k] * (double)W[n * K + k];
+                if ((int)n < scale_cols)
+                    s *= (double)scale;
+                if (c.res)
+                    s += R[i * Nc + n];
+                ref[ri * Nc + n] = s;
+            }
+        }
+
+        float *dA, *dW, *dg, *db, *dR, *dC;
+        const size_t off = c.offset;
+        CK(cudaMalloc(&dA, (M * K + off) * 4));
+        CK(cudaMalloc(&dW, Nc * K * 4));
+        CK(cudaMalloc(&dg, K * 4));
+        CK(cudaMalloc(&db, K * 4));
+        CK(cudaMalloc(&dR, (M * Nc + off) * 4));
+        CK(cudaMalloc(&dC, (M * Nc + off) * 4));
+        CK(cudaMemcpy(dA + off, A.data(), M * K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dW, W.data(), Nc * K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dg, gam.data(), K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(db, bet.data(), K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dR + off, R.data(), M * Nc * 4, cudaMemcpyHostToDevice));
+        sgkc_tc_gemm_args g = {};
+        g.A = dA + off;
+        g.W = dW;
+        g.C = dC + off;
+        g.M = c.M;
+        g.Nc = c.Nc;
+        g.K = c.K;
+        g.gamma = c.ln ? dg : nullptr;
+        g.beta = c.ln ? db : nullptr;
+        g.eps = 1e-5f;
+        g.residual = c.res ? dR + off : nullptr;
+        g.scale_cols = scale_cols;
+        g.scale = scale;
+        if (!sgkc_tc_gemm_fits(g)) {
+            printf("%-18s does not fit\n", c.name);
+            fails++;
+            continue;
+        }
+        for (const auto &in : insts) {
+            CK(cudaMemset(dC, 0xff, (M * Nc + off) * 4)); /* NaN */
+            CK(in.fn(g, 0));
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(C.data(), dC + off, M * Nc * 4, cudaMemcpyDeviceToHost));
+            size_t unwritten = 0;
+            for (float v : C)
+                unwritten += !std::isfinite(v);
+            double e2 = 0, r2 = 0, emax = 0;
+            for (size_t ri = 0; ri < rows.size(); ri++)
+                for (size_t n = 0; n < Nc; n++) {
+                    const double d = (double)C[rows[ri] * Nc + n] - ref[ri * Nc + n];
+                    e2 += d * d;
+                    r2 += ref[ri * Nc + n] * ref[ri * Nc + n];
+                    emax = std::max(emax, std::fabs(d));
+                }
+            const double rel = std::sqrt(e2 / (r2 > 0 ? r2 : 1));
+            const bool ok = unwritten == 0 && rel <= 1e-5 && emax <= 1e-4 && std::isfinite(rel);
+            std::vector<float> ts;
+            for (int it = 0; it < 28; it++) {
+                CK(cudaEventRecord(e0));
+                CK(in.fn(g, 0));
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (it >= 3)
+                    ts.push_back(ms);
+            }
+            std::sort(ts.begin(), ts.end());
+            const double us = 1e3 * ts[ts.size() / 2], tf = 2.0 * M * Nc * K / (us * 1e-6) / 1e12;
+            printf("%-18s %5d %5d %5d %-7s %9.2e %9.2e %9.2f %9.2f %5.0f%% %s", c.name, c.M, c.Nc, c.K, in.name, rel,
+                   emax, us, tf, 100.0 * tf / 67.0, ok ? "ok" : "FAIL");
+            if (unwritten)
+                printf(" (%zu elements not written or not finite)", unwritten);
+            printf("\n");
+            fails += !ok;
+        }
+        CK(cudaFree(dA));
+        CK(cudaFree(dW));
+        CK(cudaFree(dg));
+        CK(cudaFree(db));
+        CK(cudaFree(dR));
+        CK(cudaFree(dC));
+    }
+    printf("%s: %d failure(s); FP32 FMA peak 67 TFLOP/s\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,398 @@
+/* C = op(A) W^T (+ residual) on the TF32 tensor cores, split in three
+ * (3xTF32, tc_mma.cuh), for the layer's projections at any shape:
+ *
+ *   qkv = LayerNorm(nodes) [Wq;Wk;Wv]^T, columns n < scale_cols scaled;
+ *   out = nodes + ctx Wo^T.
+ *
+ * A is (M, K) and W (Nc, K), both row-major and k-contiguous (W is
+ * PyTorch's weight[out][in]), C and the residual (M, Nc). Any M, Nc, K >= 1.
+ *
+ * A block computes BM x BN outputs with warps of WM x WN; A and W tiles of
+ * BK k stream through a ring of STAGES shared-memory slots by cp.async,
+ * each slot issued STAGES - 1 k-tiles ahead. Rows past M or Nc and k past
+ * K are zero-filled by the copy, so the MMA loop has no bounds tests. A
+ * row is copied 16 bytes at a time where rows are 16-byte aligned (K % 4
+ * == 0 and an aligned base), else 4.
+ *
+ * Fragments: within 16 k, lane (g, t) reads the four floats k = 4t .. 4t+3
+ * of each of its rows (LDS.128); the first k8 MMA takes 4t, 4t+1 as its
+ * k-slots t, t+4 and the second 4t+2, 4t+3 (a k permutation shared by A
+ * and W, so the sums are unchanged). A slot row holds BK floats; for BK >=
+ * 32 the 16-byte chunks of odd rows are swapped by halves (chunk c ^ 4),
+ * so the eight lanes of a quarter-warp (rows g, g+1, chunks t) hit eight
+ * distinct bank quads, and the copies (a quarter-warp writes one row)
+ * stay conflict-free too. Each fragment value is split once and used by
+ * the three MMAs of every tile it enters; a warp issues its tiles' MMAs of
+ * one product before the next, so MT*NT MMAs are independent.
+ *
+ * LayerNorm (LN): the block first takes its rows' statistics in two passes
+ * over each row (mean, then centred squares; both of x - x0 with x0 the
+ * row's first element, so their rounding follows the row's spread, not its
+ * mean), then, once a slot has landed, rewrites its A tile in place as
+ * ((x - x0) - mean) rstd gamma[k] + beta[k] before any warp reads it. The
+ * normalisation is never folded into W: with row means of 1e4 and spreads
+ * of 1e-2 that cancels away every digit. */
+#ifndef SGK_CUDA_TC_GEMM_CUH
+#define SGK_CUDA_TC_GEMM_CUH
+
+#include "tc_mma.cuh"
+
+struct sgkc_tc_gemm_args {
+    const float *A; /* (M, K) */
+    const float *W; /* (Nc, K): weight[out][in] */
+    float *C;       /* (M, Nc) */
+    int64_t M;
+    int Nc, K;
+    const float *gamma, *beta; /* (K): LayerNorm on A's rows when gamma is not null */
+    float eps;
+    const float *residual; /* (M, Nc) added to the result when not null */
+    int scale_cols;        /* columns n < scale_cols are multiplied by scale */
+    float scale;
+};
+
+/* The copy widths and store width the pointers and sizes allow. */
+struct sgkc_tc_flags {
+    int vec_a, vec_w; /* 16-byte rows: K % 4 == 0 and an aligned base */
+    int vec_out;      /* float2 stores: Nc even, C and residual 8-byte aligned */
+};
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+struct sgkc_tc_cfg {
+    static constexpr int NW = (BM / WM) * (BN / WN), NT = 32 * NW;
+    static constexpr int CPR = BK / 4;           /* 16-byte chunks a slot row */
+    static constexpr int SLOT = (BM + BN) * BK; /* floats: A tile, then W tile */
+    static constexpr size_t SMEM = ((size_t)STAGES * SLOT + 3 * BM) * sizeof(float);
+    static_assert(WM % 16 == 0 && WN % 8 == 0 && BM % WM == 0 && BN % WN == 0, "whole MMA tiles");
+    static_assert(BK % 16 == 0 && (BK == 16 || BK % 32 == 0), "fragments take 16 k at a time");
+    static_assert((BM * CPR) % NT == 0 && (BN * CPR) % NT == 0 && NT % CPR == 0, "whole chunks a thread");
+    static_assert(BM % NW == 0 && (BM / NW) % 4 == 0, "LayerNorm rows: 4 at a time a warp");
+    static_assert(STAGES >= 2, "a ring");
+    /* float offset of chunk c of slot row r */
+    __device__ static __forceinline__ int at(int r, int c) { return (r * CPR + (CPR >= 8 ? c ^ ((r & 1) << 2) : c)) * 4; }
+};
+
+/* Mean and rstd of R rows by one warp: two passes over each row from
+ * global memory (the second mostly from L1), every row's loads of a pass in
+ * flight together. Rows at or past M give zeros. */
+template <int R>
+__device__ __forceinline__ void sgkc_tc_row_stats(const sgkc_tc_gemm_args &a, int64_t m, bool vec, int lane,
+                                                  float *s_shift, float *s_mean, float *s_rstd)
+{
+    const int K = a.K;
+    const float *row[R];
+    bool ok[R];
+    float x0[R], s[R], q[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        ok[i] = m + i < a.M;
+        row[i] = a.A + (size_t)(ok[i] ? m + i : 0) * K;
+        x0[i] = ok[i] ? __ldg(row[i]) : 0.0f;
+        s[i] = q[i] = 0.0f;
+    }
+    /* f(i, x) over the row's elements, this lane's share */
+    auto pass = [&](auto f) {
+        if (vec) {
+#pragma unroll 2
+            for (int k = 4 * lane; k < K; k += 128)
+#pragma unroll
+                for (int i = 0; i < R; i++)
+                    if (ok[i]) {
+                        const float4 v = sgkc_ld4(row[i] + k);
+                        f(i, v.x), f(i, v.y), f(i, v.z), f(i, v.w);
+                    }
+        } else {
+#pragma unroll 4
+            for (int k = lane; k < K; k += 32)
+#pragma unroll
+                for (int i = 0; i < R; i++)
+                    if (ok[i])
+                        f(i, __ldg(row[i] + k));
+        }
+    };
+    pass([&](int i, float x) { s[i] += x - x0[i]; });
+    sgkc_warp_sums<R>(s);
+    float mean[R];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        mean[i] = s[i] / (float)K;
+    pass([&](int i, float x) {
+        const float d = (x - x0[i]) - mean[i];
+        q[i] = fmaf(d, d, q[i]);
+    });
+    sgkc_warp_sums<R>(q);
+    if (lane < R) {
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            if (i == lane) {
+                s_shift[i] = x0[i];
+                s_mean[i] = mean[i];
+                s_rstd[i] = ok[i] ? 1.0f / sqrtf(q[i] / (float)K + a.eps) : 0.0f;
+            }
+    }
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool LN, bool RES>
+__global__ void __launch_bounds__(sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>::NT, 1)
+sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
+{
+    using cfg = sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>;
+    constexpr int NT = cfg::NT, NW = cfg::NW, CPR = cfg::CPR, SLOT = cfg::SLOT;
+    constexpr int MT = WM / 16, NTL = WN / 8; /* MMA tiles of a warp */
+    constexpr int CA = BM * CPR / NT, CW = BN * CPR / NT; /* chunks a thread copies a k-tile */
+
+    extern __shared__ float4 tc_smem4[];
+    float *ring = reinterpret_cast<float *>(tc_smem4);
+    float *s_shift = ring + STAGES * SLOT, *s_mean = s_shift + BM, *s_rstd = s_mean + BM;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
+    const int Nc = a.Nc, K = a.K, n0 = blockIdx.y * BN;
+    const int KT = (K + BK - 1) / BK;
+    /* a thread's chunks sit in one column c (NT % CPR == 0), rows r0 + i * NT / CPR */
+    const int cc = tid % CPR, r0 = tid / CPR;
+
+    /* Rows [base, base + rows) of a (rows x K) matrix, k-tile kt, into a
+     * slot: zero-filled past `rows_valid` rows and past K. */
+    auto copy = [&](float *dst, const float *src, int64_t base, int64_t nrows, int kt, bool vec, auto nchunks) {
+        constexpr int NCH = decltype(nchunks)::value;
+        const int k = kt * BK + 4 * cc;
+#pragma unroll
+        for (int i = 0; i < NCH; i++) {
+            const int r = r0 + i * (NT / CPR);
+            const bool rok = base + r < nrows;
+            const float *p = src + (size_t)(rok ? base + r : 0) * K;
+            float *d = dst + cfg::at(r, cc);
+            if (vec) {
+                const bool ok = rok && k < K;
+                sgkc_cp_async16_zfill(d, ok ? p + k : src, ok ? 16 : 0);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const bool ok = rok && k + e < K;
+                    sgkc_cp_async4_zfill(d + e, ok ? p + k + e : src, ok ? 4 : 0);
+                }
+            }
+        }
+    };
+    auto copy_a = [&](int kt) {
+        copy(ring + (kt % STAGES) * SLOT, a.A, m0, M, kt, f.vec_a, std::integral_constant<int, CA>());
+    };
+    auto copy_w = [&](int kt) {
+        copy(ring + (kt % STAGES) * SLOT + BM * BK, a.W, n0, Nc, kt, f.vec_w, std::integral_constant<int, CW>());
+    };
+
+    /* W (the layer's weights) before the grid wait, A after: it may be the
+     * previous kernel's output. Commit group s holds A's k-tile s (group 0
+     * also all of W's prologue tiles). */
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++)
+        if (s < KT)
+            copy_w(s);
+    sgkc_grid_wait();
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < KT)
+            copy_a(s);
+        sgkc_cp_commit();
+    }
+
+    /* LayerNorm statistics while the prologue's copies fly; a thread keeps
+     * those of the rows it rewrites, and the columns' gamma and beta. */
+    float ln_sh[LN ? CA : 1], ln_mu[LN ? CA : 1], ln_rs[LN ? CA : 1];
+    if constexpr (LN) {
+        constexpr int RPW = BM / NW;
+        const bool vec = f.vec_a;
+#pragma unroll 1
+        for (int r = warp * RPW; r < (warp + 1) * RPW; r += 4)
+            sgkc_tc_row_stats<4>(a, m0 + r, vec, lane, s_shift + r, s_mean + r, s_rstd + r);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < CA; i++) {
+            const int r = r0 + i * (NT / CPR);
+            ln_sh[i] = s_shift[r];
+            ln_mu[i] = s_mean[r];
+            ln_rs[i] = s_rstd[r];
+        }
+    }
+
+    const int wm = warp / (BN / WN), wn = warp % (BN / WN);
+    float acc[MT][NTL][4] = {};
+
+#pragma unroll 1
+    for (int kt = 0; kt < KT; kt++) {
+        sgkc_cp_wait<STAGES - 2>();
+        __syncthreads(); /* k-tile kt landed; slot (kt - 1) % STAGES is free */
+        if (kt + STAGES - 1 < KT) {
+            copy_w(kt + STAGES - 1);
+            copy_a(kt + STAGES - 1);
+        }
+        sgkc_cp_commit();
+        float *As = ring + (kt % STAGES) * SLOT;
+        const float *Ws = As + BM * BK;
+
+        if constexpr (LN) {
+            const int k = kt * BK + 4 * cc;
+            float gm[4], bt[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                gm[e] = k + e < K ? __ldg(a.gamma + k + e) : 0.0f;
+                bt[e] = k + e < K ? __ldg(a.beta + k + e) : 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < CA; i++) {
+                float4 *p = reinterpret_cast<float4 *>(As + cfg::at(r0 + i * (NT / CPR), cc));
+                float4 v = *p;
+                auto ln = [&](float x, int e) { return fmaf(((x - ln_sh[i]) - ln_mu[i]) * ln_rs[i], gm[e], bt[e]); };
+                v = make_float4(ln(v.x, 0), ln(v.y, 1), ln(v.z, 2), ln(v.w, 3));
+                *p = v; /* gamma = beta = 0 past K: stays 0 against W's zeros */
+            }
+            __syncthreads();
+        }
+
+#pragma unroll
+        for (int h = 0; h < BK / 16; h++) {
+            float4 af[MT][2], bf[NTL];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int s = 0; s < 2; s++)
+                    af[mt][s] = *reinterpret_cast<const float4 *>(As + cfg::at(wm * WM + 16 * mt + 8 * s + g, 4 * h + t));
+#pragma unroll
+            for (int nt = 0; nt < NTL; nt++)
+                bf[nt] = *reinterpret_cast<const float4 *>(Ws + cfg::at(wn * WN + 8 * nt + g, 4 * h + t));
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                uint32_t ab[MT][4], as[MT][4], bb[NTL][2], bs[NTL][2];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    const float x[4] = {j ? af[mt][0].z : af[mt][0].x, j ? af[mt][1].z : af[mt][1].x,
+                                        j ? af[mt][0].w : af[mt][0].y, j ? af[mt][1].w : af[mt][1].y};
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sgkc_split_tf32(x[e], ab[mt][e], as[mt][e]);
+                }
+#pragma unroll
+                for (int nt = 0; nt < NTL; nt++) {
+                    sgkc_split_tf32(j ? bf[nt].z : bf[nt].x, bb[nt][0], bs[nt][0]);
+                    sgkc_split_tf32(j ? bf[nt].w : bf[nt].y, bb[nt][1], bs[nt][1]);
+                }
+                /* the small terms first, so the big product lands on them */
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NTL; nt++)
+                        sgkc_mma_tf32_16x8x8(acc[mt][nt], as[mt], bb[nt]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NTL; nt++)
+                        sgkc_mma_tf32_16x8x8(acc[mt][nt], ab[mt], bs[nt]);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NTL; nt++)
+                        sgkc_mma_tf32_16x8x8(acc[mt][nt], ab[mt], bb[nt]);
+            }
+        }
+    }
+    sgkc_cp_wait<0>(); /* no copy outlives the block (the last groups are empty) */
+    sgkc_grid_trigger();
+
+    /* c[2s + e] of tile (mt, nt): row 16 mt + 8 s + g, column 8 nt + 2 t + e */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const int64_t m = m0 + wm * WM + 16 * mt + 8 * s + g;
+            if (m >= M)
+                continue;
+#pragma unroll
+            for (int nt = 0; nt < NTL; nt++) {
+                const int n = n0 + wn * WN + 8 * nt + 2 * t;
+                float v[2] = {acc[mt][nt][2 * s], acc[mt][nt][2 * s + 1]};
+                const size_t o = (size_t)m * Nc + n;
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    if (n + e < a.scale_cols)
+                        v[e] *= a.scale;
+                if (f.vec_out && n < Nc) {
+                    if constexpr (RES) {
+                        const float2 r = __ldg(reinterpret_cast<const float2 *>(a.residual + o));
+                        v[0] += r.x;
+                        v[1] += r.y;
+                    }
+                    *reinterpret_cast<float2 *>(a.C + o) = make_float2(v[0], v[1]);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        if (n + e < Nc) {
+                            if constexpr (RES)
+                                v[e] += __ldg(a.residual + o + e);
+                            a.C[o + e] = v[e];
+                        }
+                }
+            }
+        }
+}
+
+/* Whether the grid of the smaller instance (the larger one's is smaller
+ * still) fits the launch limits, and the arguments are complete. */
+static inline bool sgkc_tc_gemm_fits(const sgkc_tc_gemm_args &g)
+{
+    return g.A && g.W && g.C && g.M >= 1 && g.Nc >= 1 && g.K >= 1 && (g.M + 63) / 64 <= 0x7fffffff &&
+           (g.Nc + 63) / 64 <= 65535 && (!g.gamma || g.beta);
+}
+
+static inline sgkc_tc_flags sgkc_tc_flags_of(const sgkc_tc_gemm_args &g)
+{
+    sgkc_tc_flags f;
+    f.vec_a = g.K % 4 == 0 && sgkc_aligned16(g.A);
+    f.vec_w = g.K % 4 == 0 && sgkc_aligned16(g.W);
+    f.vec_out = g.Nc % 2 == 0 && ((uintptr_t)g.C & 7u) == 0 && (!g.residual || ((uintptr_t)g.residual & 7u) == 0);
+    return f;
+}
+
+template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool LN, bool RES>
+static cudaError_t sgkc_tc_gemm_launch_inst(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    using cfg = sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>;
+    auto kern = sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, LN, RES>;
+    static bool attr_set = false; /* the attribute belongs to the function: once a process */
+    if (!attr_set) {
+        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM);
+        if (e != cudaSuccess)
+            return e;
+        attr_set = true;
+    }
+    const dim3 grid((unsigned)((g.M + BM - 1) / BM), (unsigned)((g.Nc + BN - 1) / BN));
+    kern<<<grid, cfg::NT, cfg::SMEM, s>>>(g, sgkc_tc_flags_of(g));
+    return cudaGetLastError();
+}
+
+/* One tile instance; LayerNorm and the residual as the arguments ask. */
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+cudaError_t sgkc_tc_gemm_launch(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    if (g.gamma)
+        return g.residual ? sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, true, true>(g, s)
+                          : sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, true, false>(g, s);
+    return g.residual ? sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, false, true>(g, s)
+                      : sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, false, false>(g, s);
+}
+
+/* The two instances: 128 x 128 (8 warps of 64 x 32, 3 stages, 97.5 KB of
+ * shared memory, one block an SM) and 64 x 64 (4 warps of 32 x 32, 4
+ * stages, 64.8 KB). */
+#define SGKC_TC_LARGE 128, 128, 32, 64, 32, 3
+#define SGKC_TC_SMALL 64, 64, 32, 32, 32, 4
+
+/* The large tile where its tiles fill the SMs at least once, else the
+ * small one (four times the blocks). */
+static inline cudaError_t sgkc_tc_gemm(const sgkc_tc_gemm_args &g, int sm_count, cudaStream_t s)
+{
+    const int64_t large_tiles = (g.M + 127) / 128 * ((g.Nc + 127) / 128);
+    return large_tiles >= sm_count ? sgkc_tc_gemm_launch<SGKC_TC_LARGE>(g, s) : sgkc_tc_gemm_launch<SGKC_TC_SMALL>(g, s);
+}
+
+#endif
