@@ -59,6 +59,9 @@ struct sgkc_tc_flags {
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
 struct sgkc_tc_cfg {
     static constexpr int NW = (BM / WM) * (BN / WN), NT = 32 * NW;
+    /* blocks an SM the registers are sized for: 4 warps at 4 blocks (128
+     * registers) spill, at 3 they do not */
+    static constexpr int MINB = NW <= 4 ? 3 : 1;
     static constexpr int CPR = BK / 4;           /* 16-byte chunks a slot row */
     static constexpr int SLOT = (BM + BN) * BK; /* floats: A tile, then W tile */
     static constexpr size_t SMEM = ((size_t)STAGES * SLOT + 3 * BM) * sizeof(float);
@@ -92,7 +95,7 @@ __device__ __forceinline__ void sgkc_tc_row_stats(const sgkc_tc_gemm_args &a, in
     /* f(i, x) over the row's elements, this lane's share */
     auto pass = [&](auto f) {
         if (vec) {
-#pragma unroll 2
+#pragma unroll 4
             for (int k = 4 * lane; k < K; k += 128)
 #pragma unroll
                 for (int i = 0; i < R; i++)
@@ -101,7 +104,7 @@ __device__ __forceinline__ void sgkc_tc_row_stats(const sgkc_tc_gemm_args &a, in
                         f(i, v.x), f(i, v.y), f(i, v.z), f(i, v.w);
                     }
         } else {
-#pragma unroll 4
+#pragma unroll 8
             for (int k = lane; k < K; k += 32)
 #pragma unroll
                 for (int i = 0; i < R; i++)
@@ -132,7 +135,7 @@ __device__ __forceinline__ void sgkc_tc_row_stats(const sgkc_tc_gemm_args &a, in
 }
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool LN, bool RES>
-__global__ void __launch_bounds__(sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>::NT, 1)
+__global__ void __launch_bounds__(sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>::NT, sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>::MINB)
 sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
 {
     using cfg = sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>;
@@ -216,6 +219,19 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
         }
     }
 
+    /* gamma and beta of this thread's four columns of k-tile kt; 0 past K */
+    float gm_next[4], bt_next[4];
+    auto load_gb = [&](int kt) {
+        const int k = kt * BK + 4 * cc;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            gm_next[e] = LN && k + e < K ? __ldg(a.gamma + k + e) : 0.0f;
+            bt_next[e] = LN && k + e < K ? __ldg(a.beta + k + e) : 0.0f;
+        }
+    };
+    if constexpr (LN)
+        load_gb(0);
+
     const int wm = warp / (BN / WN), wn = warp % (BN / WN);
     float acc[MT][NTL][4] = {};
 
@@ -232,13 +248,11 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
         const float *Ws = As + BM * BK;
 
         if constexpr (LN) {
-            const int k = kt * BK + 4 * cc;
             float gm[4], bt[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                gm[e] = k + e < K ? __ldg(a.gamma + k + e) : 0.0f;
-                bt[e] = k + e < K ? __ldg(a.beta + k + e) : 0.0f;
-            }
+            for (int e = 0; e < 4; e++)
+                gm[e] = gm_next[e], bt[e] = bt_next[e];
+            load_gb(kt + 1); /* the next k-tile's, long before they are needed */
 #pragma unroll
             for (int i = 0; i < CA; i++) {
                 float4 *p = reinterpret_cast<float4 *>(As + cfg::at(r0 + i * (NT / CPR), cc));
@@ -382,8 +396,9 @@ cudaError_t sgkc_tc_gemm_launch(const sgkc_tc_gemm_args &g, cudaStream_t s)
 }
 
 /* The two instances: 128 x 128 (8 warps of 64 x 32, 3 stages, 97.5 KB of
- * shared memory, one block an SM) and 64 x 64 (4 warps of 32 x 32, 4
- * stages, 64.8 KB). */
+ * shared memory, about 200 registers: one block an SM) and 64 x 64 (4
+ * warps of 32 x 32, 4 stages, 64.8 KB, at most 168 registers: three
+ * blocks an SM on compute capability 9.0, two on 8.0). */
 #define SGKC_TC_LARGE 128, 128, 32, 64, 32, 3
 #define SGKC_TC_SMALL 64, 64, 32, 32, 32, 4
 

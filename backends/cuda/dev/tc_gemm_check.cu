@@ -53,7 +53,9 @@ static const tc_case cases[] = {
     {1280, 960, 320, false, false, false, 0, "plain"},
     {2048, 768, 256, true, false, true, 0, "adversarial ln"},
     {37, 300, 100, true, false, true, 0, "adversarial odd"},
-    {300, 200, 96, true, true, false, 1, "unaligned ln+res"},
+    {300, 200, 98, true, true, false, 1, "unaligned ln+res"},
+    {130, 70, 33, true, false, false, 0, "K=33 ln"},
+    {200, 130, 250, false, false, false, 1, "unaligned plain"},
 };
 
 static uint64_t rng_state;
