@@ -155,8 +155,8 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
     /* a thread's chunks sit in one column c (NT % CPR == 0), rows r0 + i * NT / CPR */
     const int cc = tid % CPR, r0 = tid / CPR;
 
-    /* Rows [base, base + rows) of a (rows x K) matrix, k-tile kt, into a
-     * slot: zero-filled past `rows_valid` rows and past K. */
+    /* Rows base .. base + BM (or BN) of an (nrows x K) matrix, k-tile kt,
+     * into a slot: zeros for rows at or past nrows and for k past K. */
     auto copy = [&](float *dst, const float *src, int64_t base, int64_t nrows, int kt, bool vec, auto nchunks) {
         constexpr int NCH = decltype(nchunks)::value;
         const int k = kt * BK + 4 * cc;
