@@ -372,13 +372,6 @@ static cudaError_t sgkc_tc_gemm_launch_inst(const sgkc_tc_gemm_args &g, cudaStre
 {
     using cfg = sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>;
     auto kern = sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, LN, RES>;
-    static bool attr_set = false; /* the attribute belongs to the function: once a process */
-    if (!attr_set) {
-        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM);
-        if (e != cudaSuccess)
-            return e;
-        attr_set = true;
-    }
     const dim3 grid((unsigned)((g.M + BM - 1) / BM), (unsigned)((g.Nc + BN - 1) / BN));
     kern<<<grid, cfg::NT, cfg::SMEM, s>>>(g, sgkc_tc_flags_of(g));
     return cudaGetLastError();
@@ -402,6 +395,26 @@ cudaError_t sgkc_tc_gemm_launch(const sgkc_tc_gemm_args &g, cudaStream_t s)
 #define SGKC_TC_LARGE 128, 128, 32, 64, 32, 3
 #define SGKC_TC_SMALL 64, 64, 32, 32, 32, 4
 
+/* Lets every instance take its shared memory (past the default 48 KB);
+ * once a device, at layer creation, since the limit is a device's. */
+template <int BM, int BN, int BK, int WM, int WN, int STAGES>
+static cudaError_t sgkc_tc_gemm_prepare_tile()
+{
+    using cfg = sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>;
+    const void *const fns[] = {
+        (const void *)sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, false, false>,
+        (const void *)sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, false, true>,
+        (const void *)sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, true, false>,
+        (const void *)sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, true, true>,
+    };
+    for (const void *f : fns) {
+        const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cfg::SMEM);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
 /* The large tile where its tiles fill the SMs at least once, else the
  * small one (four times the blocks). */
 static inline cudaError_t sgkc_tc_gemm(const sgkc_tc_gemm_args &g, int sm_count, cudaStream_t s)
@@ -409,5 +422,14 @@ static inline cudaError_t sgkc_tc_gemm(const sgkc_tc_gemm_args &g, int sm_count,
     const int64_t large_tiles = (g.M + 127) / 128 * ((g.Nc + 127) / 128);
     return large_tiles >= sm_count ? sgkc_tc_gemm_launch<SGKC_TC_LARGE>(g, s) : sgkc_tc_gemm_launch<SGKC_TC_SMALL>(g, s);
 }
+
+static inline cudaError_t sgkc_tc_gemm_prepare()
+{
+    const cudaError_t e = sgkc_tc_gemm_prepare_tile<SGKC_TC_LARGE>();
+    return e != cudaSuccess ? e : sgkc_tc_gemm_prepare_tile<SGKC_TC_SMALL>();
+}
+
+/* Shared memory the larger instance needs: a device must allow it a block. */
+static inline size_t sgkc_tc_gemm_smem() { return sgkc_tc_cfg<SGKC_TC_LARGE>::SMEM; }
 
 #endif

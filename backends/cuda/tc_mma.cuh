@@ -36,6 +36,24 @@ __device__ __forceinline__ void sgkc_mma_tf32_16x8x8(float (&c)[4], const uint32
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* The same split for operands that may hold inf (pair features, whose
+ * relation MLP must give inf where the math does): small = 0 where big is
+ * not finite, so inf * w stays inf instead of becoming inf - inf. */
+__device__ __forceinline__ void sgkc_split_tf32_inf(float x, uint32_t &big, uint32_t &small)
+{
+    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    small = (big & 0x7f800000u) == 0x7f800000u ? 0u : __float_as_uint(x - __uint_as_float(big));
+}
+
+/* 3xTF32: c += ah bh + ah bl + al bh, the small products first. */
+__device__ __forceinline__ void sgkc_mma3_tf32(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                               const uint32_t (&bh)[2], const uint32_t (&bl)[2])
+{
+    sgkc_mma_tf32_16x8x8(c, al, bh);
+    sgkc_mma_tf32_16x8x8(c, ah, bl);
+    sgkc_mma_tf32_16x8x8(c, ah, bh);
+}
+
 /* cp.async of 16 (or 4) bytes of which the first `bytes` are read from gmem
  * and the rest of the destination is zeroed; bytes = 0 reads nothing (gmem
  * must still be a valid address). */

@@ -3,6 +3,7 @@
  * workspace and launch functions and add a row to sgkc_variants below. */
 #include "cuda_layer.h"
 #include "generic.h"
+#include "tc.h"
 
 #include "attn_general.cuh"
 #include "attn_tiled.cuh"
@@ -764,6 +765,7 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
 
 const sgkc_variant sgkc_variants[] = {
     {"fused-small", fused_supports, fused_workspace, fused_launch},
+    {"tuned-tc", sgkc_tc_supports, sgkc_tc_workspace, sgkc_tc_launch},
     {"tiled", tiled_supports, ws_qkv_ctx, tiled_launch},
     {"tiled-dmma", tiled_dmma_supports, ws_qkv_ctx, tiled_dmma_launch},
     {"general", general_supports, ws_qkv_ctx, general_launch},
@@ -923,6 +925,7 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->smem_sm = prop.sharedMemPerMultiprocessor;
     L->smem_rsv = prop.reservedSharedMemPerBlock;
     SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
+    SGKC_RETURN_IF(sgkc_tc_prepare(L));
     L->clusters16 = fused_clusters16(L);
 
     const size_t d = (size_t)D;

@@ -1,0 +1,92 @@
+/* tuned-tc: the layer on the tensor cores in 3xTF32, at any shape whose
+ * head dim is at most 256 and P at most 128. Three launches: LayerNorm and
+ * the Q/K/V projection (tc_gemm.cuh), attention with the relation MLP on
+ * the fly (tc_attn.cuh), the output projection with the residual
+ * (tc_gemm.cuh). The workspace holds qkv (B*N, 3D) and ctx (B*N, D). */
+#include "cuda_layer.h"
+#include "tc.h"
+#include "tc_attn.cuh"
+#include "tc_gemm.cuh"
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+static const size_t TC_ALIGN = 256;
+
+int sgkc_tc_supports(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    if (L->cc_major < 8 || N > INT_MAX || B * N > INT_MAX / 4 || sgkc_tc_gemm_smem() > L->smem_optin)
+        return 0;
+    if ((B * N + 63) / 64 > INT_MAX || (3 * (int64_t)L->D + 63) / 64 > 65535)
+        return 0;
+    return sgkc_tca_fits(L->hd, L->P, L->smem_optin, B, (int)N, L->H);
+}
+
+size_t sgkc_tc_workspace(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    return (size_t)B * (size_t)N * 4u * (size_t)L->D * sizeof(float) + TC_ALIGN;
+}
+
+cudaError_t sgkc_tc_prepare(const sgkc_layer *L)
+{
+    if (L->cc_major < 8)
+        return cudaSuccess;
+    const cudaError_t e = sgkc_tc_gemm_smem() <= L->smem_optin ? sgkc_tc_gemm_prepare() : cudaSuccess;
+    return e != cudaSuccess ? e : sgkc_tca_prepare(L->smem_optin);
+}
+
+cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgkc_fwd *f)
+{
+    const int D = L->D;
+    const int64_t M = f->B * f->N;
+    uintptr_t base = ((uintptr_t)f->ws + TC_ALIGN - 1) & ~(uintptr_t)(TC_ALIGN - 1);
+    float *qkv = (float *)base, *ctx = qkv + (size_t)M * 3u * (size_t)D;
+
+    sgkc_tc_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.A = f->nodes;
+    g.W = L->gen + L->gen_off.wqkv; /* Wq | Wk | Wv as given: [n][k] */
+    g.C = qkv;
+    g.M = M;
+    g.Nc = 3 * D;
+    g.K = D;
+    g.gamma = L->gamma;
+    g.beta = L->beta;
+    g.eps = L->eps;
+    g.scale_cols = D;
+    g.scale = 1.0f / sqrtf((float)L->hd);
+    cudaError_t e = sgkc_tc_gemm(g, L->sm_count, f->stream);
+    if (e != cudaSuccess)
+        return e;
+
+    sgkc_tca_args a;
+    a.qkv = qkv;
+    a.pair = f->pair;
+    a.mask = f->mask;
+    a.mask_u8 = f->mask_u8;
+    a.w1 = L->gen + L->gen_off.w1;
+    a.b1 = L->gen + L->gen_off.b1;
+    a.w2 = L->gen + L->gen_off.w2;
+    a.b2 = L->gen + L->gen_off.b2;
+    a.ctx = ctx;
+    a.N = (int)f->N;
+    a.D = D;
+    a.H = L->H;
+    a.P = L->P;
+    a.hd = L->hd;
+    e = sgkc_tca_launch(a, f->B, f->stream);
+    if (e != cudaSuccess)
+        return e;
+
+    memset(&g, 0, sizeof g);
+    g.A = ctx;
+    g.W = L->gen + L->gen_off.wo;
+    g.C = f->out;
+    g.M = M;
+    g.Nc = D;
+    g.K = D;
+    g.residual = f->nodes;
+    g.scale = 1.0f;
+    return sgkc_tc_gemm(g, L->sm_count, f->stream);
+}

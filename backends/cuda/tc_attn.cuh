@@ -1,0 +1,477 @@
+/* tuned-tc's attention: masked softmax attention over graph edges with the
+ * relation MLP computed on the fly, on the tensor cores in 3xTF32 (each
+ * fp32 operand split into a TF32 high part and a TF32 remainder; the
+ * product keeps hi*hi + hi*lo + lo*hi, which holds fp32's result contract
+ * where one TF32 pass does not).
+ *
+ * A block owns 64 query rows of one batch entry and a group of up to NH
+ * heads (blockIdx.z); each of its four warps owns 16 of the rows and every
+ * head of the group. The keys are walked 16 at a time:
+ *   1. the block stages the 16 keys' K and V columns of the group;
+ *   2. a warp runs the relation MLP for its 16 x 16 pairs as two small
+ *      GEMMs (pairs x P times W1^T, SiLU, times W2^T of the group's heads),
+ *      an m16n8k8 tile being one query row's 16 keys, and leaves the bias
+ *      in its own shared slice, since the MMA's output layout (pairs by
+ *      heads) is not the layout the scores need (rows by keys);
+ *   3. per head: scores Q K^T, plus bias, masked pairs to -inf, an online
+ *      softmax update, and O += P V with P taken straight from the score
+ *      accumulators (the k index of every fragment is permuted the same way
+ *      on both operands so an accumulator pair is an operand pair).
+ * Pairs the mask removes for all 16 keys of a row skip the MLP; a warp whose
+ * 16 x 16 block is all masked skips the step.
+ *
+ * Shapes are template parameters where registers depend on them: HDP is
+ * the head dim padded to a multiple of 8, PMAX bounds P (padded to 8), NH
+ * the heads a block takes. Everything else is a run-time bound. */
+#ifndef SGK_CUDA_TC_ATTN_CUH
+#define SGK_CUDA_TC_ATTN_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "tc_mma.cuh"
+
+struct sgkc_tca_args {
+    const float *qkv;  /* (B*N, 3D): q (pre-scaled by 1/sqrt(hd)) | k | v */
+    const float *pair; /* (B, N, N, P) */
+    const void *mask;  /* (B, N, N) float32 or uint8 */
+    int mask_u8;
+    const float *w1, *b1, *w2, *b2; /* PyTorch layout: w1[P][P], w2[H][P] */
+    float *ctx;                     /* (B*N, D) */
+    int N, D, H, P, hd;
+};
+
+namespace sgkc_tca {
+
+constexpr int BM = 64, BN = 16, WARPS = 4, THREADS = 32 * WARPS;
+
+/* Row strides in floats. Fragment loads of Q, K and the weights read
+ * float2 at [row g][2t] (g = lane / 4, t = lane % 4): a stride of 8 mod 32
+ * keeps each half-warp's 16 lanes on distinct banks. V's operand reads
+ * [key 2t][col g]: a stride of 4 mod 32. */
+__host__ __device__ constexpr int stride8(int n) { return (n + 31) / 32 * 32 + 8; }
+__host__ __device__ constexpr int stride4(int n) { return (n + 31) / 32 * 32 + 4; }
+constexpr int BIAS_LD = BN + 8;             /* bias slice row: 16 keys */
+constexpr int BIAS_HEAD = BN * BIAS_LD + 8; /* one head's 16 x 16 */
+
+template <int HDP, int PMAX, int NH> struct shape {
+    static constexpr int CG = HDP * NH;       /* the group's columns */
+    static constexpr int QS = stride8(CG), KS = stride8(CG), VS = stride4(CG);
+    static constexpr int WS = stride8(PMAX);  /* w1 and w2 rows */
+    static constexpr int MT = PMAX <= 16 ? 4 : PMAX <= 32 ? 2 : 1; /* m-tiles a pass */
+    static constexpr int off_w1 = 0, off_w2 = off_w1 + PMAX * WS, off_b1 = off_w2 + 8 * WS,
+                         off_b2 = off_b1 + PMAX, off_q = off_b2 + 8, off_k = off_q + BM * QS,
+                         off_v = off_k + BN * KS, off_bias = off_v + BN * VS,
+                         floats = off_bias + WARPS * NH * BIAS_HEAD;
+    static constexpr size_t bytes = (size_t)floats * sizeof(float);
+};
+
+__device__ __forceinline__ float silu(float t) { return __fdividef(t, 1.0f + __expf(-t)); }
+
+/* A value pair of row r at columns k, k + 1 of a row-major (rows, cols)
+ * array with leading dimension ld; zero outside it. */
+__device__ __forceinline__ float2 ld_pair(const float *p, int64_t row_off, int k, int cols, bool even)
+{
+    if (even && k + 1 < cols)
+        return *reinterpret_cast<const float2 *>(p + row_off + k);
+    float2 v;
+    v.x = k < cols ? p[row_off + k] : 0.0f;
+    v.y = k + 1 < cols ? p[row_off + k + 1] : 0.0f;
+    return v;
+}
+
+template <int HDP, int PMAX, int NH>
+__global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
+{
+    using S = shape<HDP, PMAX, NH>;
+    constexpr int HD8 = HDP / 8, PM8 = PMAX / 8, MT = S::MT;
+    extern __shared__ float4 smem4[];
+    float *sm = reinterpret_cast<float *>(smem4);
+    float *w1s = sm + S::off_w1, *w2s = sm + S::off_w2, *b1s = sm + S::off_b1, *b2s = sm + S::off_b2;
+    float *qs = sm + S::off_q, *ks = sm + S::off_k, *vs = sm + S::off_v;
+
+    const int N = a.N, D = a.D, P = a.P, hd = a.hd;
+    const int PP = (P + 7) & ~7, PP8 = PP / 8;
+    const int b = blockIdx.y, q0 = blockIdx.x * BM, h0 = blockIdx.z * NH;
+    const int hg = min(NH, a.H - h0);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t row0 = (int64_t)b * N; /* first row of this batch entry in qkv / ctx */
+    const int64_t ld3 = 3 * (int64_t)D;
+    float *bias_s = sm + S::off_bias + warp * NH * BIAS_HEAD;
+
+    /* Weights: w1 rows are hidden units, w2 rows the group's heads; zero
+     * past P and past the group, so padded lanes contribute nothing. */
+    for (int i = tid; i < PMAX * S::WS; i += THREADS) {
+        const int n = i / S::WS, k = i % S::WS;
+        w1s[i] = n < P && k < P ? a.w1[(int64_t)n * P + k] : 0.0f;
+    }
+    for (int i = tid; i < 8 * S::WS; i += THREADS) {
+        const int n = i / S::WS, k = i % S::WS;
+        w2s[i] = n < hg && k < P ? a.w2[(int64_t)(h0 + n) * P + k] : 0.0f;
+    }
+    for (int i = tid; i < PMAX; i += THREADS)
+        b1s[i] = i < P ? a.b1[i] : 0.0f;
+    for (int i = tid; i < 8; i += THREADS)
+        b2s[i] = i < hg ? a.b2[h0 + i] : 0.0f;
+    for (int i = tid; i < BM * S::CG; i += THREADS) {
+        const int r = i / S::CG, col = i % S::CG, hh = col / HDP, c = col % HDP;
+        const int qi = q0 + r;
+        qs[r * S::QS + col] =
+            qi < N && hh < hg && c < hd ? a.qkv[(row0 + qi) * ld3 + (int64_t)(h0 + hh) * hd + c] : 0.0f;
+    }
+
+    float o[NH][HD8][4];
+    float mrow[NH][2], lrow[NH][2];
+#pragma unroll
+    for (int hh = 0; hh < NH; hh++) {
+        mrow[hh][0] = mrow[hh][1] = -INFINITY;
+        lrow[hh][0] = lrow[hh][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < HD8; n++)
+            o[hh][n][0] = o[hh][n][1] = o[hh][n][2] = o[hh][n][3] = 0.0f;
+    }
+
+    const int wr0 = q0 + warp * 16; /* the warp's first query row */
+    const bool pair_even = (P % 2) == 0;
+    const float LOG2E = 1.4426950408889634f;
+
+    for (int j0 = 0; j0 < N; j0 += BN) {
+        __syncthreads(); /* the last step's K and V are consumed (and the setup is done) */
+        int v_bad = 0;
+        for (int i = tid; i < BN * S::CG; i += THREADS) {
+            const int r = i / S::CG, col = i % S::CG, hh = col / HDP, c = col % HDP;
+            const int kj = j0 + r;
+            const bool in = kj < N && hh < hg && c < hd;
+            const int64_t off = (row0 + kj) * ld3 + (int64_t)(h0 + hh) * hd + c;
+            const float v = in ? a.qkv[off + 2 * D] : 0.0f;
+            ks[r * S::KS + col] = in ? a.qkv[off + D] : 0.0f;
+            vs[r * S::VS + col] = v;
+            v_bad |= !isfinite(v);
+        }
+        /* A non-finite V (a node whose input was NaN or inf) must reach only
+         * the rows that attend to it; the MMA would give 0 * inf = NaN to
+         * every row, so such a step takes the FMA path below. */
+        v_bad = __syncthreads_or(v_bad);
+
+        /* This lane's mask bits: rows g and g + 8, keys 8n + 2t + e. */
+        uint32_t mbits = 0;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int qi = wr0 + g + 8 * half;
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int kj = j0 + 8 * n + 2 * t + e;
+                    bool on = false;
+                    if (qi < N && kj < N) {
+                        const int64_t mo = ((int64_t)b * N + qi) * N + kj;
+                        on = a.mask_u8 ? static_cast<const uint8_t *>(a.mask)[mo] != 0
+                                       : static_cast<const float *>(a.mask)[mo] != 0.0f;
+                    }
+                    mbits |= (uint32_t)on << (half * 4 + n * 2 + e);
+                }
+        }
+        /* Rows of the warp's 16 with any edge among these keys. */
+        const uint32_t lo_any = __ballot_sync(0xffffffffu, (mbits & 0x0fu) != 0);
+        const uint32_t hi_any = __ballot_sync(0xffffffffu, (mbits & 0xf0u) != 0);
+        uint32_t rows_any = 0;
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            rows_any |= (uint32_t)(((lo_any >> (4 * r)) & 0xfu) != 0) << r;
+            rows_any |= (uint32_t)(((hi_any >> (4 * r)) & 0xfu) != 0) << (r + 8);
+        }
+        if (rows_any == 0)
+            continue;
+
+        /* 2. The relation MLP for the warp's rows: an m-tile is one row's
+         * 16 keys (pair g and g + 8 of the tile are keys j0 + g, j0 + g + 8). */
+        for (int mt0 = 0; mt0 < 16; mt0 += MT) {
+            float acc[MT][PM8][4];
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int n = 0; n < PM8; n++)
+                    acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+            bool live[MT];
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+                live[m] = (rows_any >> (mt0 + m)) & 1u;
+#pragma unroll
+            for (int s = 0; s < PM8; s++) {
+                if (s < PP8) {
+                    uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        const int qi = wr0 + mt0 + m;
+                        float2 x0 = make_float2(0.f, 0.f), x1 = x0;
+                        if (live[m]) {
+                            const int64_t base = (((int64_t)b * N + qi) * N + j0) * P;
+                            if (j0 + g < N)
+                                x0 = ld_pair(a.pair, base + (int64_t)g * P, 8 * s + 2 * t, P, pair_even);
+                            if (j0 + g + 8 < N)
+                                x1 = ld_pair(a.pair, base + (int64_t)(g + 8) * P, 8 * s + 2 * t, P, pair_even);
+                        }
+                        sgkc_split_tf32_inf(x0.x, ah[m][0], al[m][0]);
+                        sgkc_split_tf32_inf(x1.x, ah[m][1], al[m][1]);
+                        sgkc_split_tf32_inf(x0.y, ah[m][2], al[m][2]);
+                        sgkc_split_tf32_inf(x1.y, ah[m][3], al[m][3]);
+                    }
+#pragma unroll
+                    for (int n = 0; n < PM8; n++) {
+                        if (n < PP8) {
+                            const float2 w = *reinterpret_cast<const float2 *>(w1s + (8 * n + g) * S::WS + 8 * s + 2 * t);
+                            uint32_t bh[2], bl[2];
+                            sgkc_split_tf32(w.x, bh[0], bl[0]);
+                            sgkc_split_tf32(w.y, bh[1], bl[1]);
+#pragma unroll
+                            for (int m = 0; m < MT; m++)
+                                sgkc_mma3_tf32(acc[m][n], ah[m], al[m], bh, bl);
+                        }
+                    }
+                }
+            }
+            /* b1, SiLU, then the second layer: the accumulators of n-tile s
+             * are the operand of k-step s. */
+            float bacc[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+                bacc[m][0] = bacc[m][1] = bacc[m][2] = bacc[m][3] = 0.0f;
+#pragma unroll
+            for (int s = 0; s < PM8; s++) {
+                if (s < PP8) {
+                    const float c0 = b1s[8 * s + 2 * t], c1 = b1s[8 * s + 2 * t + 1];
+                    const float2 w = *reinterpret_cast<const float2 *>(w2s + g * S::WS + 8 * s + 2 * t);
+                    uint32_t bh[2], bl[2];
+                    sgkc_split_tf32(w.x, bh[0], bl[0]);
+                    sgkc_split_tf32(w.y, bh[1], bl[1]);
+#pragma unroll
+                    for (int m = 0; m < MT; m++) {
+                        uint32_t ah[4], al[4];
+                        sgkc_split_tf32_inf(silu(acc[m][s][0] + c0), ah[0], al[0]);
+                        sgkc_split_tf32_inf(silu(acc[m][s][2] + c0), ah[1], al[1]);
+                        sgkc_split_tf32_inf(silu(acc[m][s][1] + c1), ah[2], al[2]);
+                        sgkc_split_tf32_inf(silu(acc[m][s][3] + c1), ah[3], al[3]);
+                        sgkc_mma3_tf32(bacc[m], ah, al, bh, bl);
+                    }
+                }
+            }
+            /* bacc[m]: (key g | g + 8, head 2t | 2t + 1) of row mt0 + m. */
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int r = mt0 + m;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int hh = 2 * t + (e & 1), key = g + 8 * (e >> 1);
+                    if (hh < NH)
+                        bias_s[hh * BIAS_HEAD + r * BIAS_LD + key] = bacc[m][e] + b2s[hh];
+                }
+            }
+        }
+        __syncwarp();
+
+        /* 3. Scores, online softmax and P V, head by head. */
+#pragma unroll
+        for (int hh = 0; hh < NH; hh++) {
+            if (hh < hg) {
+                float sc[2][4];
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+                    sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+                const float *qrow = qs + (warp * 16 + g) * S::QS + hh * HDP;
+#pragma unroll
+                for (int s = 0; s < HD8; s++) {
+                    const float2 x0 = *reinterpret_cast<const float2 *>(qrow + 8 * s + 2 * t);
+                    const float2 x1 = *reinterpret_cast<const float2 *>(qrow + 8 * S::QS + 8 * s + 2 * t);
+                    uint32_t ah[4], al[4];
+                    sgkc_split_tf32(x0.x, ah[0], al[0]);
+                    sgkc_split_tf32(x1.x, ah[1], al[1]);
+                    sgkc_split_tf32(x0.y, ah[2], al[2]);
+                    sgkc_split_tf32(x1.y, ah[3], al[3]);
+#pragma unroll
+                    for (int n = 0; n < 2; n++) {
+                        const float2 k2 = *reinterpret_cast<const float2 *>(ks + (8 * n + g) * S::KS + hh * HDP + 8 * s + 2 * t);
+                        uint32_t bh[2], bl[2];
+                        sgkc_split_tf32(k2.x, bh[0], bl[0]);
+                        sgkc_split_tf32(k2.y, bh[1], bl[1]);
+                        sgkc_mma3_tf32(sc[n], ah, al, bh, bl);
+                    }
+                }
+                /* bias and mask; sc[n][e]: row g + 8 (e >> 1), key 8n + 2t + (e & 1) */
+                const float *bh_s = bias_s + hh * BIAS_HEAD;
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int half = e >> 1, key = 8 * n + 2 * t + (e & 1);
+                        const bool on = (mbits >> (half * 4 + n * 2 + (e & 1))) & 1u;
+                        const float v = sc[n][e] + bh_s[(g + 8 * half) * BIAS_LD + key];
+                        sc[n][e] = on ? v : -INFINITY;
+                        mx[half] = fmaxf(mx[half], sc[n][e]);
+                    }
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 1));
+                    mx[half] = fmaxf(mx[half], __shfl_xor_sync(0xffffffffu, mx[half], 2));
+                }
+                float alpha[2], ref[2];
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const float mnew = fmaxf(mrow[hh][half], mx[half]);
+                    ref[half] = mnew == -INFINITY ? 0.0f : mnew;
+                    alpha[half] = exp2f((mrow[hh][half] - ref[half]) * LOG2E);
+                    mrow[hh][half] = mnew;
+                }
+#pragma unroll
+                for (int n = 0; n < 2; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        sc[n][e] = exp2f((sc[n][e] - ref[e >> 1]) * LOG2E);
+                /* Each lane keeps its own part of the row sums (alpha is
+                 * the same across a quad); the parts are added at the end. */
+#pragma unroll
+                for (int half = 0; half < 2; half++)
+                    lrow[hh][half] = lrow[hh][half] * alpha[half] + sc[0][2 * half] + sc[0][2 * half + 1] +
+                                     sc[1][2 * half] + sc[1][2 * half + 1];
+#pragma unroll
+                for (int n = 0; n < HD8; n++) {
+                    o[hh][n][0] *= alpha[0];
+                    o[hh][n][1] *= alpha[0];
+                    o[hh][n][2] *= alpha[1];
+                    o[hh][n][3] *= alpha[1];
+                }
+                if (v_bad) {
+                    /* P through the bias slice just read: [row][key] */
+                    float *ps = bias_s + hh * BIAS_HEAD;
+                    __syncwarp();
+#pragma unroll
+                    for (int n = 0; n < 2; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            ps[(g + 8 * (e >> 1)) * BIAS_LD + 8 * n + 2 * t + (e & 1)] = sc[n][e];
+                    __syncwarp();
+#pragma unroll
+                    for (int n = 0; n < HD8; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int row = g + 8 * (e >> 1), col = hh * HDP + 8 * n + 2 * t + (e & 1);
+                            float acc = o[hh][n][e];
+                            for (int key = 0; key < BN; key++) {
+                                const float p = ps[row * BIAS_LD + key];
+                                acc = p != 0.0f ? fmaf(p, vs[key * S::VS + col], acc) : acc;
+                            }
+                            o[hh][n][e] = acc;
+                        }
+                    continue;
+                }
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++) {
+                    uint32_t ah[4], al[4];
+                    sgkc_split_tf32(sc[kk][0], ah[0], al[0]);
+                    sgkc_split_tf32(sc[kk][2], ah[1], al[1]);
+                    sgkc_split_tf32(sc[kk][1], ah[2], al[2]);
+                    sgkc_split_tf32(sc[kk][3], ah[3], al[3]);
+                    const float *v0 = vs + (8 * kk + 2 * t) * S::VS + hh * HDP + g;
+#pragma unroll
+                    for (int n = 0; n < HD8; n++) {
+                        uint32_t bh[2], bl[2];
+                        sgkc_split_tf32(v0[8 * n], bh[0], bl[0]);
+                        sgkc_split_tf32(v0[S::VS + 8 * n], bh[1], bl[1]);
+                        sgkc_mma3_tf32(o[hh][n], ah, al, bh, bl);
+                    }
+                }
+            }
+        }
+        __syncwarp(); /* the bias slice is rewritten next step */
+    }
+
+    /* Finish: the row sums are spread over a quad; a row with no edge has
+     * l = 0 and gives zeros. */
+#pragma unroll
+    for (int hh = 0; hh < NH; hh++) {
+        if (hh < hg) {
+            float inv[2];
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                float l = lrow[hh][half];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
+            }
+#pragma unroll
+            for (int n = 0; n < HD8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int half = e >> 1, c = 8 * n + 2 * t + (e & 1), qi = wr0 + g + 8 * half;
+                    if (qi < N && c < hd)
+                        a.ctx[(row0 + qi) * D + (int64_t)(h0 + hh) * hd + c] = o[hh][n][e] * inv[half];
+                }
+        }
+    }
+}
+
+} // namespace sgkc_tca
+
+/* The compiled instances: head dims padded to 16, 24, 32, 64, 96, 128 or
+ * 256, P to 16, 32 or 128; a block takes as many heads as keep its
+ * accumulators within 128 registers a thread (64 with P past 32, whose
+ * MLP accumulators need the rest). */
+struct sgkc_tca_inst {
+    int hdp, pmax, nh;
+    void (*kernel)(const sgkc_tca_args);
+    size_t smem;
+};
+
+#define SGKC_TCA_NH(hdp, pmax) ((((pmax) <= 32 ? 256 : 128) / (hdp)) < 8 ? (((pmax) <= 32 ? 256 : 128) / (hdp)) : 8)
+#define SGKC_TCA_I(hdp, pmax)                                                                                  \
+    {hdp, pmax, SGKC_TCA_NH(hdp, pmax) > 0 ? SGKC_TCA_NH(hdp, pmax) : 1,                                       \
+     sgkc_tca::attn_kernel<hdp, pmax, (SGKC_TCA_NH(hdp, pmax) > 0 ? SGKC_TCA_NH(hdp, pmax) : 1)>,              \
+     sgkc_tca::shape<hdp, pmax, (SGKC_TCA_NH(hdp, pmax) > 0 ? SGKC_TCA_NH(hdp, pmax) : 1)>::bytes}
+#define SGKC_TCA_ROW(pmax)                                                                                     \
+    SGKC_TCA_I(16, pmax), SGKC_TCA_I(24, pmax), SGKC_TCA_I(32, pmax), SGKC_TCA_I(64, pmax),                   \
+        SGKC_TCA_I(96, pmax), SGKC_TCA_I(128, pmax), SGKC_TCA_I(256, pmax)
+
+static const sgkc_tca_inst sgkc_tca_insts[] = {SGKC_TCA_ROW(16), SGKC_TCA_ROW(32), SGKC_TCA_ROW(128)};
+
+/* The instance for head dim hd and P, or NULL where none takes them. */
+static inline const sgkc_tca_inst *sgkc_tca_pick(int hd, int P)
+{
+    const sgkc_tca_inst *best = NULL;
+    for (const sgkc_tca_inst &i : sgkc_tca_insts)
+        if (hd <= i.hdp && P <= i.pmax && (!best || i.hdp < best->hdp || (i.hdp == best->hdp && i.pmax < best->pmax)))
+            best = &i;
+    return best;
+}
+
+/* Raises every instance's dynamic shared memory limit; call once a device. */
+static inline cudaError_t sgkc_tca_prepare(size_t optin)
+{
+    for (const sgkc_tca_inst &i : sgkc_tca_insts)
+        if (i.smem <= optin) {
+            const cudaError_t e = cudaFuncSetAttribute((const void *)i.kernel,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)i.smem);
+            if (e != cudaSuccess)
+                return e;
+        }
+    return cudaSuccess;
+}
+
+/* Whether a device with optin bytes of shared memory a block runs (hd, P). */
+static inline bool sgkc_tca_fits(int hd, int P, size_t optin, int64_t B, int N, int H)
+{
+    const sgkc_tca_inst *i = sgkc_tca_pick(hd, P);
+    return i && i->smem <= optin && B <= 65535 && (H + i->nh - 1) / i->nh <= 65535;
+}
+
+static inline cudaError_t sgkc_tca_launch(const sgkc_tca_args &a, int64_t B, cudaStream_t s)
+{
+    const sgkc_tca_inst *i = sgkc_tca_pick(a.hd, a.P);
+    const dim3 grid((unsigned)((a.N + sgkc_tca::BM - 1) / sgkc_tca::BM), (unsigned)B,
+                    (unsigned)((a.H + i->nh - 1) / i->nh));
+    i->kernel<<<grid, sgkc_tca::THREADS, i->smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+#endif
