@@ -1,20 +1,20 @@
 /* Loading GPU backends as plugins (libsgk-<name>.so), so that one build of
  * libsgk runs on machines with or without each vendor runtime and can say
- * why a backend is missing. */
+ * why a backend is missing.
+ *
+ * The search order: the folder sgk/ beside the file libsgk was loaded from
+ * (<libdir>/sgk once installed, build/api/sgk in the build tree), then each
+ * folder of SGK_BACKEND_PATH. No path is compiled in, so a moved prefix keeps
+ * its plugins and a build folder left behind (in /tmp, say) is never looked
+ * at; the variable adds backends but cannot replace the library's own. */
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "sgk_internal.h"
-
-#ifndef SGK_BUILD_DIR
-#error "SGK_BUILD_DIR must be defined by the build"
-#endif
-#ifndef SGK_PLUGIN_INSTALL_DIR
-#error "SGK_PLUGIN_INSTALL_DIR must be defined by the build"
-#endif
 
 #define SGK_PATH_MAX 4096
 
@@ -131,6 +131,26 @@ static void try_dir(search *s, const char *dir, size_t dir_len)
     try_file(s, path);
 }
 
+/* Any object of libsgk serves: dladdr names the file that holds it. */
+static const char k_self_anchor = 0;
+
+/* The folder sgk/ beside libsgk's own file, with symbolic links resolved so
+ * that a link to libsgk elsewhere leads back to the plugins installed with
+ * it. Returns the length written to dir, 0 when it cannot be known. */
+static size_t own_plugin_dir(char *dir, size_t dir_len)
+{
+    Dl_info info;
+    if (dladdr(&k_self_anchor, &info) == 0 || info.dli_fname == NULL || info.dli_fname[0] == 0)
+        return 0;
+    char resolved[PATH_MAX];
+    const char *file = realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+    const char *slash = strrchr(file, '/');
+    if (slash == NULL)
+        return 0;
+    int n = snprintf(dir, dir_len, "%.*s/sgk", (int)(slash - file), file);
+    return n > 0 && (size_t)n < dir_len ? (size_t)n : 0;
+}
+
 static const char *backend_path_env(void)
 {
     /* A setuid program must not load code named by its caller's environment. */
@@ -152,6 +172,8 @@ const sgk_backend_ops *sgk_plugin_load(const char *name, const sgk_host *host,
     s.reason_len = reason_len;
     snprintf(s.file, sizeof s.file, "libsgk-%s.so", name);
 
+    char own[SGK_PATH_MAX];
+    try_dir(&s, own, own_plugin_dir(own, sizeof own));
     const char *env = backend_path_env();
     while (env && *env) {
         const char *colon = strchr(env, ':');
@@ -159,10 +181,6 @@ const sgk_backend_ops *sgk_plugin_load(const char *name, const sgk_host *host,
         try_dir(&s, env, len);
         env = colon ? colon + 1 : NULL;
     }
-    char build_dir[SGK_PATH_MAX];
-    snprintf(build_dir, sizeof build_dir, "%s/backends/%s", SGK_BUILD_DIR, name);
-    try_dir(&s, build_dir, strlen(build_dir));
-    try_dir(&s, SGK_PLUGIN_INSTALL_DIR, strlen(SGK_PLUGIN_INSTALL_DIR));
 
     if (!s.found)
         snprintf(reason, reason_len, "plugin %s not found (searched: %s)", s.file,

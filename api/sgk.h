@@ -40,7 +40,7 @@ extern "C" {
 #endif
 
 #define SGK_VERSION_MAJOR 0
-#define SGK_VERSION_MINOR 1
+#define SGK_VERSION_MINOR 2
 #define SGK_VERSION_PATCH 0
 
 SGK_EXPORT const char *sgk_version(void);
