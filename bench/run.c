@@ -360,8 +360,8 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
         snprintf(d->peak_source, sizeof d->peak_source, "--peak-gflops");
     } else if (!(d->peak_gflops > 0) && strcmp(name, "cpu") != 0) {
         d->peak_gflops = BENCH_H200_PEAK_GFLOPS;
-        snprintf(d->peak_source, sizeof d->peak_source, "H200 default, SPEC section 5 (not derived here: "
-                 "--peak-gflops sets this device's)");
+        snprintf(d->peak_source, sizeof d->peak_source, "H200 default of SPEC section 5; not derived here, "
+                 "--peak-gflops sets this device's");
     } else if (!(d->peak_gflops > 0)) {
         snprintf(d->peak_source, sizeof d->peak_source, "unknown (give --peak-gflops)");
     }
@@ -374,8 +374,8 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
         snprintf(d->copy_source, sizeof d->copy_source, "measured: %s", d->copy_how);
     } else if (strcmp(name, "cpu") != 0) {
         d->copy_gbps = BENCH_H200_COPY_GBPS;
-        snprintf(d->copy_source, sizeof d->copy_source, "H200 default, SPEC section 5 (not measured here: "
-                 "--peak-gbps sets this device's)");
+        snprintf(d->copy_source, sizeof d->copy_source, "H200 default of SPEC section 5; not measured here, "
+                 "--peak-gbps sets this device's");
     } else {
         snprintf(d->copy_source, sizeof d->copy_source, "unknown (give --peak-gbps)");
     }
