@@ -111,11 +111,13 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
            opt->repeats, opt->min_repeat_s * 1e3, opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
     if (opt->quick)
         fprintf(out, "QUICK RUN (--quick): repeats of >= 10 ms instead of 100 ms; the figures are rough\n");
+    /* Four to a line: the sweep makes a single line too long to read. */
     for (int c = 0; c < opt->ncases; c++) {
         const bench_shape *s = &opt->cases[c].shape;
-        fprintf(out, "%s%s B=%lld N=%lld D=%lld H=%lld P=%lld (%.3g GFLOP, %.3g MB)", c ? "; " : "shapes: ",
-               opt->cases[c].name, (long long)s->B, (long long)s->N, (long long)s->D, (long long)s->H,
-               (long long)s->P, bench_flops(s) / 1e9, bench_bytes(s, opt->mask_type == SGK_MASK_U8 ? 1 : 4) / 1e6);
+        fprintf(out, "%s%s B=%lld N=%lld D=%lld H=%lld P=%lld (%.3g GFLOP, %.3g MB)",
+                c == 0 ? "shapes: " : c % 4 ? "; " : ";\n        ", opt->cases[c].name, (long long)s->B,
+                (long long)s->N, (long long)s->D, (long long)s->H, (long long)s->P, bench_flops(s) / 1e9,
+                bench_bytes(s, opt->mask_type == SGK_MASK_U8 ? 1 : 4) / 1e6);
     }
     fprintf(out, "\n\n");
     for (int i = 0; i < res->ndevices; i++) print_device(out, opt, &res->devices[i]);

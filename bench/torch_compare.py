@@ -188,8 +188,8 @@ def device_peaks(torch, a, on_cuda):
     elif on_cuda:
         p = torch.cuda.get_device_properties(torch.cuda.current_device())
         lanes = 64 if (p.major, p.minor) in ((6, 0), (8, 0)) or p.major == 7 else 128
-        mhz = getattr(p, "clock_rate", 0) / 1e3
-        if mhz > 0:
+        mhz = getattr(p, "clock_rate", 0) / 1e3  # kHz, as cudaDevAttrClockRate
+        if 100 <= mhz <= 10000:  # a clock in another unit, or none, falls back on the default
             gflops = p.multi_processor_count * mhz * lanes * 2 / 1e3
             gsrc = f"{p.multi_processor_count} SMs x {mhz:.0f} MHz x {lanes} FMA x 2 (sm_{p.major}{p.minor})"
         else:
