@@ -12,9 +12,9 @@ import sys
 
 
 def count_rows(doc):
-    if doc.get("format") == "sgk-torch-compare/1":  # one row per timed variant
-        return sum("us" in t for res in doc["presets"].values() for side in ("torch", "sgk")
-                   for t in res[side].values())
+    if doc.get("format", "").startswith("sgk-torch-compare/"):  # one row per timed variant
+        shapes = doc.get("shapes") or doc["presets"]
+        return sum("us" in t for res in shapes.values() for side in ("torch", "sgk") for t in res[side].values())
     return len(doc["rows"])
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks that sgk-bench JSON files have the documented fields (bench/README.md).
+"""Checks that sgk-bench JSON files have the documented fields (bench/README.md):
+format sgk-bench/2, or the older sgk-bench/1 (no floors of their own per row).
 
     check_json.py FILE...                 check existing files
     check_json.py --run SGK_BENCH ARGS    run sgk-bench (ARGS must hold --json FILE),
@@ -33,6 +34,11 @@ ROW = {"backend": str, "device": int, "device_name": str, "variant": str, "auto"
        "flop": NUM, "bytes": NUM, "gflops": OPT_NUM, "gbps": OPT_NUM,
        "floor_us": OPT_NUM, "floor_bound": (str, type(None)), "floor_share": OPT_NUM,
        "checked": bool, "rel_l2": OPT_NUM, "max_abs": OPT_NUM, "status": str, "note": str}
+# What sgk-bench/2 added: the FFMA and copy floors of each row, and where the
+# device's copy bandwidth came from.
+DEVICE_2 = {"copy_source": str}
+ROW_2 = {"ffma_floor_us": OPT_NUM, "copy_floor_us": OPT_NUM}
+FORMATS = ("sgk-bench/1", "sgk-bench/2")
 MODES = {"host", "stream", "graph", "host-path"}
 STATUSES = {"ok", "FAIL", "ERROR", "unchecked"}
 
@@ -55,6 +61,23 @@ def flop_model(r):
     return 8 * B * N * D * D + B * N * N * (2 * P * P + 2 * P * H) + 4 * B * N * N * D
 
 
+def close(a, b):
+    return math.isclose(a, b, rel_tol=1e-6)
+
+
+def check_floors(r, d, where, problems):
+    """The row's floors follow from its work and its device's peaks."""
+    for key, work, peak in (("ffma_floor_us", "flop", "peak_gflops"), ("copy_floor_us", "bytes", "copy_gbps")):
+        if d[peak] is None:
+            if r[key] is not None:
+                problems.append(f"{where}.{key}: {r[key]} without a device {peak}")
+        elif r[key] is None or not close(r[key], r[work] / d[peak] / 1e3):
+            problems.append(f"{where}.{key}: {r[key]} is not {work} / {peak}")
+    known = [r[k] for k in ("ffma_floor_us", "copy_floor_us") if r[k] is not None]
+    if r["floor_us"] is not None and known and r["floor_us"] < max(known) * (1 - 1e-6):
+        problems.append(f"{where}.floor_us: {r['floor_us']} below its FFMA or copy floor")
+
+
 def check_file(path, require_ok=False, modes=(), rotated=False):
     problems = []
     try:
@@ -62,8 +85,11 @@ def check_file(path, require_ok=False, modes=(), rotated=False):
             doc = json.load(f)
     except (OSError, ValueError) as e:
         return [f"{path}: cannot read JSON: {e}"]
-    if doc.get("format") != "sgk-bench/1":
-        problems.append(f"format is {doc.get('format')!r}, expected 'sgk-bench/1'")
+    fmt = doc.get("format")
+    if fmt not in FORMATS:
+        problems.append(f"format is {fmt!r}, expected one of {FORMATS}")
+    v2 = fmt == "sgk-bench/2"
+    device_spec, row_spec = (dict(DEVICE, **DEVICE_2), dict(ROW, **ROW_2)) if v2 else (DEVICE, ROW)
     check_fields(doc.get("machine"), MACHINE, "machine", problems)
     for i, g in enumerate((doc.get("machine") or {}).get("gpus") or []):
         check_fields(g, GPU, f"machine.gpus[{i}]", problems)
@@ -72,8 +98,16 @@ def check_file(path, require_ok=False, modes=(), rotated=False):
     if not isinstance(devices, list) or not devices:
         problems.append("devices: missing or empty")
         devices = []
+    by_index = {}
     for i, d in enumerate(devices):
-        check_fields(d, DEVICE, f"devices[{i}]", problems)
+        before = len(problems)
+        check_fields(d, device_spec, f"devices[{i}]", problems)
+        if len(problems) > before:
+            continue
+        by_index[(d["backend"], d["device"])] = d
+        # A GPU's floors fall back on the H200's peaks, so they are never unknown.
+        if v2 and d["backend"] != "cpu" and None in (d["peak_gflops"], d["copy_gbps"]):
+            problems.append(f"devices[{i}]: a GPU backend without peak_gflops or copy_gbps")
     if not isinstance(doc.get("notes"), list):
         problems.append("notes: missing or not a list")
     rows = doc.get("rows")
@@ -83,9 +117,14 @@ def check_file(path, require_ok=False, modes=(), rotated=False):
     for i, r in enumerate(rows):
         where = f"rows[{i}]"
         before = len(problems)
-        check_fields(r, ROW, where, problems)
+        check_fields(r, row_spec, where, problems)
         if len(problems) > before:
             continue
+        d = by_index.get((r["backend"], r["device"]))
+        if d is None:
+            problems.append(f"{where}: no device record for {r['backend']} {r['device']}")
+        elif v2:
+            check_floors(r, d, where, problems)
         if r["mode"] not in MODES:
             problems.append(f"{where}.mode: {r['mode']!r} not one of {sorted(MODES)}")
         if r["status"] not in STATUSES:

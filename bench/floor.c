@@ -72,11 +72,8 @@ void finish_timing(const backend_run *br, bench_row *r, const bench_timing *t, i
     if (!strcmp(r->mode, "host-path")) return; /* copies and allocation: no floor */
     double floor = NAN;
     const char *bound = "";
-    if (d->copy_gbps > 0) floor = r->bytes / (d->copy_gbps * 1e9) * 1e6, bound = "bandwidth";
-    if (d->peak_gflops > 0) {
-        double f = r->flops / (d->peak_gflops * 1e9) * 1e6;
-        if (!(floor >= f)) floor = f, bound = "compute";
-    }
+    if (r->copy_floor_us > 0) floor = r->copy_floor_us, bound = "bandwidth";
+    if (r->ffma_floor_us > 0 && !(floor >= r->ffma_floor_us)) floor = r->ffma_floor_us, bound = "compute";
     double launch = graph ? d->graph_launch_us : d->launch_us;
     if (launch > 0 && !(floor >= launch)) floor = launch, bound = "launch";
     r->floor_us = floor;

@@ -18,7 +18,9 @@ int main(int argc, char **argv)
     memset(&res, 0, sizeof res);
     rc = bench_run(&opt, &res);
     if (rc == 0) {
-        bench_print_table(&opt, &res);
+        /* With the JSON on stdout the table still reaches a person, on stderr. */
+        int json_stdout = opt.json_path && !strcmp(opt.json_path, "-");
+        bench_print_table(json_stdout ? stderr : stdout, &opt, &res);
         if (opt.json_path && bench_write_json(&opt, &res, opt.json_path) != 0) {
             fprintf(stderr, "sgk-bench: cannot write %s\n", opt.json_path);
             rc = 2;

@@ -1,12 +1,14 @@
 #include "options.h"
 
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
 #include "bench_version.h"
+#include "sweep.h"
+#include "util.h"
 
 static const char usage_text[] =
     "usage: sgk-bench [options]\n"
@@ -15,9 +17,14 @@ static const char usage_text[] =
     "kernel variant, checks each against the double-precision reference, and\n"
     "prints one row per backend, variant, shape and mode.\n"
     "\n"
+    "An option's value follows it as the next argument or after '=':\n"
+    "--preset seed and --preset=seed are the same.\n"
+    "\n"
     "What to run:\n"
-    "  --preset LIST      comma-separated presets: seed, mid, large, xl, or all\n"
-    "                     (default: all)\n"
+    "  --preset LIST      comma-separated shapes of SPEC section 4: the presets\n"
+    "                     seed, mid, large, xl; the sweep shapes s01 .. s14; the\n"
+    "                     groups presets (the four), sweep (s01 .. s14) and all\n"
+    "                     (both) (default: presets)\n"
     "  --shape B,N,D,H,P  a custom shape; may be repeated, and mixed with --preset\n"
     "  --backend LIST     cpu, cuda, hip, opencl (default: every available one);\n"
     "                     naming an unavailable backend is an error\n"
@@ -37,11 +44,16 @@ static const char usage_text[] =
     "                     instead of >= 100 ms each; the output says so\n"
     "  --no-rotate        never rotate among input sets\n"
     "  --no-check         skip the reference (rows then say 'unchecked')\n"
-    "  --peak-gflops X    fp32 peak used by the floor, for every backend, or\n"
+    "  --peak-gflops X    fp32 FMA peak of the FFMA floor, for every backend, or\n"
     "                     BACKEND=X[,BACKEND=X] for some (default: from device\n"
-    "                     properties on cuda; none elsewhere)\n"
-    "  --json FILE        also write the rows and the machine as JSON\n"
-    "  --help, --version\n"
+    "                     properties on cuda, the H200's 67000 on other GPU\n"
+    "                     backends, none on the cpu)\n"
+    "  --peak-gbps X      copy bandwidth (read + write) of the copy floor, same\n"
+    "                     form (default: measured by the bench on the device;\n"
+    "                     the H200's 3980 on a GPU where it cannot measure)\n"
+    "  --json FILE        also write the rows and the machine as JSON; '-' writes\n"
+    "                     the JSON to standard output and the table to stderr\n"
+    "  --help, -h, --version\n"
     "\n"
     "Each repeat enqueues calls back to back until it lasts >= 100 ms and\n"
     "reports µs per call; a row gives the median, min and max over the repeats,\n"
@@ -62,18 +74,21 @@ static const char usage_text[] =
     "        + 4 B N^2 D                (Q K^T and A V)\n"
     "  bytes = 4 (2 B N D + B N^2 P)    (nodes in, out, pair_feats)\n"
     "        + m B N^2                  (edge mask, m = 4 for f32, 1 for u8)\n"
-    "        + 4 (4 D^2 + P^2 + P + H P + H + 2 D)   (weights)\n"
+    "        + 4 (4 D^2 + P^2 + P + H P + H + 2 D)   (weights, read once)\n"
     "  GFLOP/s = FLOP / time, GB/s = bytes / time (10^9).\n"
-    "  floor = max(bytes / copy bandwidth, FLOP / peak, launch cost), with the\n"
-    "  copy bandwidth (read + write of a large buffer) and the cost of one empty\n"
-    "  kernel (back to back, or one graph replay in graph mode) measured by the\n"
-    "  bench on the device; on cuda the peak is SMs x clock x FP32 lanes x 2.\n"
-    "  On the cpu the floor is bytes / multi-threaded memcpy bandwidth, and\n"
-    "  FLOP / peak when --peak-gflops is given. floor% = floor / median time.\n"
+    "Floors, beside each row:\n"
+    "  FFMA floor = FLOP / fp32 FMA peak    copy floor = bytes / copy bandwidth\n"
+    "  floor = max(FFMA floor, copy floor, launch cost), the launch cost being one\n"
+    "  empty kernel back to back (one graph replay in graph mode), measured by the\n"
+    "  bench on the device; floor% = floor / median time (100% = at the floor).\n"
+    "  On cuda the peak is SMs x clock x FP32 lanes x 2 and the copy bandwidth a\n"
+    "  copy kernel's; on the cpu the copy bandwidth is multi-threaded memcpy's and\n"
+    "  the FFMA floor needs --peak-gflops. host-path rows have no floor%.\n"
     "\n"
     "Check: each row's output is compared with the double-precision reference;\n"
     "status is FAIL when rel L2 > 1e-5 or max abs > 1e-4, ERROR when the call\n"
-    "failed. Exit status: 0 all rows ok, 1 a row failed, 2 usage or setup error.\n";
+    "failed. Exit status: 0 all rows ok, 1 a row failed, 2 usage or setup error\n"
+    "(an unknown option among them).\n";
 
 static void usage(FILE *f) { fputs(usage_text, f); }
 
@@ -124,7 +139,7 @@ static int parse_shape(const char *arg, bench_shape *s)
 
 static int add_case(bench_options *opt, const char *name, bench_shape s)
 {
-    if (opt->ncases >= BENCH_MAX_LIST) return -1;
+    if (opt->ncases >= BENCH_MAX_CASES) return -1;
     for (int i = 0; i < opt->ncases; i++)
         if (!strcmp(opt->cases[i].name, name) && !memcmp(&opt->cases[i].shape, &s, sizeof s)) return 0;
     snprintf(opt->cases[opt->ncases].name, sizeof opt->cases[0].name, "%s", name);
@@ -133,27 +148,37 @@ static int add_case(bench_options *opt, const char *name, bench_shape s)
     return 0;
 }
 
+/* A preset, a sweep shape, or a group of them (SPEC section 4). */
 static int add_preset(bench_options *opt, const char *name)
 {
-    if (!strcmp(name, "all")) {
+    if (!strcmp(name, "all")) return add_preset(opt, "presets") || add_preset(opt, "sweep") ? -1 : 0;
+    if (!strcmp(name, "presets")) {
         for (int i = 0; i < sgkt_preset_count; i++)
             if (add_preset(opt, sgkt_presets[i].name) != 0) return -1;
         return 0;
     }
+    if (!strcmp(name, "sweep")) {
+        for (int i = 0; i < bench_sweep_count; i++)
+            if (add_case(opt, bench_sweep[i].name, bench_sweep[i].shape) != 0) return -1;
+        return 0;
+    }
     const sgkt_preset *p = sgkt_preset_find(name);
-    if (!p) return -1;
-    bench_shape s = {p->B, p->N, p->D, p->H, p->P};
-    return add_case(opt, p->name, s);
+    if (p) {
+        bench_shape s = {p->B, p->N, p->D, p->H, p->P};
+        return add_case(opt, p->name, s);
+    }
+    const bench_sweep_shape *w = bench_sweep_find(name);
+    return w ? add_case(opt, w->name, w->shape) : -1;
 }
 
-static int parse_peaks(bench_options *opt, const char *arg)
+static int parse_peaks(bench_peak *peaks, int *npeaks, const char *arg)
 {
     char items[BENCH_MAX_LIST][64];
     int n = split_list(arg, items, BENCH_MAX_LIST, sizeof items[0]);
     if (n <= 0) return -1;
-    if (opt->npeaks + n > BENCH_MAX_LIST) return -1;
+    if (*npeaks + n > BENCH_MAX_LIST) return -1;
     for (int i = 0; i < n; i++) {
-        bench_peak *pk = &opt->peaks[opt->npeaks++];
+        bench_peak *pk = &peaks[(*npeaks)++];
         char *eq = strchr(items[i], '=');
         const char *num = items[i];
         pk->backend[0] = 0;
@@ -164,8 +189,8 @@ static int parse_peaks(bench_options *opt, const char *arg)
             num = eq + 1;
         }
         char *end = NULL;
-        pk->gflops = strtod(num, &end);
-        if (end == num || *end || !(pk->gflops > 0)) return -1;
+        pk->value = strtod(num, &end);
+        if (end == num || *end || !(pk->value > 0)) return -1;
     }
     return 0;
 }
@@ -174,6 +199,130 @@ static int bad(const char *what, const char *arg)
 {
     fprintf(stderr, "sgk-bench: %s: '%s'\n(sgk-bench --help lists the options)\n", what, arg ? arg : "");
     return 2;
+}
+
+enum {
+    OPT_PRESET = 256, OPT_SHAPE, OPT_BACKEND, OPT_VARIANT, OPT_DEVICE, OPT_THREADS, OPT_DTYPE, OPT_MASK,
+    OPT_SEED, OPT_DENSITY, OPT_REPEATS, OPT_PEAK_GFLOPS, OPT_PEAK_GBPS, OPT_JSON, OPT_QUICK, OPT_NO_ROTATE,
+    OPT_NO_CHECK, OPT_LIST, OPT_VERSION
+};
+
+static const struct option long_options[] = {
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"preset", required_argument, NULL, OPT_PRESET},
+    {"shape", required_argument, NULL, OPT_SHAPE},
+    {"backend", required_argument, NULL, OPT_BACKEND},
+    {"variant", required_argument, NULL, OPT_VARIANT},
+    {"device", required_argument, NULL, OPT_DEVICE},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"dtype", required_argument, NULL, OPT_DTYPE},
+    {"mask", required_argument, NULL, OPT_MASK},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"density", required_argument, NULL, OPT_DENSITY},
+    {"repeats", required_argument, NULL, OPT_REPEATS},
+    {"peak-gflops", required_argument, NULL, OPT_PEAK_GFLOPS},
+    {"peak-gbps", required_argument, NULL, OPT_PEAK_GBPS},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"quick", no_argument, NULL, OPT_QUICK},
+    {"no-rotate", no_argument, NULL, OPT_NO_ROTATE},
+    {"no-check", no_argument, NULL, OPT_NO_CHECK},
+    {"list", no_argument, NULL, OPT_LIST},
+    {NULL, 0, NULL, 0},
+};
+
+/* One option with its value (NULL for a flag); 0, or 2 with the message printed. */
+static int apply(bench_options *opt, int id, const char *v)
+{
+    char items[BENCH_MAX_LIST][64];
+    int n;
+    int64_t x = 0;
+    char *end = NULL;
+    switch (id) {
+    case OPT_PRESET:
+        n = split_list(v, items, BENCH_MAX_LIST, sizeof items[0]);
+        if (n <= 0) return bad("bad --preset list", v);
+        for (int k = 0; k < n; k++)
+            if (add_preset(opt, items[k]) != 0)
+                return bad(opt->ncases >= BENCH_MAX_CASES ? "too many shapes"
+                                                          : "unknown preset (seed, mid, large, xl, s01 .. s14, "
+                                                            "presets, sweep, all)",
+                           items[k]);
+        return 0;
+    case OPT_SHAPE: {
+        bench_shape s;
+        if (parse_shape(v, &s) != 0) return bad("--shape wants B,N,D,H,P, all >= 1", v);
+        if (s.D % s.H != 0) return bad("--shape: H must divide D", v);
+        if (add_case(opt, "custom", s) != 0) return bad("too many shapes", v);
+        return 0;
+    }
+    case OPT_BACKEND:
+        n = split_list(v, items, BENCH_MAX_LIST, sizeof items[0]);
+        if (n <= 0 || opt->nbackends + n > BENCH_MAX_LIST) return bad("bad --backend list", v);
+        for (int k = 0; k < n; k++) {
+            if (strlen(items[k]) >= sizeof opt->backends[0]) return bad("unknown backend", items[k]);
+            snprintf(opt->backends[opt->nbackends++], sizeof opt->backends[0], "%.15s", items[k]);
+        }
+        return 0;
+    case OPT_VARIANT:
+        n = split_list(v, opt->variants, BENCH_MAX_LIST, sizeof opt->variants[0]);
+        if (n <= 0) return bad("bad --variant list", v);
+        opt->nvariants = n;
+        return 0;
+    case OPT_DEVICE:
+        if (parse_int64(v, &x) != (int)strlen(v) || x < 0 || x > 1024) return bad("bad --device", v);
+        opt->device = (int)x;
+        return 0;
+    case OPT_THREADS:
+        if (parse_int64(v, &x) != (int)strlen(v) || x < 1 || x > 4096) return bad("bad --threads", v);
+        opt->threads = (int)x;
+        return 0;
+    case OPT_DTYPE:
+        if (strcmp(v, "f32") != 0) {
+            fprintf(stderr, "sgk-bench: --dtype %s: only f32 is supported today (sgk reserves bf16 and "
+                            "f16 but implements neither yet)\n", v);
+            return 2;
+        }
+        return 0;
+    case OPT_MASK:
+        if (!strcmp(v, "f32")) opt->mask_type = SGK_MASK_F32;
+        else if (!strcmp(v, "u8")) opt->mask_type = SGK_MASK_U8;
+        else return bad("--mask is f32 or u8", v);
+        return 0;
+    case OPT_SEED: {
+        unsigned long long s = strtoull(v, &end, 0);
+        if (end == v || *end) return bad("bad --seed", v);
+        opt->seed = s;
+        return 0;
+    }
+    case OPT_DENSITY:
+        opt->density = strtod(v, &end);
+        if (end == v || *end || !(opt->density >= 0 && opt->density <= 1))
+            return bad("--density is between 0 and 1", v);
+        return 0;
+    case OPT_REPEATS:
+        if (parse_int64(v, &x) != (int)strlen(v) || x < 5 || x > 1000)
+            return bad("--repeats is between 5 and 1000", v);
+        opt->repeats = (int)x;
+        return 0;
+    case OPT_PEAK_GFLOPS:
+        if (parse_peaks(opt->peak_gflops, &opt->npeak_gflops, v) != 0)
+            return bad("--peak-gflops wants X or BACKEND=X,... (X > 0)", v);
+        return 0;
+    case OPT_PEAK_GBPS:
+        if (parse_peaks(opt->peak_gbps, &opt->npeak_gbps, v) != 0)
+            return bad("--peak-gbps wants X or BACKEND=X,... (X > 0)", v);
+        return 0;
+    case OPT_JSON:
+        if (!v[0]) return bad("--json wants a file name, or - for standard output", v);
+        opt->json_path = v;
+        return 0;
+    case OPT_QUICK: opt->quick = 1; return 0;
+    case OPT_NO_ROTATE: opt->rotate = 0; return 0;
+    case OPT_NO_CHECK: opt->check = 0; return 0;
+    case OPT_LIST: opt->list = 1; return 0;
+    default: return bad("unhandled option", "");
+    }
 }
 
 int bench_parse_options(int argc, char **argv, bench_options *opt)
@@ -188,116 +337,45 @@ int bench_parse_options(int argc, char **argv, bench_options *opt)
     opt->check = 1;
     opt->progress = isatty(2);
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDS_VALUE() \
-    do { if (!v) return bad("missing value after", a); i++; } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    /* Our own messages, not getopt's ("':'" first: a missing value returns ':'). */
+    opterr = 0;
+    optind = 1;
+    for (;;) {
+        int id = getopt_long(argc, argv, ":h", long_options, NULL);
+        if (id == -1) break;
+        const char *arg = argv[optind - 1];
+        if (id == 'h') {
             usage(stdout);
             return 1;
-        } else if (!strcmp(a, "--version")) {
+        } else if (id == OPT_VERSION) {
             printf("sgk-bench %s (sgk %s)\n", SGK_BENCH_GIT, sgk_version());
             return 1;
-        } else if (!strcmp(a, "--preset")) {
-            NEEDS_VALUE();
-            char items[BENCH_MAX_LIST][64];
-            int n = split_list(v, items, BENCH_MAX_LIST, sizeof items[0]);
-            if (n <= 0) return bad("bad --preset list", v);
-            for (int k = 0; k < n; k++)
-                if (add_preset(opt, items[k]) != 0)
-                    return bad("unknown preset (seed, mid, large, xl, all)", items[k]);
-        } else if (!strcmp(a, "--shape")) {
-            NEEDS_VALUE();
-            bench_shape s;
-            if (parse_shape(v, &s) != 0) return bad("--shape wants B,N,D,H,P, all >= 1", v);
-            if (s.D % s.H != 0) return bad("--shape: H must divide D", v);
-            if (add_case(opt, "custom", s) != 0) return bad("too many shapes", v);
-        } else if (!strcmp(a, "--backend")) {
-            NEEDS_VALUE();
-            char items[BENCH_MAX_LIST][64];
-            int n = split_list(v, items, BENCH_MAX_LIST, sizeof items[0]);
-            if (n <= 0) return bad("bad --backend list", v);
-            for (int k = 0; k < n; k++) {
-                if (strlen(items[k]) >= sizeof opt->backends[0]) return bad("unknown backend", items[k]);
-                snprintf(opt->backends[opt->nbackends++], sizeof opt->backends[0], "%.15s", items[k]);
-            }
-        } else if (!strcmp(a, "--variant")) {
-            NEEDS_VALUE();
-            int n = split_list(v, opt->variants, BENCH_MAX_LIST, sizeof opt->variants[0]);
-            if (n <= 0) return bad("bad --variant list", v);
-            opt->nvariants = n;
-        } else if (!strcmp(a, "--device")) {
-            NEEDS_VALUE();
-            int64_t d = 0;
-            if (parse_int64(v, &d) != (int)strlen(v) || d < 0 || d > 1024) return bad("bad --device", v);
-            opt->device = (int)d;
-        } else if (!strcmp(a, "--threads")) {
-            NEEDS_VALUE();
-            int64_t t = 0;
-            if (parse_int64(v, &t) != (int)strlen(v) || t < 1 || t > 4096) return bad("bad --threads", v);
-            opt->threads = (int)t;
-        } else if (!strcmp(a, "--dtype")) {
-            NEEDS_VALUE();
-            if (strcmp(v, "f32") != 0) {
-                fprintf(stderr, "sgk-bench: --dtype %s: only f32 is supported today (sgk reserves bf16 and "
-                                "f16 but implements neither yet)\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--mask")) {
-            NEEDS_VALUE();
-            if (!strcmp(v, "f32")) opt->mask_type = SGK_MASK_F32;
-            else if (!strcmp(v, "u8")) opt->mask_type = SGK_MASK_U8;
-            else return bad("--mask is f32 or u8", v);
-        } else if (!strcmp(a, "--seed")) {
-            NEEDS_VALUE();
-            char *end = NULL;
-            unsigned long long s = strtoull(v, &end, 0);
-            if (end == v || *end) return bad("bad --seed", v);
-            opt->seed = s;
-        } else if (!strcmp(a, "--density")) {
-            NEEDS_VALUE();
-            char *end = NULL;
-            opt->density = strtod(v, &end);
-            if (end == v || *end || !(opt->density >= 0 && opt->density <= 1))
-                return bad("--density is between 0 and 1", v);
-        } else if (!strcmp(a, "--repeats")) {
-            NEEDS_VALUE();
-            int64_t r = 0;
-            if (parse_int64(v, &r) != (int)strlen(v) || r < 5 || r > 1000)
-                return bad("--repeats is between 5 and 1000", v);
-            opt->repeats = (int)r;
-        } else if (!strcmp(a, "--peak-gflops")) {
-            NEEDS_VALUE();
-            if (parse_peaks(opt, v) != 0) return bad("--peak-gflops wants X or BACKEND=X,...", v);
-        } else if (!strcmp(a, "--json")) {
-            NEEDS_VALUE();
-            opt->json_path = v;
-        } else if (!strcmp(a, "--quick")) {
-            opt->quick = 1;
-        } else if (!strcmp(a, "--no-rotate")) {
-            opt->rotate = 0;
-        } else if (!strcmp(a, "--no-check")) {
-            opt->check = 0;
-        } else if (!strcmp(a, "--list")) {
-            opt->list = 1;
-        } else {
-            return bad("unknown option", a);
+        } else if (id == ':') {
+            return bad("missing value after", arg);
+        } else if (id == '?') {
+            /* optopt: 0 for an unknown or ambiguous long name, the option's id
+             * for a flag given a value, the letter for an unknown -x. */
+            if (optopt == 0) return bad("unknown or ambiguous option", arg);
+            if (optopt >= OPT_PRESET || optopt == 'h') return bad("this option takes no value", arg);
+            char letter[3] = {'-', (char)optopt, 0};
+            return bad("unknown option", letter);
         }
-#undef NEEDS_VALUE
+        int rc = apply(opt, id, optarg);
+        if (rc != 0) return rc;
     }
-    if (opt->ncases == 0) add_preset(opt, "all");
+    if (optind < argc) return bad("unexpected argument (every option starts with --)", argv[optind]);
+    if (opt->ncases == 0) add_preset(opt, "presets");
     opt->warmup_s = opt->quick ? 0.01 : 0.1;
     opt->min_repeat_s = opt->quick ? 0.01 : 0.1;
     return 0;
 }
 
-double bench_peak_override(const bench_options *opt, const char *backend)
+double bench_peak_override(const bench_peak *peaks, int n, const char *backend)
 {
     double all = 0;
-    for (int i = 0; i < opt->npeaks; i++) {
-        if (!strcmp(opt->peaks[i].backend, backend)) return opt->peaks[i].gflops;
-        if (!opt->peaks[i].backend[0]) all = opt->peaks[i].gflops;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(peaks[i].backend, backend)) return peaks[i].value;
+        if (!peaks[i].backend[0]) all = peaks[i].value;
     }
     return all;
 }

@@ -8,15 +8,17 @@
 #include "sgk.h"
 
 #define BENCH_MAX_LIST 16
+#define BENCH_MAX_CASES 64 /* every preset and sweep shape, and custom ones */
 
 typedef struct bench_case {
     char name[32]; /* preset name, or "custom" */
     bench_shape shape;
 } bench_case;
 
+/* One --peak-gflops or --peak-gbps item. */
 typedef struct bench_peak {
     char backend[16]; /* "" for every backend */
-    double gflops;
+    double value;
 } bench_peak;
 
 typedef struct bench_options {
@@ -24,11 +26,11 @@ typedef struct bench_options {
     int nbackends; /* 0: every available backend */
     char variants[BENCH_MAX_LIST][64];
     int nvariants; /* 0: every variant that supports the shape */
-    bench_case cases[BENCH_MAX_LIST];
+    bench_case cases[BENCH_MAX_CASES];
     int ncases;
     int device;
     int threads; /* cpu backend threads, 0 = OpenMP default */
-    const char *json_path;
+    const char *json_path; /* "-": standard output, and the table goes to stderr */
     int quick;
     int repeats;
     double warmup_s, min_repeat_s;
@@ -38,8 +40,10 @@ typedef struct bench_options {
     uint64_t seed;
     double density;
     int check;
-    bench_peak peaks[BENCH_MAX_LIST];
-    int npeaks;
+    bench_peak peak_gflops[BENCH_MAX_LIST];
+    int npeak_gflops;
+    bench_peak peak_gbps[BENCH_MAX_LIST];
+    int npeak_gbps;
     int list;
     int progress; /* stderr is a terminal */
 } bench_options;
@@ -48,8 +52,8 @@ typedef struct bench_options {
  * usage error (message printed). */
 int bench_parse_options(int argc, char **argv, bench_options *opt);
 
-/* --peak-gflops for that backend, 0 when not given. */
-double bench_peak_override(const bench_options *opt, const char *backend);
+/* The --peak-gflops or --peak-gbps value for that backend, 0 when not given. */
+double bench_peak_override(const bench_peak *peaks, int n, const char *backend);
 
 int bench_wants_backend(const bench_options *opt, const char *name);
 int bench_wants_variant(const bench_options *opt, const char *name);

@@ -8,13 +8,13 @@
 
 /* ---- table ------------------------------------------------------------ */
 
-#define NCOLS 13
+#define NCOLS 15
 #define CELL 64
 
 static const char *const headers[NCOLS] = {"backend", "device", "variant", "shape", "mode", "sets",
-                                           "µs/call", "[min, max]", "GFLOP/s", "GB/s", "floor",
-                                           "rel L2 / max abs", "status"};
-static const int right_aligned[NCOLS] = {0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 0, 0};
+                                           "µs/call", "[min, max]", "GFLOP/s", "GB/s", "FFMA floor µs",
+                                           "copy floor µs", "floor%", "rel L2 / max abs", "status"};
+static const int right_aligned[NCOLS] = {0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0};
 
 /* Display width of UTF-8 text: one column per code point. */
 static int text_width(const char *s)
@@ -28,6 +28,7 @@ static int text_width(const char *s)
 static void fmt_us(char *buf, size_t len, double us)
 {
     if (isnan(us)) snprintf(buf, len, "-");
+    else if (us < 1) snprintf(buf, len, "%.3f", us);
     else if (us < 100) snprintf(buf, len, "%.2f", us);
     else if (us < 10000) snprintf(buf, len, "%.1f", us);
     else snprintf(buf, len, "%.0f", us);
@@ -61,59 +62,66 @@ static void row_cells(const bench_row *r, char cells[NCOLS][CELL])
     }
     fmt_rate(cells[8], CELL, r->gflops);
     fmt_rate(cells[9], CELL, r->gbps);
-    if (isnan(r->floor_share)) snprintf(cells[10], CELL, "-");
-    else snprintf(cells[10], CELL, "%.1f%% %s", 100 * r->floor_share, r->floor_bound);
-    if (r->checked) snprintf(cells[11], CELL, "%.1e / %.1e", r->rel_l2, r->max_abs);
-    else snprintf(cells[11], CELL, "-");
-    snprintf(cells[12], CELL, "%s", r->status);
+    fmt_us(cells[10], CELL, r->ffma_floor_us);
+    fmt_us(cells[11], CELL, r->copy_floor_us);
+    if (isnan(r->floor_share)) snprintf(cells[12], CELL, "-");
+    else snprintf(cells[12], CELL, "%.1f%% %s", 100 * r->floor_share, r->floor_bound);
+    if (r->checked) snprintf(cells[13], CELL, "%.1e / %.1e", r->rel_l2, r->max_abs);
+    else snprintf(cells[13], CELL, "-");
+    snprintf(cells[14], CELL, "%s", r->status);
 }
 
-static void print_cell(const char *text, int width, int right, int last)
+static void print_cell(FILE *out, const char *text, int width, int right, int last)
 {
     int pad = width - text_width(text);
-    if (right) printf("%*s%s", pad, "", text);
-    else printf("%s%*s", text, last ? 0 : pad, "");
-    printf(last ? "\n" : "  ");
+    if (right) fprintf(out, "%*s%s", pad, "", text);
+    else fprintf(out, "%s%*s", text, last ? 0 : pad, "");
+    fputs(last ? "\n" : "  ", out);
 }
 
-static void print_device(const bench_options *opt, const bench_device_rec *d)
+static void print_device(FILE *out, const bench_options *opt, const bench_device_rec *d)
 {
-    printf("%s %d: %s", d->backend, d->device, d->name);
-    if (d->driver[0]) printf(", driver %s", d->driver);
-    if (d->threads) printf(", %d threads", d->threads);
-    printf("\n    timing: %s\n", d->clock);
-    if (d->timer_note[0]) printf("    note: %s\n", d->timer_note);
+    fprintf(out, "%s %d: %s", d->backend, d->device, d->name);
+    if (d->driver[0]) fprintf(out, ", driver %s", d->driver);
+    if (d->threads) fprintf(out, ", %d threads", d->threads);
+    fprintf(out, "\n    timing: %s\n", d->clock);
+    if (d->timer_note[0]) fprintf(out, "    note: %s\n", d->timer_note);
     if (!isnan(d->launch_us)) {
-        printf("    empty kernel: %.2f µs back to back", d->launch_us);
-        if (!isnan(d->graph_launch_us)) printf(", %.2f µs per graph replay", d->graph_launch_us);
-        printf("\n");
+        fprintf(out, "    empty kernel: %.2f µs back to back", d->launch_us);
+        if (!isnan(d->graph_launch_us)) fprintf(out, ", %.2f µs per graph replay", d->graph_launch_us);
+        fprintf(out, "\n");
     }
-    if (!isnan(d->copy_gbps)) printf("    copy bandwidth: %.1f GB/s read + write (%s)\n", d->copy_gbps, d->copy_how);
-    if (d->peak_gflops > 0) printf("    fp32 peak: %.0f GFLOP/s (%s)\n", d->peak_gflops, d->peak_source);
-    else if (d->peak_source[0]) printf("    fp32 peak: %s\n", d->peak_source);
+    if (!isnan(d->copy_gbps))
+        fprintf(out, "    copy bandwidth (copy floor): %.1f GB/s read + write (%s)\n", d->copy_gbps, d->copy_source);
+    else fprintf(out, "    copy bandwidth (copy floor): %s\n", d->copy_source);
+    if (d->peak_gflops > 0)
+        fprintf(out, "    fp32 FMA peak (FFMA floor): %.0f GFLOP/s (%s)\n", d->peak_gflops, d->peak_source);
+    else fprintf(out, "    fp32 FMA peak (FFMA floor): %s\n", d->peak_source);
     if (d->cache_bytes > 0 && opt->rotate)
-        printf("    L2 %.1f MB: shapes whose inputs and output take less than %.1f MB rotate among input "
+        fprintf(out, "    L2 %.1f MB: shapes whose inputs and output take less than %.1f MB rotate among input "
                "sets (column 'sets')\n", d->cache_bytes / 1e6, 2 * d->cache_bytes / 1e6);
 }
 
-void bench_print_table(const bench_options *opt, const bench_results *res)
+void bench_print_table(FILE *out, const bench_options *opt, const bench_results *res)
 {
     const bench_machine *m = &res->machine;
-    printf("sgk-bench: sgk %s (git %s) on %s, %s, %d CPU threads\n", m->sgk_version, m->git_commit, m->host,
+    fprintf(out, "sgk-bench: sgk %s (git %s) on %s, %s, %d CPU threads\n", m->sgk_version, m->git_commit, m->host,
            m->cpu_model, m->cpu_threads);
-    printf("timing: warm-up >= %.0f ms, %d repeats of >= %.0f ms each; fp32; mask %s\n", opt->warmup_s * 1e3,
+    fprintf(out, "timing: warm-up >= %.0f ms, %d repeats of >= %.0f ms each; fp32; mask %s\n", opt->warmup_s * 1e3,
            opt->repeats, opt->min_repeat_s * 1e3, opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
     if (opt->quick)
-        printf("QUICK RUN (--quick): repeats of >= 10 ms instead of 100 ms; the figures are rough\n");
+        fprintf(out, "QUICK RUN (--quick): repeats of >= 10 ms instead of 100 ms; the figures are rough\n");
+    /* Four to a line: the sweep makes a single line too long to read. */
     for (int c = 0; c < opt->ncases; c++) {
         const bench_shape *s = &opt->cases[c].shape;
-        printf("%s%s B=%lld N=%lld D=%lld H=%lld P=%lld (%.3g GFLOP, %.3g MB)", c ? "; " : "shapes: ",
-               opt->cases[c].name, (long long)s->B, (long long)s->N, (long long)s->D, (long long)s->H,
-               (long long)s->P, bench_flops(s) / 1e9, bench_bytes(s, opt->mask_type == SGK_MASK_U8 ? 1 : 4) / 1e6);
+        fprintf(out, "%s%s B=%lld N=%lld D=%lld H=%lld P=%lld (%.3g GFLOP, %.3g MB)",
+                c == 0 ? "shapes: " : c % 4 ? "; " : ";\n        ", opt->cases[c].name, (long long)s->B,
+                (long long)s->N, (long long)s->D, (long long)s->H, (long long)s->P, bench_flops(s) / 1e9,
+                bench_bytes(s, opt->mask_type == SGK_MASK_U8 ? 1 : 4) / 1e6);
     }
-    printf("\n\n");
-    for (int i = 0; i < res->ndevices; i++) print_device(opt, &res->devices[i]);
-    if (res->ndevices) printf("\n");
+    fprintf(out, "\n\n");
+    for (int i = 0; i < res->ndevices; i++) print_device(out, opt, &res->devices[i]);
+    if (res->ndevices) fputs("\n", out);
 
     int width[NCOLS];
     for (int c = 0; c < NCOLS; c++) width[c] = text_width(headers[c]);
@@ -123,22 +131,23 @@ void bench_print_table(const bench_options *opt, const bench_results *res)
         for (int c = 0; c < NCOLS; c++)
             if (text_width(cells[c]) > width[c]) width[c] = text_width(cells[c]);
     }
-    for (int c = 0; c < NCOLS; c++) print_cell(headers[c], width[c], right_aligned[c], c == NCOLS - 1);
+    for (int c = 0; c < NCOLS; c++) print_cell(out, headers[c], width[c], right_aligned[c], c == NCOLS - 1);
     for (int i = 0; i < res->nrows; i++) {
         row_cells(&res->rows[i], cells);
-        for (int c = 0; c < NCOLS; c++) print_cell(cells[c], width[c], right_aligned[c], c == NCOLS - 1);
+        for (int c = 0; c < NCOLS; c++) print_cell(out, cells[c], width[c], right_aligned[c], c == NCOLS - 1);
     }
     int notes = 0;
     for (int i = 0; i < res->nrows; i++)
         if (res->rows[i].note[0]) {
-            if (!notes++) printf("\n");
+            if (!notes++) fputs("\n", out);
             const bench_row *r = &res->rows[i];
-            printf("%s %s %s %s: %s\n", r->backend, r->preset, r->variant, r->mode, r->note);
+            fprintf(out, "%s %s %s %s: %s\n", r->backend, r->preset, r->variant, r->mode, r->note);
         }
-    printf("\n* the variant sgk picks by itself for that shape. floor = max(bytes / copy bandwidth, "
-           "FLOP / peak, launch cost); floor%% = floor / median (100%% = at the floor). Check: rel L2 <= %.0e "
+    fprintf(out, "\n* the variant sgk picks by itself for that shape. FFMA floor = FLOP / fp32 FMA peak, copy floor = "
+           "bytes / copy bandwidth, in µs; floor = max(FFMA floor, copy floor, launch cost); floor%% = floor / "
+           "median (100%% = at the floor), with its bound. Check: rel L2 <= %.0e "
            "and max abs <= %.0e against the double reference.\n", 1e-5, 1e-4);
-    if (res->notes[0]) printf("%s", res->notes);
+    if (res->notes[0]) fputs(res->notes, out);
 }
 
 /* ---- JSON ------------------------------------------------------------- */
@@ -199,6 +208,7 @@ static void json_device(FILE *f, const bench_device_rec *d)
     json_knum(f, ", ", "graph_launch_us", d->graph_launch_us);
     json_knum(f, ", ", "copy_gbps", d->copy_gbps);
     json_kstr(f, ", ", "copy_how", d->copy_how);
+    json_kstr(f, ",\n     ", "copy_source", d->copy_source);
     json_knum(f, ",\n     ", "peak_gflops", d->peak_gflops > 0 ? d->peak_gflops : NAN);
     json_kstr(f, ", ", "peak_source", d->peak_source);
     json_knum(f, ", ", "cache_bytes", d->cache_bytes > 0 ? d->cache_bytes : NAN);
@@ -225,7 +235,9 @@ static void json_row(FILE *f, const bench_results *res, const bench_row *r)
     fprintf(f, ",\n     \"flop\": %.0f, \"bytes\": %.0f", r->flops, r->bytes);
     json_knum(f, ", ", "gflops", r->gflops);
     json_knum(f, ", ", "gbps", r->gbps);
-    json_knum(f, ",\n     ", "floor_us", r->floor_us);
+    json_knum(f, ",\n     ", "ffma_floor_us", r->ffma_floor_us);
+    json_knum(f, ", ", "copy_floor_us", r->copy_floor_us);
+    json_knum(f, ", ", "floor_us", r->floor_us);
     if (r->floor_bound[0])
         json_kstr(f, ", ", "floor_bound", r->floor_bound);
     else
@@ -241,11 +253,12 @@ static void json_row(FILE *f, const bench_results *res, const bench_row *r)
 
 int bench_write_json(const bench_options *opt, const bench_results *res, const char *path)
 {
-    FILE *f = fopen(path, "w");
+    int to_stdout = !strcmp(path, "-");
+    FILE *f = to_stdout ? stdout : fopen(path, "w");
     if (!f) return -1;
     const bench_machine *m = &res->machine;
     const char *k1 = "\n    ", *k = ",\n    "; /* first key of an object, the others */
-    fprintf(f, "{\n  \"format\": \"sgk-bench/1\",\n  \"machine\": {");
+    fprintf(f, "{\n  \"format\": \"sgk-bench/2\",\n  \"machine\": {");
     json_kstr(f, k1, "host", m->host);
     json_kstr(f, k, "os", m->os);
     json_kstr(f, k, "cpu_model", m->cpu_model);
@@ -305,5 +318,6 @@ int bench_write_json(const bench_options *opt, const bench_results *res, const c
         fputs(i + 1 < res->nrows ? ",\n" : "\n", f);
     }
     fprintf(f, "  ]\n}\n");
+    if (to_stdout) return fflush(f) == 0 && !ferror(f) ? 0 : -1;
     return fclose(f) == 0 ? 0 : -1;
 }

@@ -21,7 +21,7 @@ static bench_row *new_row(bench_results *res)
     bench_row *r = &res->rows[res->nrows++];
     memset(r, 0, sizeof *r);
     r->us_median = r->us_min = r->us_max = NAN;
-    r->gflops = r->gbps = r->floor_us = r->floor_share = NAN;
+    r->gflops = r->gbps = r->ffma_floor_us = r->copy_floor_us = r->floor_us = r->floor_share = NAN;
     r->rel_l2 = r->max_abs = NAN;
     return r;
 }
@@ -167,6 +167,8 @@ static void run_case(backend_run *br, int ci)
     tmpl.bytes = bench_bytes(s, (int)sgkt_mask_elem_size(opt->mask_type));
     tmpl.us_median = tmpl.us_min = tmpl.us_max = NAN;
     tmpl.gflops = tmpl.gbps = tmpl.floor_us = tmpl.floor_share = tmpl.rel_l2 = tmpl.max_abs = NAN;
+    tmpl.ffma_floor_us = d->peak_gflops > 0 ? tmpl.flops / (d->peak_gflops * 1e9) * 1e6 : NAN;
+    tmpl.copy_floor_us = d->copy_gbps > 0 ? tmpl.bytes / (d->copy_gbps * 1e9) * 1e6 : NAN;
     tmpl.input_sets = 1;
 
     char msg[512];
@@ -352,14 +354,31 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
         }
         if (!br.ops) snprintf(d->clock, sizeof d->clock, "monotonic clock around sgk_forward");
     }
-    double peak = bench_peak_override(opt, name);
+    double peak = bench_peak_override(opt->peak_gflops, opt->npeak_gflops, name);
     if (peak > 0) {
         d->peak_gflops = peak;
         snprintf(d->peak_source, sizeof d->peak_source, "--peak-gflops");
-    } else if (br.is_cpu) {
+    } else if (!(d->peak_gflops > 0) && strcmp(name, "cpu") != 0) {
+        d->peak_gflops = BENCH_H200_PEAK_GFLOPS;
+        snprintf(d->peak_source, sizeof d->peak_source, "H200 default of SPEC section 5; not derived here, "
+                 "--peak-gflops sets this device's");
+    } else if (!(d->peak_gflops > 0)) {
         snprintf(d->peak_source, sizeof d->peak_source, "unknown (give --peak-gflops)");
     }
     measure_floor(&br, d);
+    double gbps = bench_peak_override(opt->peak_gbps, opt->npeak_gbps, name);
+    if (gbps > 0) {
+        d->copy_gbps = gbps;
+        snprintf(d->copy_source, sizeof d->copy_source, "--peak-gbps");
+    } else if (d->copy_gbps > 0) {
+        snprintf(d->copy_source, sizeof d->copy_source, "measured: %s", d->copy_how);
+    } else if (strcmp(name, "cpu") != 0) {
+        d->copy_gbps = BENCH_H200_COPY_GBPS;
+        snprintf(d->copy_source, sizeof d->copy_source, "H200 default of SPEC section 5; not measured here, "
+                 "--peak-gbps sets this device's");
+    } else {
+        snprintf(d->copy_source, sizeof d->copy_source, "unknown (give --peak-gbps)");
+    }
 
     for (int ci = 0; ci < opt->ncases; ci++) run_case(&br, ci);
 

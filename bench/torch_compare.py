@@ -1,24 +1,40 @@
 #!/usr/bin/env python3
-"""Times the PyTorch module of SPEC section 1 and sgk in one process, on the
-same inputs and the same weights, and prints how they compare per preset.
+"""Times sgk against PyTorch's own forms of the same layer, in one process,
+on the same inputs and the same weights, and prints how they compare per
+shape (SPEC section 4: the presets and the sweep).
 
-PyTorch: eager, torch.compile (default) and torch.compile
-(max-autotune-no-cudagraphs), each also replayed from a CUDA graph on CUDA;
-TF32 off. sgk: called through its C API (ctypes on libsgk.so) on the very
-tensors PyTorch uses (data_ptr()), on PyTorch's current stream, with
-sgk_forward_device on the cuda backend (also captured in a CUDA graph with
-torch.cuda.graph) and sgk_forward on CPU tensors. Every variant is checked
-against a float64 copy of the module (rel L2 <= 1e-5). Timing follows
-shared/anchors/bench_anchors.py: CUDA events around a loop of calls, median
-of 5 loops (on the CPU: perf_counter, as bench_cpu.py).
+PyTorch (fp32, TF32 off), the module python/sgk/torch/reference.py:
+  eager                  RelationUpdate as written
+  sdpa                   RelationUpdateSDPA: F.scaled_dot_product_attention,
+                         the relation bias as its attn_mask
+  compile                torch.compile of the eager module
+  compile-max-autotune   torch.compile(mode="max-autotune-no-cudagraphs")
+each also replayed from a CUDA graph on CUDA. The compiled ones run at the
+presets; at the sweep shapes only with --compile-sweep (minutes a shape).
+sgk: through its C API (bench/sgk_ctypes.py) on the very tensors PyTorch
+uses and on PyTorch's current stream (sgk_forward_device, also captured in a
+CUDA graph), or sgk_forward on CPU tensors; every variant that supports the
+shape. Every variant is checked against a float64 copy of the module (rel
+L2 <= 1e-5). Timing follows shared/anchors/bench_anchors.py: CUDA events
+around a loop of calls, median of 5 loops (perf_counter on the CPU).
 
-example (H200):
+Each shape's summary gives sgk's best time without and with a graph,
+PyTorch's best and which variant, their ratio (above 1: sgk is faster) and
+the floors: FFMA floor = FLOP / fp32 FMA peak, copy floor = bytes / copy
+bandwidth (work model of bench/README.md). The peaks: --peak-gflops and
+--peak-gbps, else from the device (CUDA: SMs x clock x FP32 lanes x 2, and
+a timed tensor copy; CPU: a timed tensor copy, no FMA peak), else the
+H200's of SPEC section 5 (67000 GFLOP/s, 3980 GB/s).
+
+examples:
   python3 bench/torch_compare.py --lib build/api/libsgk.so --json out.json
-  python3 bench/torch_compare.py --device cpu --presets seed,mid
+  python3 bench/torch_compare.py --preset sweep --json sweep.json
+  python3 bench/torch_compare.py --preset seed,s07 --device cpu
+  python3 bench/torch_compare.py --preset all --dry-run      (needs no torch)
+  python3 bench/torch_compare.py --summary out.json          (needs no torch)
 """
 import argparse
-import ctypes
-import ctypes.util
+import importlib.util
 import json
 import os
 import platform
@@ -26,75 +42,82 @@ import statistics
 import sys
 import time
 
+from sgk_ctypes import REPO, Sgk, SgkLayer, find_libsgk
+
+# SPEC section 4, (B, N, D, H, P); sgk-bench has the same names (bench/sweep.c).
 PRESETS = {"seed": (4, 24, 96, 4, 16), "mid": (32, 64, 256, 8, 32),
            "large": (8, 512, 256, 8, 32), "xl": (2, 2048, 256, 8, 16)}
+SWEEP = {"s01": (1, 16, 256, 4, 8), "s02": (1, 100, 512, 8, 24), "s03": (2, 48, 1024, 16, 32),
+         "s04": (8, 96, 192, 6, 16), "s05": (16, 80, 320, 5, 48), "s06": (32, 40, 64, 2, 8),
+         "s07": (4, 300, 256, 16, 64), "s08": (2, 700, 384, 4, 24), "s09": (1, 1500, 128, 1, 16),
+         "s10": (1, 3000, 256, 8, 8), "s11": (64, 24, 96, 4, 16), "s12": (3, 200, 1024, 4, 128),
+         "s13": (12, 128, 768, 12, 32), "s14": (6, 512, 128, 8, 4)}
+GROUPS = {"presets": list(PRESETS), "sweep": list(SWEEP), "all": list(PRESETS) + list(SWEEP)}
+TORCH_VARIANTS = ("eager", "sdpa", "compile", "compile-max-autotune")
+COMPILED = ("compile", "compile-max-autotune")
+H200_PEAK_GFLOPS, H200_COPY_GBPS = 67000.0, 3980.0  # SPEC section 5
 REL_L2_TOL = 1e-5
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+REFERENCE = os.path.join(REPO, "python", "sgk", "torch", "reference.py")
+FORMAT = "sgk-torch-compare/2"
 
 
-# ---- sgk through ctypes -----------------------------------------------------
-
-class ContextOptions(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t), ("cpu_threads", ctypes.c_int)]
-
-
-class LayerDesc(ctypes.Structure):
-    _fields_ = [("struct_size", ctypes.c_size_t),
-                ("dim", ctypes.c_int64), ("heads", ctypes.c_int64), ("pair_dim", ctypes.c_int64),
-                ("eps", ctypes.c_float), ("dtype", ctypes.c_int)] + \
-               [(n, ctypes.c_void_p) for n in ("ln_gamma", "ln_beta", "wq", "wk", "wv", "wo",
-                                               "w1", "b1", "w2", "b2")]
-
-
-SGK_MASK_F32 = 0
-SGK_NATIVE_DEVICE_ORDINAL = 0
+def parse_shapes(arg):
+    """'seed,sweep' -> [(name, shape)], in order, each once."""
+    names = []
+    for item in arg.split(","):
+        if item in GROUPS:
+            names += GROUPS[item]
+        elif item in PRESETS or item in SWEEP:
+            names.append(item)
+        else:
+            raise ValueError(f"unknown preset {item!r} (seed, mid, large, xl, s01 .. s14, presets, sweep, all)")
+    return [(n, PRESETS.get(n) or SWEEP[n]) for n in dict.fromkeys(names)]
 
 
-class SgkError(RuntimeError):
-    pass
+def work(shape):
+    """FLOP and bytes of one call, f32 mask (bench/README.md, bench/model.c)."""
+    B, N, D, H, P = shape
+    flop = 8 * B * N * D * D + B * N * N * (2 * P * P + 2 * P * H) + 4 * B * N * N * D
+    nbytes = 4 * (2 * B * N * D + B * N * N * P) + 4 * B * N * N + 4 * (4 * D * D + P * P + P + H * P + H + 2 * D)
+    return flop, nbytes
 
 
-class Sgk:
-    def __init__(self, path):
-        self.lib = ctypes.CDLL(path)
-        L = self.lib
-        vp, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-        L.sgk_version.restype = ctypes.c_char_p
-        L.sgk_last_error.restype = ctypes.c_char_p
-        L.sgk_status_string.restype = ctypes.c_char_p
-        L.sgk_status_string.argtypes = [i32]
-        L.sgk_context_options_init.argtypes = [ctypes.POINTER(ContextOptions)]
-        L.sgk_context_options_init.restype = None
-        L.sgk_context_create.argtypes = [ctypes.c_char_p, i32, ctypes.POINTER(ContextOptions), ctypes.POINTER(vp)]
-        L.sgk_context_destroy.argtypes = [vp]
-        L.sgk_context_destroy.restype = None
-        L.sgk_context_native.argtypes = [vp, i32, ctypes.POINTER(vp)]
-        L.sgk_layer_desc_init.argtypes = [ctypes.POINTER(LayerDesc)]
-        L.sgk_layer_desc_init.restype = None
-        L.sgk_layer_create.argtypes = [vp, ctypes.POINTER(LayerDesc), ctypes.POINTER(vp)]
-        L.sgk_layer_destroy.argtypes = [vp]
-        L.sgk_layer_destroy.restype = None
-        L.sgk_forward.argtypes = [vp, i64, i64, vp, vp, vp, i32, vp]
-        L.sgk_forward_device.argtypes = [vp, i64, i64, vp, vp, vp, i32, vp, vp, ctypes.c_size_t, vp]
-        L.sgk_workspace_size.argtypes = [vp, i64, i64, ctypes.POINTER(ctypes.c_size_t)]
-        L.sgk_layer_variants.argtypes = [vp, i64, i64, ctypes.POINTER(ctypes.c_char_p),
-                                         ctypes.POINTER(i32), i32, ctypes.POINTER(i32)]
-        L.sgk_layer_set_variant.argtypes = [vp, ctypes.c_char_p]
-        L.sgk_layer_variant_for.argtypes = [vp, i64, i64, ctypes.POINTER(ctypes.c_char_p)]
-        L.sgk_device_name.argtypes = [ctypes.c_char_p, i32, ctypes.c_char_p, ctypes.c_size_t]
-        for name in ("sgk_context_create", "sgk_context_native", "sgk_layer_create", "sgk_forward",
-                     "sgk_forward_device", "sgk_workspace_size", "sgk_layer_variants",
-                     "sgk_layer_set_variant", "sgk_layer_variant_for", "sgk_device_name"):
-            getattr(L, name).restype = i32
+def floors_of(shape, peaks):
+    flop, nbytes = work(shape)
+    g, b = peaks["peak_gflops"], peaks["copy_gbps"]
+    return dict(flop=flop, bytes=nbytes, ffma_floor_us=flop / g / 1e3 if g else None,
+                copy_floor_us=nbytes / b / 1e3 if b else None)
 
-    def check(self, status, what):
-        if status != 0:
-            raise SgkError(f"{what}: {self.lib.sgk_status_string(status).decode()}: "
-                           f"{self.lib.sgk_last_error().decode()}")
 
-    def version(self):
-        return self.lib.sgk_version().decode()
+def torch_variants_at(a, name, on_cuda):
+    """The PyTorch variants timed at one shape, graph replays included."""
+    out = []
+    for v in a.torch_variants:
+        if v in COMPILED and name in SWEEP and not a.compile_sweep:
+            continue
+        out.append(v)
+        if on_cuda and not a.no_graph:
+            out.append(v + "+graph")
+    return out
+
+
+def load_reference():
+    spec = importlib.util.spec_from_file_location("sgk_torch_reference", REFERENCE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_inputs(torch, B, N, D, P, device, density=0.7, seed=0):
+    """The anchors' inputs (shared/anchors/model_ref.py's recipe): N(0, 1)
+    nodes and pair features, a random mask with every self edge, so that no
+    row is fully masked (SDPA would give NaN there)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    nodes = torch.randn(B, N, D, generator=g)
+    pair = torch.randn(B, N, N, P, generator=g)
+    mask = (torch.rand(B, N, N, generator=g) < density).float()
+    mask[:, torch.arange(N), torch.arange(N)] = 1.0
+    return nodes.to(device), pair.to(device), mask.to(device)
 
 
 def cpu_name():
@@ -108,99 +131,9 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def find_libsgk(explicit):
-    if explicit:
-        return explicit
-    for build in ("build", "builddir", "_build"):
-        for root in (os.getcwd(), REPO):
-            p = os.path.join(root, build, "api", "libsgk.so")
-            if os.path.exists(p):
-                return p
-    found = ctypes.util.find_library("sgk")
-    if found:
-        return found
-    sys.exit("torch_compare: libsgk.so not found; build sgk and pass --lib build/api/libsgk.so")
-
-
-class SgkLayer:
-    """One sgk context and layer holding the module's weights."""
-
-    def __init__(self, sgk, backend, device_index, module, threads):
-        import torch
-        self.sgk, L = sgk, sgk.lib
-        opts = ContextOptions()
-        L.sgk_context_options_init(ctypes.byref(opts))
-        opts.cpu_threads = threads
-        self.ctx = ctypes.c_void_p()
-        sgk.check(L.sgk_context_create(backend.encode(), device_index, ctypes.byref(opts),
-                                       ctypes.byref(self.ctx)), f"sgk_context_create({backend})")
-        sd = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in module.state_dict().items()}
-        desc = LayerDesc()
-        L.sgk_layer_desc_init(ctypes.byref(desc))
-        desc.dim, desc.heads, desc.pair_dim = module.dim, module.num_heads, module.pair_dim
-        desc.eps = module.norm.eps
-        names = {"ln_gamma": "norm.weight", "ln_beta": "norm.bias", "wq": "q_proj.weight",
-                 "wk": "k_proj.weight", "wv": "v_proj.weight", "wo": "out_proj.weight",
-                 "w1": "rel_mlp.0.weight", "b1": "rel_mlp.0.bias", "w2": "rel_mlp.2.weight",
-                 "b2": "rel_mlp.2.bias"}
-        for field, key in names.items():
-            setattr(desc, field, sd[key].data_ptr())  # host pointers, copied by sgk_layer_create
-        self.layer = ctypes.c_void_p()
-        sgk.check(L.sgk_layer_create(self.ctx, ctypes.byref(desc), ctypes.byref(self.layer)), "sgk_layer_create")
-
-    def device_name(self, backend, index):
-        buf = ctypes.create_string_buffer(256)
-        if self.sgk.lib.sgk_device_name(backend.encode(), index, buf, 256) == 0:
-            return buf.value.decode()
-        return backend
-
-    def variants(self, B, N):
-        L = self.sgk.lib
-        count = ctypes.c_int()
-        self.sgk.check(L.sgk_layer_variants(self.layer, B, N, None, None, 0, ctypes.byref(count)), "sgk_layer_variants")
-        names = (ctypes.c_char_p * count.value)()
-        sup = (ctypes.c_int * count.value)()
-        self.sgk.check(L.sgk_layer_variants(self.layer, B, N, names, sup, count.value, ctypes.byref(count)),
-                       "sgk_layer_variants")
-        auto = ctypes.c_char_p()
-        self.sgk.check(L.sgk_layer_variant_for(self.layer, B, N, ctypes.byref(auto)), "sgk_layer_variant_for")
-        return [(names[i].decode(), bool(sup[i])) for i in range(count.value)], auto.value.decode()
-
-    def set_variant(self, name):
-        self.sgk.check(self.sgk.lib.sgk_layer_set_variant(self.layer, name.encode() if name else None),
-                       "sgk_layer_set_variant")
-
-    def caller(self, nodes, pair, mask, out, on_cuda):
-        """A function of no arguments that runs one forward on these tensors."""
-        import torch
-        L, B, N = self.sgk.lib, nodes.shape[0], nodes.shape[1]
-        args = [ctypes.c_void_p(t.data_ptr()) for t in (nodes, pair, mask, out)]
-        if not on_cuda:
-            def run():
-                self.sgk.check(L.sgk_forward(self.layer, B, N, args[0], args[1], args[2], SGK_MASK_F32, args[3]),
-                               "sgk_forward")
-            return run, None
-        ws_bytes = ctypes.c_size_t()
-        self.sgk.check(L.sgk_workspace_size(self.layer, B, N, ctypes.byref(ws_bytes)), "sgk_workspace_size")
-        ws = torch.empty(max(1, ws_bytes.value), dtype=torch.uint8, device=nodes.device)
-        ws_ptr, nbytes = ctypes.c_void_p(ws.data_ptr() if ws_bytes.value else None), ws_bytes.value
-
-        def run():
-            # Read at call time: inside torch.cuda.graph this is the capture stream.
-            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-            self.sgk.check(L.sgk_forward_device(self.layer, B, N, args[0], args[1], args[2], SGK_MASK_F32,
-                                                args[3], ws_ptr, nbytes, stream), "sgk_forward_device")
-        return run, ws  # keep the workspace alive as long as the caller
-
-    def close(self):
-        self.sgk.lib.sgk_layer_destroy(self.layer)
-        self.sgk.lib.sgk_context_destroy(self.ctx)
-
-
 # ---- timing ---------------------------------------------------------------
 
-def t_events(fn, iters, reps=5):
-    import torch
+def t_events(torch, fn, iters, reps=5):
     meds = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -228,10 +161,9 @@ def t_host(fn, iters, reps=5):
     return statistics.median(ts), min(ts), max(ts)
 
 
-def graph_of(fn):
+def graph_of(torch, fn):
     """fn captured in a CUDA graph: a function that replays it and returns the
     captured call's output tensor (so the check reads what the graph wrote)."""
-    import torch
     st = torch.cuda.Stream()
     st.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(st):
@@ -249,34 +181,68 @@ def graph_of(fn):
     return replay
 
 
-# ---- one preset ------------------------------------------------------------
+def device_peaks(torch, a, on_cuda):
+    """The floors' fp32 FMA peak and copy bandwidth, and where each came from."""
+    if a.peak_gflops:
+        gflops, gsrc = a.peak_gflops, "--peak-gflops"
+    elif on_cuda:
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        lanes = 64 if (p.major, p.minor) in ((6, 0), (8, 0)) or p.major == 7 else 128
+        mhz = getattr(p, "clock_rate", 0) / 1e3  # kHz, as cudaDevAttrClockRate
+        if 100 <= mhz <= 10000:  # a clock in another unit, or none, falls back on the default
+            gflops = p.multi_processor_count * mhz * lanes * 2 / 1e3
+            gsrc = f"{p.multi_processor_count} SMs x {mhz:.0f} MHz x {lanes} FMA x 2 (sm_{p.major}{p.minor})"
+        else:
+            gflops, gsrc = H200_PEAK_GFLOPS, "H200 default of SPEC section 5; --peak-gflops sets this device's"
+    else:
+        gflops, gsrc = None, "unknown on the CPU (give --peak-gflops)"
+    if a.peak_gbps:
+        return dict(peak_gflops=gflops, peak_source=gsrc, copy_gbps=a.peak_gbps, copy_source="--peak-gbps")
+    n = 64 << 20  # 256 MiB a buffer, past any cache
+    dev = a.device
+    try:
+        src = torch.empty(n, dtype=torch.float32, device=dev).fill_(1.0)
+        dst = torch.empty_like(src)
+        fn = lambda: dst.copy_(src)
+        fn()
+        _, lo, _ = t_events(torch, fn, 10) if on_cuda else t_host(fn, 3)
+        del src, dst
+        return dict(peak_gflops=gflops, peak_source=gsrc, copy_gbps=2 * n * 4 / lo / 1e3,
+                    copy_source="measured: tensor copy_, 2 x 256 MiB, best of 5")
+    except RuntimeError as ex:  # out of memory, say
+        if not on_cuda:
+            return dict(peak_gflops=gflops, peak_source=gsrc, copy_gbps=None, copy_source=f"unknown ({ex})"[:200])
+        return dict(peak_gflops=gflops, peak_source=gsrc, copy_gbps=H200_COPY_GBPS,
+                    copy_source="H200 default of SPEC section 5; the copy could not be timed")
 
-def run_preset(a, name, shape, sgk, model_ref):
-    import torch
+
+# ---- one shape --------------------------------------------------------------
+
+def run_shape(torch, a, name, shape, sgk, ref, peaks):
     B, N, D, H, P = shape
     dev = a.device
     on_cuda = dev.startswith("cuda")
-    # Each preset compiles afresh, as when run alone: otherwise torch.compile
-    # marks the sizes dynamic once a second shape arrives, and the later
-    # presets get generic kernels (on the H200 at e3426b1, large after seed
-    # and mid: compile max-autotune + graph 1469 us; alone: 924 us).
+    wanted = torch_variants_at(a, name, on_cuda)
+    # Each shape compiles afresh, as when run alone: otherwise torch.compile
+    # marks the sizes dynamic once a second shape arrives, and later shapes
+    # get generic kernels (on the H200 at e3426b1, large after seed and mid:
+    # compile max-autotune + graph 1469 us; alone: 924 us).
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = model_ref.Model(D, P, H).to(dev).eval()
-    x = model_ref.make_inputs(B, N, D, P, dev)
+    m = ref.RelationUpdate(D, P, H).to(dev).eval()
+    x = make_inputs(torch, B, N, D, P, dev)
     iters = a.iters or (200 if N <= 64 else 20)
     res = {"shape": dict(B=B, N=N, D=D, H=H, P=P), "torch": {}, "sgk": {}}
+    res.update(floors_of(shape, peaks))
 
     with torch.no_grad():
-        ref = model_ref.Model(D, P, H).double().to(dev)
-        ref.load_state_dict(m.state_dict())
-        yref = ref(*[t.double() for t in x])
+        m64 = ref.RelationUpdate(D, P, H).double().to(dev)
+        m64.load_state_dict(m.state_dict())
+        yref = m64(*[t.double() for t in x])
+        del m64
 
         def err(y):
             return ((y.double() - yref).norm() / yref.norm()).item()
-
-        def timed(fn):
-            return t_events(fn, iters) if on_cuda else t_host(fn, a.iters)
 
         def record(table, label, fn, poison=None):
             t0 = time.time()
@@ -286,31 +252,40 @@ def run_preset(a, name, shape, sgk, model_ref):
                 if poison is not None:
                     poison()  # the checked call must write every element
                 e = err(fn())
-                med, lo, hi = timed(fn)
+                med, lo, hi = t_events(torch, fn, iters) if on_cuda else t_host(fn, a.iters)
                 table[label] = dict(us=med, lo=lo, hi=hi, err=e, ok=e <= REL_L2_TOL, warm_s=time.time() - t0)
                 return True
             except Exception as ex:  # a variant that fails is reported, not fatal
                 table[label] = dict(error=str(ex)[:300])
                 return False
 
-        # PyTorch
-        variants = {}
-        if "eager" in a.torch_variants:
-            variants["eager"] = lambda: m(*x)
-        if "compile" in a.torch_variants:
-            mc = torch.compile(m)
-            variants["compile"] = lambda: mc(*x)
-        if "compile-max-autotune" in a.torch_variants:
-            m2 = model_ref.Model(D, P, H).to(dev).eval()
-            m2.load_state_dict(m.state_dict())
-            mro = torch.compile(m2, mode="max-autotune-no-cudagraphs")
-            variants["compile-max-autotune"] = lambda: mro(*x)
-        for vn, fn in variants.items():
-            if record(res["torch"], vn, fn) and on_cuda and not a.no_graph:
+        graphs = on_cuda and not a.no_graph
+
+        def with_graph(table, label, fn, poison=None):
+            if record(table, label, fn, poison) and graphs:
                 try:
-                    record(res["torch"], vn + "+graph", graph_of(fn))
+                    record(table, label + "+graph", graph_of(torch, fn), poison)
                 except Exception as ex:
-                    res["torch"][vn + "+graph"] = dict(error=str(ex)[:300])
+                    table[label + "+graph"] = dict(error=str(ex)[:300])
+
+        # PyTorch
+        modules = {}
+        for vn in a.torch_variants:
+            if vn not in wanted:
+                continue
+            if vn == "eager":
+                modules[vn] = m
+            elif vn == "sdpa":
+                modules[vn] = ref.RelationUpdateSDPA(D, P, H).to(dev).eval()
+                modules[vn].load_state_dict(m.state_dict())
+            else:
+                mod = ref.RelationUpdate(D, P, H).to(dev).eval()
+                mod.load_state_dict(m.state_dict())
+                modules[vn] = torch.compile(mod, mode="max-autotune-no-cudagraphs" if vn == "compile-max-autotune"
+                                            else None)
+        for vn, mod in modules.items():
+            with_graph(res["torch"], vn, lambda mod=mod: mod(*x))
+        del modules
 
         # sgk, on the same tensors and the same stream
         backend = a.backend or ("cuda" if on_cuda else "cpu")
@@ -332,17 +307,15 @@ def run_preset(a, name, shape, sgk, model_ref):
                     run()
                     return out
                 label = vn + ("*" if vn == auto else "")
-                poison = (lambda out=out: out.fill_(float("nan")))
-                if record(res["sgk"], label, call, poison) and on_cuda and not a.no_graph:
-                    try:
-                        record(res["sgk"], label + "+graph", graph_of(call), poison)
-                    except Exception as ex:
-                        res["sgk"][label + "+graph"] = dict(error=str(ex)[:300])
+                with_graph(res["sgk"], label, call, lambda out=out: out.fill_(float("nan")))
                 del keep
         finally:
             layer.close()
+    summarize(res)
     return res
 
+
+# ---- results ----------------------------------------------------------------
 
 def best(table, graph=None):
     rows = [(k, v) for k, v in table.items() if "us" in v and v["ok"]
@@ -350,10 +323,32 @@ def best(table, graph=None):
     return min(rows, key=lambda kv: kv[1]["us"]) if rows else None
 
 
+def summarize(res):
+    """res["ratio"] (PyTorch's best over sgk's best: overall, without and with
+    graphs on both sides) and res["summary"], the row of the summary table."""
+    ratios = {}
+    for label, graph in (("best", None), ("no graph", False), ("graph", True)):
+        t, s = best(res["torch"], graph), best(res["sgk"], graph)
+        if t and s:
+            ratios[label] = dict(torch=t[0], torch_us=t[1]["us"], sgk=s[0], sgk_us=s[1]["us"],
+                                 ratio=t[1]["us"] / s[1]["us"])
+    res["ratio"] = ratios
+    s, sg, t = best(res["sgk"], False), best(res["sgk"], True), best(res["torch"])
+    sgk_best = min([r for r in (s, sg) if r], key=lambda kv: kv[1]["us"], default=None)
+    known = [f for f in (res.get("ffma_floor_us"), res.get("copy_floor_us")) if f]
+    floor = max(known) if known else None
+    res["summary"] = dict(
+        sgk=s[0] if s else None, sgk_us=s[1]["us"] if s else None,
+        sgk_graph=sg[0] if sg else None, sgk_graph_us=sg[1]["us"] if sg else None,
+        torch=t[0] if t else None, torch_us=t[1]["us"] if t else None,
+        ratio=t[1]["us"] / sgk_best[1]["us"] if t and sgk_best else None,
+        floor_us=floor, sgk_floor_share=floor / sgk_best[1]["us"] if floor and sgk_best else None)
+
+
 def report(name, res):
-    print(f"{name:6s} B{res['shape']['B']} N{res['shape']['N']} D{res['shape']['D']} "
-          f"H{res['shape']['H']} P{res['shape']['P']}   sgk {res.get('sgk_backend')} on {res.get('sgk_device')}",
-          flush=True)
+    sh = res["shape"]
+    print(f"{name:6s} B{sh['B']} N{sh['N']} D{sh['D']} H{sh['H']} P{sh['P']}   "
+          f"sgk {res.get('sgk_backend')} on {res.get('sgk_device')}", flush=True)
     for side in ("torch", "sgk"):
         for vn, r in res[side].items():
             if "us" in r:
@@ -362,48 +357,119 @@ def report(name, res):
                       f"relerr {r['err']:.2e}{flag}")
             else:
                 print(f"   {side:5s} {vn:28s} failed: {r['error']}")
-    ratios = {}
-    for label, graph in (("best", None), ("no graph", False), ("graph", True)):
-        t, s = best(res["torch"], graph), best(res["sgk"], graph)
-        if t and s:
-            ratios[label] = dict(torch=t[0], torch_us=t[1]["us"], sgk=s[0], sgk_us=s[1]["us"],
-                                 ratio=t[1]["us"] / s[1]["us"])
-            print(f"   ratio ({label}): torch {t[0]} {t[1]['us']:.2f} us / sgk {s[0]} {s[1]['us']:.2f} us "
-                  f"= {t[1]['us'] / s[1]['us']:.2f}x", flush=True)
-    res["ratio"] = ratios
+    for label, r in res["ratio"].items():
+        print(f"   ratio ({label}): torch {r['torch']} {r['torch_us']:.2f} us / sgk {r['sgk']} {r['sgk_us']:.2f} us "
+              f"= {r['ratio']:.2f}x", flush=True)
+
+
+def fmt_us(x):
+    if x is None:
+        return "-"
+    return f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.1f}" if x < 10000 else f"{x:.0f}"
+
+
+def summary_table(doc):
+    """The summary, one line per shape, as text."""
+    head = ["shape", "B,N,D,H,P", "sgk µs", "sgk+graph µs", "PyTorch best µs", "ratio", "FFMA floor µs",
+            "copy floor µs", "sgk at floor"]
+    lines = [head]
+    for name, res in doc["shapes"].items():
+        s, sh = res.get("summary") or {}, res["shape"]
+        lines.append([
+            name, "{B},{N},{D},{H},{P}".format(**sh),
+            "-" if s.get("sgk_us") is None else f"{fmt_us(s['sgk_us'])} ({s['sgk']})",
+            "-" if s.get("sgk_graph_us") is None else f"{fmt_us(s['sgk_graph_us'])} ({s['sgk_graph']})",
+            "-" if s.get("torch_us") is None else f"{fmt_us(s['torch_us'])} ({s['torch']})",
+            "-" if s.get("ratio") is None else f"{s['ratio']:.2f}x",
+            fmt_us(res.get("ffma_floor_us")), fmt_us(res.get("copy_floor_us")),
+            "-" if s.get("sgk_floor_share") is None else f"{100 * s['sgk_floor_share']:.1f}%"])
+    width = [max(len(r[c]) for r in lines) for c in range(len(head))]
+    right = {2, 3, 4, 5, 6, 7, 8}
+    text = ["  ".join(cell.rjust(width[c]) if c in right else cell.ljust(width[c])
+                      for c, cell in enumerate(row)).rstrip() for row in lines]
+    f = doc.get("floors", {})
+    gsrc = f"{f['peak_gflops']:.0f} GFLOP/s ({f['peak_source']})" if f.get("peak_gflops") else f.get("peak_source", "-")
+    bsrc = f"{f['copy_gbps']:.1f} GB/s ({f['copy_source']})" if f.get("copy_gbps") else f.get("copy_source", "-")
+    text += ["", "ratio = PyTorch's best / sgk's best, graphs included on both sides (above 1: sgk is faster);",
+             f"FFMA floor = FLOP / fp32 FMA peak, {gsrc};",
+             f"copy floor = bytes / copy bandwidth, {bsrc};",
+             "sgk at floor = max(FFMA floor, copy floor) / sgk's best."]
+    return "\n".join(text)
+
+
+def dry_run(a, shapes, on_cuda):
+    peaks = dict(peak_gflops=a.peak_gflops or (H200_PEAK_GFLOPS if on_cuda else None),
+                 copy_gbps=a.peak_gbps or (H200_COPY_GBPS if on_cuda else None))
+    print(f"dry run on {a.device}: nothing is timed; floors from "
+          f"{'the H200 defaults' if on_cuda else 'none'} unless --peak-gflops / --peak-gbps "
+          f"(a real run asks the device)")
+    for name, shape in shapes:
+        fl = floors_of(shape, peaks)
+        print(f"{name:6s} B,N,D,H,P {','.join(map(str, shape))}  {fl['flop'] / 1e9:.4g} GFLOP "
+              f"{fl['bytes'] / 1e6:.4g} MB  FFMA floor {fmt_us(fl['ffma_floor_us'])} us  "
+              f"copy floor {fmt_us(fl['copy_floor_us'])} us")
+        print(f"   torch: {' '.join(torch_variants_at(a, name, on_cuda)) or '-'}")
+        sgk_modes = "stream and graph" if on_cuda and not a.no_graph else "stream" if on_cuda else "sgk_forward"
+        print(f"   sgk:   every variant that supports the shape"
+              f"{' in ' + ','.join(a.sgk_variants) if a.sgk_variants else ''} ({sgk_modes})")
+    return 0
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--presets", default="seed,mid,large,xl", help="comma list (default: all four)")
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--preset", "--presets", dest="preset", default="presets",
+                    help="comma list of seed, mid, large, xl, s01 .. s14 and the groups presets, sweep, "
+                         "all (default: presets)")
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
-    ap.add_argument("--anchors", help="folder holding model_ref.py (default: ../shared/anchors)")
     ap.add_argument("--lib", help="path of libsgk.so (default: build/api/libsgk.so, then the system)")
     ap.add_argument("--backend", help="sgk backend (default: cuda on CUDA tensors, cpu on CPU tensors)")
     ap.add_argument("--sgk-variants", help="comma list of sgk variants (default: every supported one)")
-    ap.add_argument("--torch-variants", default="eager,compile,compile-max-autotune",
-                    help="comma list of eager, compile, compile-max-autotune")
+    ap.add_argument("--torch-variants", default=",".join(TORCH_VARIANTS),
+                    help=f"comma list of {', '.join(TORCH_VARIANTS)} (default: all)")
+    ap.add_argument("--compile-sweep", action="store_true",
+                    help="also time the torch.compile variants at the sweep shapes (slow)")
     ap.add_argument("--iters", type=int, help="calls per timed loop (default: as bench_anchors.py)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch and sgk (default: their defaults)")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA graph variants")
+    ap.add_argument("--peak-gflops", type=float, help="fp32 FMA peak for the FFMA floor")
+    ap.add_argument("--peak-gbps", type=float, help="copy bandwidth (read + write) for the copy floor")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="list the shapes, their work and floors and the variants to time, then exit (no torch)")
+    ap.add_argument("--summary", metavar="FILE", help="print the summary table of a --json file, then exit")
     a = ap.parse_args()
+
+    if a.summary:
+        with open(a.summary) as f:
+            doc = json.load(f)
+        if doc.get("format") != FORMAT:
+            sys.exit(f"torch_compare: {a.summary}: format {doc.get('format')!r}, expected {FORMAT!r}")
+        print(summary_table(doc))
+        return 0
+    try:
+        shapes = parse_shapes(a.preset)
+    except ValueError as ex:
+        sys.exit(f"torch_compare: {ex}")
     a.torch_variants = a.torch_variants.split(",")
+    bad = [v for v in a.torch_variants if v not in TORCH_VARIANTS]
+    if bad:
+        sys.exit(f"torch_compare: unknown --torch-variants {bad} ({', '.join(TORCH_VARIANTS)})")
     a.sgk_variants = a.sgk_variants.split(",") if a.sgk_variants else None
+    for flag in ("peak_gflops", "peak_gbps"):
+        if getattr(a, flag) is not None and not getattr(a, flag) > 0:
+            sys.exit(f"torch_compare: --{flag.replace('_', '-')} must be > 0")
+    on_cuda = a.device.startswith("cuda")
+    if a.dry_run:
+        return dry_run(a, shapes, on_cuda)
 
-    candidates = [a.anchors] if a.anchors else [os.path.join(root, *rel) for root in (os.getcwd(), REPO)
-                                                 for rel in (("..", "shared", "anchors"), ("shared", "anchors"))]
-    anchors = next((c for c in candidates if os.path.exists(os.path.join(c, "model_ref.py"))), None)
-    if not anchors:
-        sys.exit(f"torch_compare: model_ref.py not found in {candidates}; pass --anchors")
-    sys.path.insert(0, os.path.abspath(anchors))
     import torch
-    import model_ref
-
+    ref = load_reference()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    if a.device.startswith("cuda"):
+    torch.set_float32_matmul_precision("highest")
+    if on_cuda:
         if not torch.cuda.is_available():
             sys.exit("torch_compare: CUDA is not available to PyTorch here; use --device cpu")
         if torch.device(a.device).index is not None:
@@ -411,26 +477,33 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
 
-    sgk = Sgk(find_libsgk(a.lib))
-    out = {"format": "sgk-torch-compare/1",
+    lib = find_libsgk(a.lib)
+    if not lib:
+        sys.exit("torch_compare: libsgk.so not found; build sgk and pass --lib build/api/libsgk.so")
+    sgk = Sgk(lib)
+    peaks = device_peaks(torch, a, on_cuda)
+    out = {"format": FORMAT,
            "machine": {"host": platform.node(), "torch": torch.__version__,
                        "cuda": torch.version.cuda, "device": a.device,
-                       "device_name": torch.cuda.get_device_name() if a.device.startswith("cuda") else cpu_name(),
+                       "device_name": torch.cuda.get_device_name() if on_cuda else cpu_name(),
                        "torch_threads": torch.get_num_threads(), "sgk_version": sgk.version(),
-                       "anchors": os.path.abspath(anchors)},
-           "presets": {}}
+                       "reference": os.path.relpath(REFERENCE, REPO)},
+           "settings": {"dtype": "float32", "tf32": False, "iters": a.iters, "torch_variants": a.torch_variants,
+                        "compile_sweep": a.compile_sweep, "graphs": on_cuda and not a.no_graph},
+           "floors": peaks,
+           "shapes": {}}
     failed = False
-    for name in a.presets.split(","):
-        if name not in PRESETS:
-            sys.exit(f"torch_compare: unknown preset {name!r} (seed, mid, large, xl)")
-        res = run_preset(a, name, PRESETS[name], sgk, model_ref)
+    for name, shape in shapes:
+        res = run_shape(torch, a, name, shape, sgk, ref, peaks)
         report(name, res)
-        out["presets"][name] = res
+        out["shapes"][name] = res
         failed |= any("us" in r and not r["ok"] for side in ("torch", "sgk") for r in res[side].values())
         failed |= any("error" in r for r in res["sgk"].values())
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+        if a.json:  # after every shape, so that a run cut short keeps what it measured
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1)
+    print()
+    print(summary_table(out))
     return 1 if failed else 0
 
 

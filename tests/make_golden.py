@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Writes the golden cases in tests/data/ from the PyTorch module.
 
-Usage: make_golden.py --model PATH/TO/model_ref.py [--out tests/data]
+Usage: make_golden.py [--model PATH/TO/module.py] [--out tests/data]
 
-The module file is the one the design card names (class Model(dim, pair_dim,
-num_heads)); it is imported from the given path, not copied. Every case draws
-float32 inputs and weights, then runs the module in float64 on exactly those
-values, so the expected output is the true result for the stored inputs.
+The module is sgk's own python/sgk/torch/reference.py (class
+RelationUpdate(dim, pair_dim, num_heads)), loaded by path; --model names
+another file with the same class, or with the design card's name for it,
+Model. Every case draws float32 inputs and weights, then runs the module in
+float64 on exactly those values, so the expected output is the true result
+for the stored inputs.
 
 Each case is one little-endian file <name>.bin holding, in order:
 nodes (B,N,D) f32, pair_feats (B,N,N,P) f32, edge_mask (B,N,N) f32 or u8,
@@ -31,11 +33,15 @@ CASES = [
 ]
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REFERENCE = os.path.join(REPO, "python", "sgk", "torch", "reference.py")
+
+
 def load_model_class(path):
     spec = importlib.util.spec_from_file_location("sgk_golden_model", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.Model
+    return getattr(mod, "RelationUpdate", None) or mod.Model
 
 
 def make_mask(kind, B, N, g):
@@ -99,7 +105,8 @@ def write_case(Model, out_dir, name, B, N, D, H, P, kind, seed):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, help="path to the module file (model_ref.py)")
+    ap.add_argument("--model", default=REFERENCE,
+                    help="the module file (default: python/sgk/torch/reference.py)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
     args = ap.parse_args()
     Model = load_model_class(args.model)
