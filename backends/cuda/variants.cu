@@ -765,10 +765,10 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
 
 const sgkc_variant sgkc_variants[] = {
     {"fused-small", fused_supports, fused_workspace, fused_launch},
-    {"tuned-tc", sgkc_tc_supports, sgkc_tc_workspace, sgkc_tc_launch},
     {"tiled", tiled_supports, ws_qkv_ctx, tiled_launch},
     {"tiled-dmma", tiled_dmma_supports, ws_qkv_ctx, tiled_dmma_launch},
     {"general", general_supports, ws_qkv_ctx, general_launch},
+    {"tuned-tc", sgkc_tc_supports, sgkc_tc_workspace, sgkc_tc_launch},
     {"generic-small", sgkc_generic_small_supports, sgkc_generic_small_workspace, sgkc_generic_small_launch},
     {"generic-tiled", sgkc_generic_tiled_supports, sgkc_generic_tiled_workspace, sgkc_generic_tiled_launch},
 };
