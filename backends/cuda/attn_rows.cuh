@@ -89,8 +89,8 @@ __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((
  * and P.V. Every loop is unrolled so that each weight has a fixed offset.
  * The FMAs are sgkc_mlp_regs' in the same order: the same bits. The
  * kernel takes it at PCAP = 16 (sgkc_mlp_c16); at PCAP = 32 the 5 KB of
- * weights ran at a fifth of the shared-memory loop's speed
- * (dev/mlp_const.cu times both). */
+ * weights are past what the constant cache serves at full rate, and the
+ * loop ran several times slower than from shared memory. */
 template <int PCAP, int NP, int JC, class CW>
 __device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][PCAP / 4], const CW &W, float (&acc)[NP][8])
 {
