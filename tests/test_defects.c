@@ -166,7 +166,7 @@ static int run_backend(const defect *d, const sgkt_prepared *p, int *failures)
             else if (check_output(d, p, r.out, why, sizeof why))
                 ok = 1;
             if (ok && first && memcmp(first, r.out, p->n_out * sizeof(float)) != 0) {
-                snprintf(why, sizeof why, "run %d differs bitwise from run 0", rep);
+                snprintf(why, sizeof why, "repeat %d differs bitwise from repeat 0", rep);
                 ok = 0;
             }
             if (!ok) {

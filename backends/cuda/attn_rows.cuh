@@ -23,10 +23,11 @@
  * bounded that layout (ncu: L1 data pipe 65-72 % busy).
  *
  * At PCAP = 16 (xl) the MLP's weights are kernel parameters, read by the
- * FFMAs from uniform registers (sgkc_mlp_cregs): xl 686 -> 652 us. At
+ * FFMAs from uniform registers (sgkc_mlp_cregs), which takes the weights'
+ * shared-memory wavefronts off the L1 pipe (xl about 5 % faster). At
  * PCAP = 32 they stay in shared memory: 5 KB is past what the constant
  * cache serves at full rate, and even b1 and W2 alone as constants made
- * mid and large slower (dev/NOTES.md, runs 87-88).
+ * mid and large slower.
  *
  * DM (the tiled-dmma variant, compute capability 9.x): the relation MLP
  * runs on the FP64 tensor cores instead (mlp_dmma.cuh), in groups of 16
@@ -34,10 +35,9 @@
  * g and g + 8 of a group, the edge bits come from ballots of the lanes'
  * mask tests, and each lane stores the biases of its two pairs for heads
  * 2t and 2t + 1. Everything after the barrier is the same code. On the
- * H200 it ran large 308 us against 363 and mid 59.5 against 62.0, xl
- * 659 against 632 (dev/NOTES.md, runs 92-94): the fp32 <-> fp64
- * conversions and silu's MUFUs share one pipe, 16 results an SM-clock,
- * and all eight warps of a block are in their MLP at once.
+ * H200 it is faster at P = 32 (large, mid) and slower at P = 16 (xl): the
+ * fp32 <-> fp64 conversions and silu's MUFUs share one pipe, 16 results
+ * an SM-clock, and all eight warps of a block are in their MLP at once.
  *
  * Q and K rows sit in shared memory unpadded, their 16-byte chunks permuted
  * inside each head (sgkc_ar_q/k) so that every load phase hits 8 distinct
@@ -48,8 +48,8 @@
  * key groups, each with its own Q copy, K/V tiles, B buffers and named
  * barrier, group g taking tiles g, g + 2, ...; at the end group 1's
  * (O, m, l) is merged into group 0's through shared memory. Each scheduler
- * then has four warps instead of two to issue from (mid's 128 blocks ran
- * at 0.43 issued a scheduler-cycle, dev/NOTES.md); at PCAP = 32 the MLP
+ * then has four warps instead of two to issue from (mid's 128 blocks of
+ * one key group issued 0.43 a scheduler-cycle); at PCAP = 32 the MLP
  * weights are staged once for both groups. */
 #ifndef SGK_CUDA_ATTN_ROWS_CUH
 #define SGK_CUDA_ATTN_ROWS_CUH
@@ -89,8 +89,8 @@ __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((
  * and P.V. Every loop is unrolled so that each weight has a fixed offset.
  * The FMAs are sgkc_mlp_regs' in the same order: the same bits. The
  * kernel takes it at PCAP = 16 (sgkc_mlp_c16); at PCAP = 32 the 5 KB of
- * weights ran at a fifth of the shared-memory loop's speed
- * (dev/mlp_const.cu times both). */
+ * weights are past what the constant cache serves at full rate, and the
+ * loop ran several times slower than from shared memory. */
 template <int PCAP, int NP, int JC, class CW>
 __device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][PCAP / 4], const CW &W, float (&acc)[NP][8])
 {
@@ -135,9 +135,7 @@ template <int PCAP, bool CW> struct sgkc_ar_cw {
 template <> struct sgkc_ar_cw<16, true> {
     using type = sgkc_mlp_c16;
 };
-#ifndef SGKC_AR_CW_JC
 #define SGKC_AR_CW_JC 4 /* hidden units a pass of sgkc_mlp_cregs */
-#endif
 
 template <int PCAP, int KS, bool CW, bool DM>
 __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
@@ -199,10 +197,9 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     auto kv_k = [&](int m) { return Ks + (m & 1 ? ko1 : ko0) + 4 * m * D; };
     auto kv_v = [&](int m) { return Vs + vo + 4 * m * D; };
     auto load_kv = [&](int k0) {
-#ifndef SGKC_AR_NO_KVFAST /* dev A/B builds */
         /* A whole tile without a test a row: ptxas then issues its 16
          * copies in about 60 instructions a warp, against about 140 with
-         * the tests (xl -12 us, large -6: dev/NOTES.md, run 116). Not with
+         * the tests (xl and large about 2 % faster). Not with
          * two key groups (mid, whose groups load their one tile each before
          * the loop) nor DMMA, where it spills. */
         if (KS == 1 && !DM && k0 + BK <= N) {
@@ -215,7 +212,6 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             sgkc_cp_commit();
             return;
         }
-#endif
 #pragma unroll
         for (int m = 0; m < KVM; m++) {
             float *kd = kv_k(m), *vd = kv_v(m);
@@ -315,7 +311,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
             constexpr int K1 = PCAP / 16;
             /* Group G's features load LA groups ahead of its MMAs (0: just
              * before them). All four ahead at PCAP 16 and one at 32 were
-             * no faster and 2-3 % slower at mid and large (run 94). */
+             * no faster, and slower at mid and large. */
             constexpr int LA = PCAP > 16 ? 0 : 1;
             float4 F[4][2][K1];
             auto load_group = [&](int G, auto full) {

@@ -50,9 +50,8 @@ __host__ __device__ constexpr int sgkc_at_bk(int pcap)
  *
  * Where sgkc_mlp_fold(PCAP), W1t and b1 are scaled by -log2(e) and W2 by
  * -ln(2), and the MLP takes silu as sgkc_silu_u, a multiply fewer a hidden
- * unit. On the H200 that made xl (PCAP 16) 0.9 % faster (711.6 -> 705.2 us)
- * and large (PCAP 32) 1.2 % slower (385.1 -> 389.6; dev/NOTES.md, run 27),
- * so it is on for PCAP 16 only. Stage and MLP read the same switch. */
+ * unit. On the H200 that made xl (PCAP 16) about 1 % faster and large
+ * (PCAP 32) about 1 % slower, so it is on for PCAP 16 only. Stage and MLP read the same switch. */
 __host__ __device__ constexpr bool sgkc_mlp_fold(int pcap)
 {
     return pcap <= 16;

@@ -1,11 +1,11 @@
 /* The tiled variant's attention kernel for grids that the 32-query blocks of
  * attn_tiled.cuh would leave under one block per SM (the mid preset: 64
  * blocks on 132 SMs). Same math; 16-query blocks and a compacted edge list.
- * On the H200 it ran the mid preset's attention in 52 us against 94 us; on
- * the large and xl presets, where both fill the GPU, it was slower (596 vs
- * 491 us: at 130 KB of shared memory only one block fits an SM, and the mask
- * and feature loads of each tile wait on memory), so it is used only for
- * small grids. One block owns (batch b, BQ query rows, a group of HG
+ * On the H200 it ran the mid preset's attention in about half the time of
+ * attn_tiled.cuh; on the large and xl presets, where both fill the GPU, it
+ * was slower (at 130 KB of shared memory only one block fits an SM, and
+ * the mask and feature loads of each tile wait on memory), so it is used
+ * only for small grids. One block owns (batch b, BQ query rows, a group of HG
  * heads) and walks the keys in tiles of BK. For each (query, key) pair that
  * is an edge it runs the relation MLP from pair_feats, so the (B,H,N,N) bias
  * and score tensors never exist in memory; q.k is added, and the tile is

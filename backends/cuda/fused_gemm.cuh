@@ -9,12 +9,9 @@
 #define SGKC_FS_NT 512
 /* Most K slices a runtime shape's GEMM tile is split into: 2^SGKC_FS_LKS.
  * More slices shorten each lane's FMA chain and add shuffle rounds and
- * warps. H200 run 45, when the seed shape still ran this GEMM: 4 slices
- * 5.01 us a call, 8 slices 5.19, 2 slices 5.34; a dev build may set it
- * (-DSGKC_FS_LKS=3) to weigh them again. */
-#ifndef SGKC_FS_LKS
+ * warps; 4 were faster than 2 or 8 at seed when the seed shape still ran
+ * this GEMM. */
 #define SGKC_FS_LKS 2
-#endif
 
 /* One GEMM of the kernel, C(M x ncols) = A(M x K) W(K x ncols), both in
  * shared memory (K % 4 == 0), and what to do with C:
@@ -144,7 +141,7 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
  * sgkc_fs_gemm reads W once per 4-row tile. At seed these phases are
  * bound by shared-memory wavefronts, not by FMAs. An LDS.128 returns in 2
  * wavefronts where lanes t and t ^ 1 read the same address and in 4
- * otherwise (ncu, dev/NOTES.md, runs 62 and 83: attn_rows' broadcast
+ * otherwise (ncu's wavefront counts per instruction: attn_rows' broadcast
  * weight loads and gemm_panel's A loads, 8 lanes an address, take 2; the
  * slice in the lane's low bits gave A's 18 reads a thread 4 each, 648
  * wavefronts a block in the Q/K/V GEMM), so the slice sits in lane bits
@@ -154,7 +151,7 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
  * creation: sgkc_fs_rw_pack), free of bank conflicts, and come by bulk
  * copy, tracked by an mbarrier: loaded into registers from global memory
  * at the kernel's start instead, they held scoreboards that waits in
- * later phases then shared (run 61). The KS partial sums meet by a
+ * later phases then shared. The KS partial sums meet by a
  * reduce-scatter (sgkc_fs_rscatter): each shuffle round halves the values
  * a lane holds. */
 #define SGKC_FS_RW_KS 8

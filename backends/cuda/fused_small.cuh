@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
          * pass the same block-wide barriers, the same number of times.
          * The B = 8-16 instance has LayerNorm rows on MLP warps, and
          * racecheck found its attention's reads unordered after the GEMM's
-         * stores when its GEMM warps alone met at barrier 1 (run 70), so it
+         * stores when its GEMM warps alone met at barrier 1, so it
          * keeps a block-wide barrier there. */
         if constexpr (FROWS <= MW0) {
             if (warp < MW0)

@@ -4,19 +4,16 @@
  * mlp_dmma.cuh).
  *
  * Why: gemm_panel.cuh's FFMA loop issues about one instruction a FMA and
- * ran mid's Q/K/V GEMM at a third of the FFMA peak (28.9 us for 12 us of
- * FMAs; dev/NOTES.md, runs 49-52). One DMMA does 2,048 FMAs in one issue
- * slot at the same peak, so the loop is a few loads and conversions a
- * DMMA. Measured on the H200 (dev/NOTES.md, runs 98-105): tiled-dmma at
- * large 308.8 -> 296.3 us, xl 659.8 -> 652.6, mid 60.8 -> 58.4 (runs
- * 98-99), then, in one call of run 105, from 0f0e5aa to a956dff at large
- * 293.3 -> 289.8, xl 648.4 -> 643.8, mid 61.1 -> 59.3 with the n-tile
- * walk, A streamed beside W and slices of 64 k. The loop alone keeps the
- * DMMA pipe about 90 % busy at two warps a scheduler, conversions and a
- * barrier every two k-steps included (`dev/mma_probe.cu`, runs 102 and
- * 105); the kernel keeps it 60 % busy for the Q/K/V GEMM and 40 % for
- * the output one (ncu, run 105), so what is left is around the loop: the
- * prologue, the waits for slices and the epilogue.
+ * ran mid's Q/K/V GEMM at a third of the FFMA peak. One DMMA does 2,048
+ * FMAs in one issue slot at the same peak, so the loop is a few loads and
+ * conversions a DMMA; on the H200 it made tiled-dmma faster than with
+ * tiled's FFMA projections at mid, large and xl, and the n-tile walk, A
+ * streamed beside W and slices of 64 k each gained again. The loop alone
+ * keeps the DMMA pipe about 90 % busy at two warps a scheduler,
+ * conversions and a barrier every two k-steps included (`dev/mma_probe.cu`);
+ * the kernel keeps it 60 % busy for the Q/K/V GEMM and 40 % for the output
+ * one (ncu), so what is left is around the loop: the prologue, the waits
+ * for slices and the epilogue.
  *
  * Exactness: A (LayerNorm'd in fp32, as everywhere) and W are fp32; their
  * products are exact in fp64 and the sums are fp64; the Q scale and the
@@ -25,8 +22,7 @@
  * A block is 64 x 64 outputs at a time, 4 warps of 32 x 32 (2 m-tiles of
  * 16 by 4 n-tiles of 8), and walks the n-tiles of its group (gridDim.y
  * groups) in turn; variants.cu's dgemm_ntiles picks how many: three at
- * large, where that took tiled-dmma from 302 to 291 us against one a
- * block (run 103). With LayerNorm its A panel (64 rows x 256) is copied
+ * large, where that is clearly faster than one a block. With LayerNorm its A panel (64 rows x 256) is copied
  * into shared memory whole and LayerNorm'd in place once (gemm_panel.cuh's
  * routine), and W streams through a ring of STAGES slices of 64 rows n by
  * BKC k, each issued STAGES - 1 slices ahead; without, each ring slot
@@ -54,10 +50,8 @@
 #define SGKC_GD_BN 64
 #define SGKC_GD_NT 128               /* 4 warps of 32 x 32 */
 #define SGKC_GD_LDA (SGKC_GP_K + 16) /* the A panel's row, floats */
-#ifndef SGKC_GD_BKC /* dev A/B builds (run 105: slices of 32 k in 3 stages, 3.5 us slower at large) */
-#define SGKC_GD_BKC 64 /* k of a ring slot */
+#define SGKC_GD_BKC 64 /* k of a ring slot (slices of 32 k in 3 stages were slower at large) */
 #define SGKC_GD_STAGES 2
-#endif
 #define SGKC_GD_LDB (SGKC_GD_BKC + 16) /* a ring slot's row (one n), floats */
 
 /* With LayerNorm a block holds its whole A panel and a ring of W slices;
@@ -156,7 +150,7 @@ __global__ void __launch_bounds__(SGKC_GD_NT, 2) sgkc_gemm_dmma_kernel(sgkc_gemm
 
     /* The residual of the lane's outputs of n-tile j, into registers long
      * before the epilogue (its loads were the output projection's longest
-     * stall, run 106). The residual (the call's nodes) was complete before
+     * stall in ncu). The residual (the call's nodes) was complete before
      * the call's first kernel passed its wait, so n-tile 0's is read before
      * this one's. */
     float res[2][2][4][2];

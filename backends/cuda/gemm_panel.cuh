@@ -6,7 +6,7 @@
  * registers, with a barrier per slice: its next slice's loads have one
  * slice of FMAs (about 512 issue cycles at 8 warps an SM) to land in, less
  * than a load from L2 takes, so at mid the Q/K/V GEMM ran at about a third
- * of the FFMA peak (dev/NOTES.md, runs 33 and 38). Here a block's whole A
+ * of the FFMA peak (ncu). Here a block's whole A
  * panel (BM rows x K) is copied into shared memory at once, LayerNorm'd in
  * place there (two passes over rows already in shared memory), and B
  * streams through a ring of STAGES slices of 32 rows by cp.async, each
@@ -26,13 +26,13 @@
  *
  * With WALK (the Q/K/V projection at large and xl, where one column block
  * a block made two waves) a block walks several column blocks over its
- * one copied and LayerNormed panel: large 363.7 -> 357.8 us, xl 633.2 ->
- * 626.9 (dev/NOTES.md, run 110).
+ * one copied and LayerNormed panel, so the copy and LayerNorm are paid
+ * once for them and the grid is one wave.
  *
- * At mid, ncu put the Q/K/V GEMM at 28.9 us against sgemm.cuh's 34.2, at
- * 0.66 issued a scheduler-cycle with 8 warps an SM (the main loop is 85 %
+ * At mid, ncu put the Q/K/V GEMM well ahead of sgemm.cuh's, at 0.66
+ * issued a scheduler-cycle with 8 warps an SM (the main loop is 85 %
  * FFMA). The A panel (66.5 KB at BM = 64) is what caps a block's SM at
- * two blocks. dev/NOTES.md, runs 49-52. */
+ * two blocks. */
 #ifndef SGK_CUDA_GEMM_PANEL_CUH
 #define SGK_CUDA_GEMM_PANEL_CUH
 
@@ -128,8 +128,7 @@ __global__ void __launch_bounds__(KG * (BM / TM) * (BN / TN), MINB) sgkc_gemm_pa
      * Nc / BN / ntiles), so it copies and LayerNorms its rows once for all
      * of them; their B slices stream through the ring as one sequence of S
      * slices. Otherwise a block has one column block, with ntiles a
-     * constant: mid's Q/K/V ran 0.7 us slower walking a runtime count of
-     * one (run 110). */
+     * constant: mid's Q/K/V was slower walking a runtime count of one. */
     const int ntiles = WALK ? Nc / BN / (int)gridDim.y : 1;
     const int nb = blockIdx.y * ntiles * BN;
     const int S = ntiles * GCK;

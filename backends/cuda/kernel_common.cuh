@@ -66,7 +66,7 @@ __device__ __forceinline__ float sgkc_rcp(float x)
  * the attention bias. The tiled and fused-small kernels use it; across the
  * dev harness's 20 validation cases on the H200 the largest relative L2
  * error of any variant stayed at 4.5e-7 with the hardware exp2 as without
- * it (budget 1e-5; dev/NOTES.md, runs 1 and 3). For t < -88, exp(-t) is
+ * it (budget 1e-5). For t < -88, exp(-t) is
  * inf and the result -0, as above; NaN stays NaN and +inf gives +inf. */
 __device__ __forceinline__ float sgkc_silu_fast(float t)
 {

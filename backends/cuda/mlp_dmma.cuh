@@ -4,13 +4,13 @@
  *
  * Why: the MLP is 3,248 of the 5,415 instructions a warp issues per
  * 32-key tile at PCAP 32 and about 1,100 of 3,050 at PCAP 16
- * (dev/NOTES.md). On the H200 one DMMA m16n8k16 does 2,048 fp64 FMAs in
+ * (counted in the sm_90 SASS). On the H200 one DMMA m16n8k16 does 2,048 fp64 FMAs in
  * one issue slot, at 128 FMAs an SM-clock, the FFMA pipe's rate, on the
  * tensor pipe (dev/mma_probe.cu). What it costs instead is conversions:
  * fp32 <-> fp64 run on the pipe MUFU runs on, 16 results an SM-clock, and
  * each hidden unit takes four there (to fp32, ex2, rcp, back to fp64).
- * Measured (runs 92-94): large 308 us against 363 with FFMAs, mid 59.5
- * against 62.0, xl 659 against 632.
+ * So it wins where the MLP is most of the work (P = 32: mid, large) and
+ * loses at P = 16 (xl).
  *
  * Exactness: a product of two fp32 values is exact in fp64, the sums are
  * fp64 and the silu scale factors are applied to the weights in fp64, so

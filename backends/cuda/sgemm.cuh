@@ -182,7 +182,7 @@ sgkc_sgemm_kernel(sgkc_gemm_args a)
      * the rate (lane n and n ^ 2 read the same A, n and n ^ 1 the same B).
      * Row-major over the grid (16 threads a row) a warp read 2 A and 16 B
      * chunks, B at the single rate, and the GEMMs were bound by that pipe
-     * (MIO Throttle and Short Scoreboard the top stalls, dev/NOTES.md). */
+     * (MIO Throttle and Short Scoreboard the top stalls in ncu). */
     constexpr int WX = 8, WY = 4;
     static_assert(TX % WX == 0 && (NT / TX) % WY == 0, "whole warps of 8 x 4 threads");
     const int wid = tid >> 5, wl = tid & 31;

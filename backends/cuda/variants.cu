@@ -83,13 +83,11 @@ static cudaError_t launch_after(const sgkc_layer *L, void (*kernel)(KArgs...), d
     unsigned n = 0;
     if (cluster > 0)
         attr[n++] = cluster_attr(cluster);
-#ifndef SGKC_NO_PDL /* dev A/B builds */
     if (L->cc_major >= 9) {
         attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[n].val.programmaticStreamSerializationAllowed = 1;
         n++;
     }
-#endif
     cfg.attrs = attr;
     cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, args...);
@@ -116,9 +114,6 @@ static size_t smem_for_per_sm(const sgkc_layer *L, size_t need, int64_t n)
  * that out. */
 static size_t spread_smem(const sgkc_layer *L, size_t need, int64_t blocks, int per_max)
 {
-#ifdef SGKC_NO_SPREAD /* dev A/B builds */
-    return need;
-#endif
     const int64_t per = (blocks + L->sm_count - 1) / L->sm_count;
     return per >= per_max ? need : smem_for_per_sm(L, need, per);
 }
@@ -158,9 +153,8 @@ static int walk_ntiles(int nt, int64_t rows, const Cost &cost)
  * counts waves of MINB blocks an SM and the panel's copy and LayerNorm as
  * two slices; a grid of fewer blocks than SMs is not taken. It picks two
  * at large and xl (512 blocks of one column block are two waves, 256 of
- * two are one) and one at mid. Four at large and xl, one block an SM, lost
- * to one (run 110: 368.0 and 635.6 us against 363.7 and 633.2). Other
- * instances take one. */
+ * two are one) and one at mid. Four at large and xl, one block an SM, were
+ * slower than one. Other instances take one. */
 template <bool LN, bool RES, int BM, int BN, int TM, int TN, int STAGES, int MINB, int KG, bool WALK = false>
 static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g)
 {
@@ -168,10 +162,6 @@ static int panel_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g)
         return 1;
     const int nt = g.Nc / BN;
     const int64_t rows = (g.M + BM - 1) / BM, slots = (int64_t)MINB * L->sm_count;
-#ifdef SGKC_GP_NTILES /* dev A/B builds: this many column blocks a block where it divides them */
-    if (nt % SGKC_GP_NTILES == 0)
-        return SGKC_GP_NTILES;
-#endif
     return walk_ntiles(nt, rows, [&](int64_t blocks, int d) {
         const int64_t waves = (blocks + slots - 1) / slots;
         return blocks < L->sm_count ? -1.0 : (double)(waves * (2 + (SGKC_GP_K / SGKC_GP_BKC) * d));
@@ -244,25 +234,21 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
 
 static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    /* D = 256: gemm_panel.cuh (dev/NOTES.md, runs 49-51: mid 72.6 -> 66.9
-     * us with the output panel off, large 369.1 -> 365.4, xl 688.9 ->
-     * 686.0). Otherwise sgemm.cuh, in 64x128 tiles of 8x8 a thread (128
-     * threads, 168 registers, three blocks an SM) wherever they give every
-     * SM two blocks or more: each
-     * 16-byte shared-memory load then feeds 16 FMAs, not 8 (large 375.8 ->
-     * 367.2 us, xl 696.1 -> 687.1). Otherwise 64x64 tiles of 4x4 (256
-     * threads, 80 registers, three blocks an SM): mid's 2048 rows make only
-     * 192 of the larger tiles for 396 block slots, and ran 98.0 us against
-     * 72.5 (dev/NOTES.md, run 33, where 4x8 and 8x4 a thread lost too). */
-#ifndef SGKC_NO_PANEL /* dev A/B builds */
+    /* D = 256: gemm_panel.cuh, faster than sgemm.cuh at mid, large and xl
+     * (DESIGN.md). Otherwise sgemm.cuh, in 64x128 tiles of 8x8 a thread
+     * (128 threads, 168 registers, three blocks an SM) wherever they give
+     * every SM two blocks or more: each 16-byte shared-memory load then
+     * feeds 16 FMAs, not 8. Otherwise 64x64 tiles of 4x4 (256 threads, 80
+     * registers, three blocks an SM): mid's 2048 rows make only 192 of the
+     * larger tiles for 396 block slots, which left SMs idle (4x8 and 8x4 a
+     * thread were slower too). */
     /* Where one column block a block takes more than one wave, a block
-     * walks several (panel_ntiles; dev/NOTES.md, run 110: large 363.7 ->
-     * 357.8 us, xl 633.2 -> 626.9). */
+     * walks several (panel_ntiles), paying the panel's copy and LayerNorm
+     * once for them. */
     if (panel_fits<SGKC_GP_QKV>(L, g, false)) {
         const dim3 one = panel_grid<SGKC_GP_QKV>(L, g), walk = panel_grid<SGKC_GP_QKVW>(L, g);
         return walk.y < one.y ? launch_panel<SGKC_GP_QKVW>(L, s, g, walk) : launch_panel<SGKC_GP_QKV>(L, s, g, one);
     }
-#endif
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
         return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, s, g);
@@ -291,22 +277,17 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     /* D = 256 and the grid in one wave of three blocks an SM: gemm_panel.cuh
-     * (mid 66.9 -> 64.8 us). Past one wave it lost: large's 512 blocks ran
-     * 1.3 waves there against one of sgemm.cuh's four an SM (large 365.4 ->
-     * 369.8, xl 686.0 -> 691.3; dev/NOTES.md, run 51). Otherwise 32x64
+     * (faster at mid). Past one wave it lost: large's 512 blocks ran 1.3
+     * waves there against one of sgemm.cuh's four an SM. Otherwise 32x64
      * tiles (4x4 a thread): Nc = D gives few column blocks, so shorter row
      * blocks put two or more blocks on each SM at mid and large (32x32 and
-     * 8x4 a thread were slower at every preset: run 33). */
-#ifndef SGKC_NO_PANEL
-    /* Two K groups where one wave has two blocks an SM: twice the warps
-     * (mid 62.9-63.4 -> 62.4-62.9 us, dev/NOTES.md, run 82). */
-#ifndef SGKC_NO_GKSPLIT /* dev A/B builds */
+     * 8x4 a thread were slower at every preset). */
+    /* Two K groups where one wave has two blocks an SM: twice the warps to
+     * hide latency (a small gain at mid). */
     if (panel_fits<SGKC_GP_OUT2>(L, g, true))
         return launch_panel<SGKC_GP_OUT2>(L, s, g, panel_grid<SGKC_GP_OUT2>(L, g));
-#endif
     if (panel_fits<SGKC_GP_OUT>(L, g, true))
         return launch_panel<SGKC_GP_OUT>(L, s, g, panel_grid<SGKC_GP_OUT>(L, g));
-#endif
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
 
@@ -314,21 +295,17 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
  * SM, spread over every SM where the grid is smaller. A block LayerNorms
  * its A panel once and walks a group of the n-tiles over it, so more
  * n-tiles a block pay that prologue less often, while fewer blocks may
- * leave SMs with one block (one warp a scheduler, whose loop keeps 62 %
- * of the DMMA pipe busy against 90 % for two: run 102's probe). The cost
- * below, in the time of 32 k of one n-tile, counts the prologue as four
- * of those and waves of two blocks an SM; it picks what run 103 measured
- * best (three n-tiles a block at large and xl, two at mid). Without
+ * leave SMs with one block (one warp a scheduler, whose loop keeps about
+ * two thirds of the DMMA pipe busy against 90 % for two, in dev/mma_probe.cu).
+ * The cost below, in the time of 32 k of one n-tile, counts the prologue as
+ * four of those and waves of two blocks an SM; it picks what was fastest
+ * on the H200 (three n-tiles a block at large and xl, two at mid). Without
  * LayerNorm the prologue is one slice's copy, and a block takes one
  * n-tile. */
 static int dgemm_ntiles(const sgkc_layer *L, const sgkc_gemm_args &g, bool ln)
 {
     const int nt = g.Nc / SGKC_GD_BN;
     const int64_t rows = (g.M + SGKC_GD_BM - 1) / SGKC_GD_BM, sms = L->sm_count;
-#ifdef SGKC_GD_NTILES /* dev A/B builds: this many n-tiles a LayerNorm block where it divides them */
-    if (ln && nt % SGKC_GD_NTILES == 0)
-        return SGKC_GD_NTILES;
-#endif
     if (!ln)
         return 1;
     return walk_ntiles(nt, rows, [&](int64_t blocks, int d) {
@@ -351,15 +328,13 @@ static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_
 }
 
 /* The output projection on DMMA where its grid has a block for every SM.
- * Mid's 128 blocks of four warps, one warp a scheduler, ran 60.3 us
- * against 58.4 with tiled's panel in two K groups (dev/NOTES.md, run 99). */
+ * Mid's 128 blocks of four warps, one warp a scheduler, were slower than
+ * tiled's FFMA panel in two K groups, so smaller grids take that. */
 static cudaError_t launch_out_dmma(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     const dim3 grid = dgemm_grid(L, g, false);
-#ifndef SGKC_DGEMM_OUT_ALWAYS /* dev A/B builds */
     if ((int64_t)grid.x * grid.y < L->sm_count)
         return launch_out(L, s, g);
-#endif
     return launch_dgemm<false, true>(L, s, g, grid);
 }
 
@@ -443,20 +418,12 @@ struct tiled_cfg {
     size_t smem_rows;
 };
 
-/* attn_rows at PCAP = 16 takes the MLP's weights as kernel parameters
- * (sgkc_mlp_cregs); SGKC_NO_CW (dev A/B builds) keeps them in shared
- * memory there too. */
-#ifdef SGKC_NO_CW
-#define SGKC_AR_CW16 false
-#else
-#define SGKC_AR_CW16 true
-#endif
 /* whether attn_rows at this PCAP, with its MLP on DMMA or not, reads the
  * MLP's weights as kernel parameters (sgkc_mlp_c16) and stages none in
  * shared memory */
 static constexpr bool rows_cw(int pcap, bool dm)
 {
-    return pcap == 16 && SGKC_AR_CW16 && !dm;
+    return pcap == 16 && !dm;
 }
 
 /* dm: tiled-dmma, which is attn_rows with its MLP on DMMA and the
@@ -478,27 +445,21 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     c->smem16 = sgkc_at16_smem_floats(c->pcap, c->hmax, c->ld) * sizeof(float);
     const int64_t blocks32 = B * ((N + SGKC_AT_BQ - 1) / SGKC_AT_BQ) * c->G;
     /* 16-query blocks only where 32-query ones would leave over half the SMs
-     * idle: mid (64 blocks) ran 110 us that way against 133; large and xl
-     * (128 blocks each) are faster with 32-query blocks (dev/NOTES.md). */
+     * idle (mid, 64 blocks); large and xl (128 blocks each) are faster with
+     * 32-query blocks. */
     c->q16 = 2 * blocks32 <= L->sm_count && c->pcap <= 64 && c->smem16 <= L->smem_optin;
     /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
-     * whatever the grid: on the H200 it ran mid 89.7 us against 100.4,
-     * large 428 against 566, xl 750 against 1317 (dev/NOTES.md, runs 13-16). */
+     * whatever the grid: it is faster than attn_tiled.cuh and
+     * attn_tiled16.cuh at each of them, most at xl. */
     const bool cw = rows_cw(c->pcap, dm);
     c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, cw, dm) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
-#ifdef SGKC_NO_ROWS /* dev A/B builds */
-    c->rows = false;
-#endif
     /* Two key groups a block where the grid gives each block an SM of its
-     * own and there are two key tiles to share: mid 64.9 -> 62.6 us
-     * (dev/NOTES.md, run 80). Larger grids already hold 16 warps an SM. */
+     * own and there are two key tiles to share (mid): twice the warps an
+     * SM. Larger grids already hold 16 warps an SM. */
     const int64_t blocks_rows = B * ((N + SGKC_AR_BQ - 1) / SGKC_AR_BQ);
     const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, cw, dm) * sizeof(float);
     c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
-#ifdef SGKC_NO_RKSPLIT /* dev A/B builds */
-    c->ks = 1;
-#endif
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
     if (dm) /* rows' D = 256 is gemm_dmma.cuh's K, and 3D and D are whole column tiles */
@@ -524,10 +485,10 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
  * projections (gemm_dmma.cuh) on DMMA, fp64 products and sums. It comes
  * after tiled in the table, so the layer picks it only when asked: the
  * CUDA issue asks for FFMA arithmetic, and tiled-dmma is faster at P
- * 17-32 (large 287 us against 352) but slower at P <= 16 (xl 640 against
- * 613; dev/NOTES.md, runs 92-94, 98-99, 105 and 116).
+ * 17-32 (large) but slower at P <= 16 (xl), where tiled's MLP weights
+ * are kernel-parameter constants (DESIGN.md).
  * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
- * measured on 9.0 only, so other majors do not offer it (tiled_plan). */
+ * run on 9.0 only, so other majors do not offer it (tiled_plan). */
 static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
     return tiled_supports_dm(L, B, N, true);
@@ -579,13 +540,8 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
         return cudaErrorInvalidConfiguration;
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-#ifdef SGKC_NO_DGEMM /* dev A/B builds: tiled-dmma with tiled's projections */
-    const bool dg = false;
-#else
-    const bool dg = dm;
-#endif
     const sgkc_gemm_args gq = qkv_args(L, f, qkv), go = out_args(L, f, ctx);
-    SGKC_RETURN_IF(dg ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
+    SGKC_RETURN_IF(dm ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
                       : launch_qkv(L, f->stream, gq));
     sgkc_attn_args a;
     fill_attn_args(a, L, f, qkv, ctx);
@@ -626,7 +582,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
         }
     }
     SGKC_RETURN_IF(e);
-    return dg ? launch_out_dmma(L, f->stream, go) : launch_out(L, f->stream, go);
+    return dm ? launch_out_dmma(L, f->stream, go) : launch_out(L, f->stream, go);
 }
 
 static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
@@ -677,8 +633,7 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     /* More row slices while the grid is under two blocks per SM, in
      * clusters of up to 8 blocks, or 16 where every batch entry's cluster
      * of 16 runs at once: the chain of phases is the time, and each block
-     * then holds fewer rows (seed: 16.6k cycles against 18.1k a block,
-     * dev/NOTES.md, run 10). */
+     * then holds fewer rows. */
     const int cmax = B <= L->clusters16 ? 16 : 8;
     c->Cr = 1;
     while (c->Ch * c->Cr * 2 <= cmax && B * c->Ch * c->Cr * 2 <= 2 * (int64_t)L->sm_count &&
@@ -702,7 +657,7 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
 
 /* One wave of clusters at most (one block per SM): past that the per-block
  * chain of dependent phases repeats per wave and the tiled path is faster
- * (mid preset: 175 us fused vs 133 us tiled on the H200, dev/NOTES.md). */
+ * (mid). */
 static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N)
 {
     fused_cfg c;

@@ -12,9 +12,9 @@ typedef unsigned char uchar; /* the dialect's name, used by the generated protot
 #include "relation_hip.h"
 
 /* In order of preference: small runs one group per batch entry, which
- * leaves most of a GPU idle at the batch sizes robots use. The same
- * generated kernels through CUDA on the H200, seed preset (B = 4): small
- * 224.5 us, tiled 124.7 (bench/results/h200-sgk-4105ee3.txt, generic-*). */
+ * leaves most of a GPU idle at the batch sizes robots use (the same
+ * generated kernels through CUDA on the H200 at the seed preset, B = 4:
+ * small takes nearly twice tiled's time). */
 enum { V_TILED, V_SMALL, V_COUNT };
 static const char *const k_variants[V_COUNT] = { [V_TILED] = "tiled", [V_SMALL] = "small" };
 

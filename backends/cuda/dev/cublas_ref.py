@@ -1,5 +1,5 @@
 # cuBLAS fp32 (TF32 off) on the projection shapes of mid, large and xl: a reference point for
-# gemm_panel.cuh and sgemm.cuh (dev/NOTES.md, run 114). Each figure is a CUDA-graph replay of 20 calls,
+# gemm_panel.cuh and sgemm.cuh (DESIGN.md). Each figure is a CUDA-graph replay of 20 calls,
 # the median of 7; then the kernel cuBLAS picked, from the profiler. Usage on the H200: python3 cublas_ref.py
 import torch, time
 torch.backends.cuda.matmul.allow_tf32 = False

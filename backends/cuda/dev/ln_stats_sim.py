@@ -12,7 +12,7 @@ against a float64 reference: relative L2 error of the normalized row
 Where |mean| >> std the float32 mean's rounding reaches every normalized
 value in the first two (1e-5 at mean 100, std 1; 1e-3 at mean 1e4); the
 shift keeps the lanes' values near 0. Run: python3 ln_stats_sim.py
-(numpy only; dev/NOTES.md, runs 61-68)."""
+(numpy only)."""
 import numpy as np
 
 f = np.float32

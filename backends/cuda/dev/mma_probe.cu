@@ -1,9 +1,9 @@
 /* Throughput probes behind mlp_dmma.cuh: DMMA (mma.sync .f64) in two shapes,
  * f32 <-> f64 conversions, MUFU.EX2, FFMA, and mixes of them, in results an
- * SM-clock, on 4, 8 and 16 warps an SM. On the H200 (run 92): DMMA 128 fp64
+ * SM-clock, on 4, 8 and 16 warps an SM. On the H200: DMMA 128 fp64
  * FMAs an SM-clock in either shape; conversions 15 and ex2 16, and the two
  * together take the sum of their times (one pipe); DMMA beside FFMA keeps
- * 107 of its 128. Mode 8 and gemm_loop (runs 102 and 105) ask the same of
+ * 107 of its 128. Mode 8 and gemm_loop ask the same of
  * DMMA beside conversions (127 of 128 at 8 warps an SM, 98 at 4) and of
  * gemm_dmma.cuh's inner loop alone (115 at 8 warps an SM in one block,
  * 131 with a barrier every two k-steps in two blocks of 4, 80 at 4).

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The one script for the H200 machine: builds sgk for sm_90 and runs one job.
+# From the repository root on that machine:
+#   bash tools/h200.sh test              conformance, defects and device offsets on cuda,
+#                                        conformance and defects on NVIDIA's OpenCL, api, golden
+#                                        (TESTS names other meson tests)
+#   bash tools/h200.sh sanitize [TOOLS]  compute-sanitizer over every cuda variant's quick case
+#                                        table, once per tool (default: memcheck racecheck synccheck
+#                                        initcheck; SAN_TIMEOUT s a tool, default 450; SAN_QUICK=0 the
+#                                        whole table but xl; SGK_TEST_FILTER, SGK_TEST_VARIANTS=a,b
+#                                        narrow it; SAN_SKIP_THREADS=0 keeps concurrent_forward)
+#   bash tools/h200.sh bench [PRESETS]   sgk-bench (default every preset) on BENCH_BACKENDS
+#                                        (default cuda,opencl), into h200-sgk.json/.txt
+#   bash tools/h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options),
+#                                        into h200-torch.json/.txt
+#   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
+#                                        against its own fp64 reference, then ARGS (default
+#                                        "bench"; "bench mid large", "sanitize")
+# Each job builds first (a no-op while build/ is up to date on a warm machine).
+# Needs nvcc, meson, ninja, python3 (with torch for `torch`); CMocka and the OpenCL
+# ICD loader and headers as Debian packages in .debs/ (see DEVELOPERS.md); the commit
+# to record in .dev/commit when the tree carries no .git.
+# Logs go to $OUT (default /tmp/sgk-h200).
+set -u
+mode=${1:-test}
+[ $# -gt 0 ] && shift
+O=${OUT:-/tmp/sgk-h200}
+mkdir -p "$O"
+export PATH=/usr/local/cuda/bin:$PATH
+t0=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+
+# The Debian packages unpacked into a prefix; their .pc files point there.
+P=/tmp/sgk-debs
+mkdir -p "$P"
+for f in .debs/*.deb; do [ -e "$f" ] && dpkg -x "$f" "$P"; done
+for pc in $(find "$P" -name '*.pc'); do sed -i "s|/usr|$P/usr|g" "$pc"; done
+lib=$P/usr/lib/x86_64-linux-gnu
+export PKG_CONFIG_PATH=$lib/pkgconfig:$P/usr/share/pkgconfig
+export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CPATH=$P/usr/include LIBRARY_PATH=$lib CMAKE_PREFIX_PATH=$P/usr
+# NVIDIA's OpenCL through the ICD loader.
+mkdir -p /tmp/sgk-icd
+echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > /tmp/sgk-icd/nvidia.icd
+export OCL_ICD_VENDORS=/tmp/sgk-icd
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$O/gpu.txt" 2>&1
+commit=$(cat .dev/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+export SGK_GIT_COMMIT=$commit
+if [ ! -f build/build.ninja ]; then
+  meson setup build -Dsm_archs=90 -Dhip=disabled > "$O/setup.txt" 2>&1 || { tail -40 "$O/setup.txt"; exit 1; }
+fi
+ninja -C build > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.txt" | head -60; exit 1; }
+stamp "built ($commit)"
+build/bench/sgk-bench --list | tee "$O/list.txt"
+
+case $mode in
+test)
+  SGK_TEST_XL=1 meson test -C build --no-rebuild --print-errorlogs --num-processes 1 \
+      ${TESTS:-conformance-cuda defects-cuda device-offsets-cuda conformance-opencl defects-opencl api golden} > "$O/tests.txt" 2>&1
+  stamp "tests rc=$?"
+  grep -hE "^ *[0-9]+/[0-9]+ |^conformance: backend=.*variant" "$O/tests.txt" build/meson-logs/testlog.txt | sort -u | cut -c1-160
+  cp build/meson-logs/testlog.txt "$O/testlog.txt";;
+sanitize)
+  for tool in ${*:-memcheck racecheck synccheck initcheck}; do
+    SGK_TEST_QUICK=${SAN_QUICK:-1} SGK_TEST_SKIP_THREADS=${SAN_SKIP_THREADS:-1} timeout ${SAN_TIMEOUT:-450} \
+        compute-sanitizer --tool "$tool" --error-exitcode 9 build/tests/test_conformance cuda > "$O/sanitize-$tool.txt" 2>&1
+    rc=$?
+    stamp "compute-sanitizer $tool rc=$rc: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/sanitize-$tool.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/sanitize-$tool.txt") tests ok; $(grep '^conformance: backend=cuda variant' "$O/sanitize-$tool.txt" | tr '\n' ' ')"
+  done;;
+bench)
+  presets=$(echo "${*:-all}" | tr ' ' ',')
+  build/bench/sgk-bench --backend "${BENCH_BACKENDS:-cuda,opencl}" --preset "$presets" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
+  stamp "sgk-bench rc=$?"; cut -c1-200 "$O/h200-sgk.txt";;
+torch)
+  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
+      ${TORCH_ARGS:-} --json "$O/h200-torch.json" > "$O/h200-torch.txt" 2>&1
+  stamp "torch_compare rc=$?"; tail -60 "$O/h200-torch.txt";;
+harness)
+  # The kernels without the core (backends/cuda/dev/harness.cu), built from this tree.
+  H=/tmp/sgk-harness
+  mkdir -p "$H"
+  python3 kernels/sgkgen.py --target cuda kernels/relation.sgk "$H/relation_cuda.cu"
+  F="-O3 -std=c++17 -arch=sm_90 -lineinfo -Ibackends/cuda -Ikernels -Iapi -I$H"
+  nvcc $F -Xcompiler -fopenmp backends/cuda/dev/harness.cu backends/cuda/variants.cu backends/cuda/generic.cu backends/cuda/tc.cu \
+      -x cu kernels/plan.c -o "$H/harness" -lgomp > "$O/harness-build.txt" 2>&1 ||
+      { tail -40 "$O/harness-build.txt"; exit 1; }
+  stamp "harness built"
+  "$H/harness" validate > "$O/harness-validate.txt" 2>&1
+  stamp "validate rc=$?"; tail -5 "$O/harness-validate.txt"
+  set -- ${*:-bench}
+  "$H/harness" "$@" > "$O/harness-$1.txt" 2>&1
+  stamp "harness $* rc=$?"; tail -40 "$O/harness-$1.txt";;
+*)
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|harness [ARGS]" >&2
+  exit 2;;
+esac
+stamp done
