@@ -4,20 +4,24 @@
  * product keeps hi*hi + hi*lo + lo*hi, which holds fp32's result contract
  * where one TF32 pass does not).
  *
- * A block owns 64 query rows of one batch entry and a group of up to NH
- * heads (blockIdx.z); each of its four warps owns 16 of the rows and every
- * head of the group. The keys are walked 16 at a time:
+ * A block of four warps owns 16, 32 or 64 query rows of one batch entry
+ * (one to four row groups of 16) and a group of up to NH heads
+ * (blockIdx.z); the G warps of a row group split its heads, so that blocks
+ * of 16 rows keep every warp busy where a block takes four heads or more,
+ * and even small graphs give the GPU enough blocks. The keys are walked 16
+ * at a time:
  *   1. the block stages the 16 keys' K and V columns of the group;
- *   2. a warp runs the relation MLP for its 16 x 16 pairs as two small
- *      GEMMs (pairs x P times W1^T, SiLU, times W2^T of the group's heads),
- *      an m16n8k8 tile being one query row's 16 keys, and leaves the bias
- *      in its own shared slice, since the MMA's output layout (pairs by
- *      heads) is not the layout the scores need (rows by keys);
+ *   2. the warps of a row group run the relation MLP for its 16 x 16 pairs
+ *      as two small GEMMs (pairs x P times W1^T, SiLU, times W2^T of the
+ *      group's heads), an m16n8k8 tile being one query row's 16 keys, and
+ *      leave the bias in the row group's shared slice, since the MMA's
+ *      output layout (pairs by heads) is not the layout the scores need
+ *      (rows by keys);
  *   3. per head: scores Q K^T, plus bias, masked pairs to -inf, an online
  *      softmax update, and O += P V with P taken straight from the score
  *      accumulators (the k index of every fragment is permuted the same way
  *      on both operands so an accumulator pair is an operand pair).
- * Pairs the mask removes for all 16 keys of a row skip the MLP; a warp whose
+ * Rows whose 16 keys the mask removes skip the MLP; a row group whose
  * 16 x 16 block is all masked skips the step.
  *
  * Shapes are template parameters where registers depend on them: HDP is
@@ -44,7 +48,7 @@ struct sgkc_tca_args {
 
 namespace sgkc_tca {
 
-constexpr int BM = 64, BN = 16, WARPS = 4, THREADS = 32 * WARPS;
+constexpr int BN = 16, WARPS = 4, THREADS = 32 * WARPS;
 
 /* Row strides in floats. Fragment loads of Q, K and the weights read
  * float2 at [row g][2t] (g = lane / 4, t = lane % 4): a stride of 8 mod 32
@@ -55,15 +59,19 @@ __host__ __device__ constexpr int stride4(int n) { return (n + 31) / 32 * 32 + 4
 constexpr int BIAS_LD = BN + 8;             /* bias slice row: 16 keys */
 constexpr int BIAS_HEAD = BN * BIAS_LD + 8; /* one head's 16 x 16 */
 
+/* G warps share a row group of 16 query rows and split its heads; the
+ * block has 4 / G row groups. G = 4 where a block takes four heads or
+ * more, so that blocks of 16 rows give even small graphs enough blocks. */
 template <int HDP, int PMAX, int NH> struct shape {
-    static constexpr int CG = HDP * NH;       /* the group's columns */
+    static constexpr int G = NH >= 4 ? 4 : NH >= 2 ? 2 : 1, R = WARPS / G, BM = 16 * R, NHW = NH / G;
+    static constexpr int CG = HDP * NH; /* the group's columns */
     static constexpr int QS = stride8(CG), KS = stride8(CG), VS = stride4(CG);
-    static constexpr int WS = stride8(PMAX);  /* w1 and w2 rows */
-    static constexpr int MT = PMAX <= 16 ? 4 : PMAX <= 32 ? 2 : 1; /* m-tiles a pass */
+    static constexpr int WS = stride8(PMAX); /* w1 and w2 rows */
+    static constexpr int MT0 = PMAX <= 16 ? 4 : PMAX <= 32 ? 2 : 1, MT = MT0 < 16 / G ? MT0 : 16 / G;
     static constexpr int off_w1 = 0, off_w2 = off_w1 + PMAX * WS, off_b1 = off_w2 + 8 * WS,
                          off_b2 = off_b1 + PMAX, off_q = off_b2 + 8, off_k = off_q + BM * QS,
                          off_v = off_k + BN * KS, off_bias = off_v + BN * VS,
-                         floats = off_bias + WARPS * NH * BIAS_HEAD;
+                         floats = off_bias + R * NH * BIAS_HEAD;
     static constexpr size_t bytes = (size_t)floats * sizeof(float);
 };
 
@@ -81,11 +89,42 @@ __device__ __forceinline__ float2 ld_pair(const float *p, int64_t row_off, int k
     return v;
 }
 
+/* rows x (the group's heads, hd columns each) of qkv's column block at
+ * `part` (0 q, D k, 2D v) into dst (stride ld, head h at h * HDP, zero
+ * padding); float4 copies where hd and D allow them. Returns whether any
+ * copied value is not finite. */
+template <int HDP>
+__device__ __forceinline__ int stage(float *dst, int ld, const float *qkv, int64_t row_first, int rows_valid,
+                                     int rows, int hg, int hd, int64_t ld3, int64_t col0, bool vec4, int tid)
+{
+    int bad = 0;
+    const int CGv = hg * HDP;
+    if (vec4) {
+        const int c4 = HDP / 4, per_row = hg * c4;
+        for (int i = tid; i < rows * per_row; i += THREADS) {
+            const int r = i / per_row, u = i % per_row, hh = u / c4, c = (u % c4) * 4;
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (r < rows_valid && c < hd)
+                v = *reinterpret_cast<const float4 *>(qkv + (row_first + r) * ld3 + col0 + (int64_t)hh * hd + c);
+            *reinterpret_cast<float4 *>(dst + r * ld + hh * HDP + c) = v;
+            bad |= !isfinite(v.x) | !isfinite(v.y) | !isfinite(v.z) | !isfinite(v.w);
+        }
+    } else {
+        for (int i = tid; i < rows * CGv; i += THREADS) {
+            const int r = i / CGv, col = i % CGv, hh = col / HDP, c = col % HDP;
+            const float v = r < rows_valid && c < hd ? qkv[(row_first + r) * ld3 + col0 + (int64_t)hh * hd + c] : 0.0f;
+            dst[r * ld + col] = v;
+            bad |= !isfinite(v);
+        }
+    }
+    return bad;
+}
+
 template <int HDP, int PMAX, int NH>
-__global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
+__global__ void __launch_bounds__(THREADS) attn_kernel(const sgkc_tca_args a)
 {
     using S = shape<HDP, PMAX, NH>;
-    constexpr int HD8 = HDP / 8, PM8 = PMAX / 8, MT = S::MT;
+    constexpr int HD8 = HDP / 8, PM8 = PMAX / 8, MT = S::MT, G = S::G, NHW = S::NHW, BM = S::BM;
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
     float *w1s = sm + S::off_w1, *w2s = sm + S::off_w2, *b1s = sm + S::off_b1, *b2s = sm + S::off_b2;
@@ -96,9 +135,11 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
     const int b = blockIdx.y, q0 = blockIdx.x * BM, h0 = blockIdx.z * NH;
     const int hg = min(NH, a.H - h0);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int64_t row0 = (int64_t)b * N; /* first row of this batch entry in qkv / ctx */
+    const int rg = warp / G, gw = warp % G; /* row group; place among its G warps */
+    const int64_t row0 = (int64_t)b * N;    /* first row of this batch entry in qkv / ctx */
     const int64_t ld3 = 3 * (int64_t)D;
-    float *bias_s = sm + S::off_bias + warp * NH * BIAS_HEAD;
+    const bool vec4 = hd % 4 == 0 && D % 4 == 0;
+    float *bias_s = sm + S::off_bias + rg * NH * BIAS_HEAD;
 
     /* Weights: w1 rows are hidden units, w2 rows the group's heads; zero
      * past P and past the group, so padded lanes contribute nothing. */
@@ -114,41 +155,30 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
         b1s[i] = i < P ? a.b1[i] : 0.0f;
     for (int i = tid; i < 8; i += THREADS)
         b2s[i] = i < hg ? a.b2[h0 + i] : 0.0f;
-    for (int i = tid; i < BM * S::CG; i += THREADS) {
-        const int r = i / S::CG, col = i % S::CG, hh = col / HDP, c = col % HDP;
-        const int qi = q0 + r;
-        qs[r * S::QS + col] =
-            qi < N && hh < hg && c < hd ? a.qkv[(row0 + qi) * ld3 + (int64_t)(h0 + hh) * hd + c] : 0.0f;
-    }
+    stage<HDP>(qs, S::QS, a.qkv, row0 + q0, min(BM, N - q0), BM, hg, hd, ld3, (int64_t)h0 * hd, vec4, tid);
 
-    float o[NH][HD8][4];
-    float mrow[NH][2], lrow[NH][2];
+    /* This warp's heads: gw, gw + G, ... of the group. */
+    float o[NHW][HD8][4];
+    float mrow[NHW][2], lrow[NHW][2];
 #pragma unroll
-    for (int hh = 0; hh < NH; hh++) {
-        mrow[hh][0] = mrow[hh][1] = -INFINITY;
-        lrow[hh][0] = lrow[hh][1] = 0.0f;
+    for (int i = 0; i < NHW; i++) {
+        mrow[i][0] = mrow[i][1] = -INFINITY;
+        lrow[i][0] = lrow[i][1] = 0.0f;
 #pragma unroll
         for (int n = 0; n < HD8; n++)
-            o[hh][n][0] = o[hh][n][1] = o[hh][n][2] = o[hh][n][3] = 0.0f;
+            o[i][n][0] = o[i][n][1] = o[i][n][2] = o[i][n][3] = 0.0f;
     }
 
-    const int wr0 = q0 + warp * 16; /* the warp's first query row */
+    const int wr0 = q0 + rg * 16; /* the row group's first query row */
     const bool pair_even = (P % 2) == 0;
     const float LOG2E = 1.4426950408889634f;
 
     for (int j0 = 0; j0 < N; j0 += BN) {
-        __syncthreads(); /* the last step's K and V are consumed (and the setup is done) */
-        int v_bad = 0;
-        for (int i = tid; i < BN * S::CG; i += THREADS) {
-            const int r = i / S::CG, col = i % S::CG, hh = col / HDP, c = col % HDP;
-            const int kj = j0 + r;
-            const bool in = kj < N && hh < hg && c < hd;
-            const int64_t off = (row0 + kj) * ld3 + (int64_t)(h0 + hh) * hd + c;
-            const float v = in ? a.qkv[off + 2 * D] : 0.0f;
-            ks[r * S::KS + col] = in ? a.qkv[off + D] : 0.0f;
-            vs[r * S::VS + col] = v;
-            v_bad |= !isfinite(v);
-        }
+        __syncthreads(); /* the last step's K, V and bias are consumed (and the setup is done) */
+        const int kv_rows = min(BN, N - j0);
+        int v_bad = stage<HDP>(vs, S::VS, a.qkv, row0 + j0, kv_rows, BN, hg, hd, ld3, 2 * (int64_t)D + (int64_t)h0 * hd,
+                               vec4, tid);
+        stage<HDP>(ks, S::KS, a.qkv, row0 + j0, kv_rows, BN, hg, hd, ld3, (int64_t)D + (int64_t)h0 * hd, vec4, tid);
         /* A non-finite V (a node whose input was NaN or inf) must reach only
          * the rows that attend to it; the MMA would give 0 * inf = NaN to
          * every row, so such a step takes the FMA path below. */
@@ -173,7 +203,7 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
                     mbits |= (uint32_t)on << (half * 4 + n * 2 + e);
                 }
         }
-        /* Rows of the warp's 16 with any edge among these keys. */
+        /* Rows of the row group's 16 with any edge among these keys. */
         const uint32_t lo_any = __ballot_sync(0xffffffffu, (mbits & 0x0fu) != 0);
         const uint32_t hi_any = __ballot_sync(0xffffffffu, (mbits & 0xf0u) != 0);
         uint32_t rows_any = 0;
@@ -182,22 +212,25 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
             rows_any |= (uint32_t)(((lo_any >> (4 * r)) & 0xfu) != 0) << r;
             rows_any |= (uint32_t)(((hi_any >> (4 * r)) & 0xfu) != 0) << (r + 8);
         }
-        if (rows_any == 0)
-            continue;
 
-        /* 2. The relation MLP for the warp's rows: an m-tile is one row's
-         * 16 keys (pair g and g + 8 of the tile are keys j0 + g, j0 + g + 8). */
-        for (int mt0 = 0; mt0 < 16; mt0 += MT) {
+        /* 2. The relation MLP for this warp's share of the row group's rows:
+         * an m-tile is one row's 16 keys (pair g and g + 8 of the tile are
+         * keys j0 + g, j0 + g + 8). */
+        for (int mt0 = gw * (16 / G); mt0 < (gw + 1) * (16 / G); mt0 += MT) {
+            bool live[MT], any = false;
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                live[m] = (rows_any >> (mt0 + m)) & 1u;
+                any |= live[m];
+            }
+            if (!any)
+                continue;
             float acc[MT][PM8][4];
 #pragma unroll
             for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int n = 0; n < PM8; n++)
                     acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
-            bool live[MT];
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-                live[m] = (rows_any >> (mt0 + m)) & 1u;
 #pragma unroll
             for (int s = 0; s < PM8; s++) {
                 if (s < PP8) {
@@ -221,7 +254,8 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
 #pragma unroll
                     for (int n = 0; n < PM8; n++) {
                         if (n < PP8) {
-                            const float2 w = *reinterpret_cast<const float2 *>(w1s + (8 * n + g) * S::WS + 8 * s + 2 * t);
+                            const float2 w =
+                                *reinterpret_cast<const float2 *>(w1s + (8 * n + g) * S::WS + 8 * s + 2 * t);
                             uint32_t bh[2], bl[2];
                             sgkc_split_tf32(w.x, bh[0], bl[0]);
                             sgkc_split_tf32(w.y, bh[1], bl[1]);
@@ -269,17 +303,20 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
                 }
             }
         }
-        __syncwarp();
+        __syncthreads(); /* the row group's bias is complete */
+        if (rows_any == 0)
+            continue;
 
-        /* 3. Scores, online softmax and P V, head by head. */
+        /* 3. Scores, online softmax and P V, for each of this warp's heads. */
 #pragma unroll
-        for (int hh = 0; hh < NH; hh++) {
+        for (int i = 0; i < NHW; i++) {
+            const int hh = gw + G * i;
             if (hh < hg) {
                 float sc[2][4];
 #pragma unroll
                 for (int n = 0; n < 2; n++)
                     sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-                const float *qrow = qs + (warp * 16 + g) * S::QS + hh * HDP;
+                const float *qrow = qs + (rg * 16 + g) * S::QS + hh * HDP;
 #pragma unroll
                 for (int s = 0; s < HD8; s++) {
                     const float2 x0 = *reinterpret_cast<const float2 *>(qrow + 8 * s + 2 * t);
@@ -291,7 +328,8 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
                     sgkc_split_tf32(x1.y, ah[3], al[3]);
 #pragma unroll
                     for (int n = 0; n < 2; n++) {
-                        const float2 k2 = *reinterpret_cast<const float2 *>(ks + (8 * n + g) * S::KS + hh * HDP + 8 * s + 2 * t);
+                        const float2 k2 =
+                            *reinterpret_cast<const float2 *>(ks + (8 * n + g) * S::KS + hh * HDP + 8 * s + 2 * t);
                         uint32_t bh[2], bl[2];
                         sgkc_split_tf32(k2.x, bh[0], bl[0]);
                         sgkc_split_tf32(k2.y, bh[1], bl[1]);
@@ -319,10 +357,10 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
                 float alpha[2], ref[2];
 #pragma unroll
                 for (int half = 0; half < 2; half++) {
-                    const float mnew = fmaxf(mrow[hh][half], mx[half]);
+                    const float mnew = fmaxf(mrow[i][half], mx[half]);
                     ref[half] = mnew == -INFINITY ? 0.0f : mnew;
-                    alpha[half] = exp2f((mrow[hh][half] - ref[half]) * LOG2E);
-                    mrow[hh][half] = mnew;
+                    alpha[half] = exp2f((mrow[i][half] - ref[half]) * LOG2E);
+                    mrow[i][half] = mnew;
                 }
 #pragma unroll
                 for (int n = 0; n < 2; n++)
@@ -333,17 +371,18 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
                  * the same across a quad); the parts are added at the end. */
 #pragma unroll
                 for (int half = 0; half < 2; half++)
-                    lrow[hh][half] = lrow[hh][half] * alpha[half] + sc[0][2 * half] + sc[0][2 * half + 1] +
-                                     sc[1][2 * half] + sc[1][2 * half + 1];
+                    lrow[i][half] = lrow[i][half] * alpha[half] + sc[0][2 * half] + sc[0][2 * half + 1] +
+                                    sc[1][2 * half] + sc[1][2 * half + 1];
 #pragma unroll
                 for (int n = 0; n < HD8; n++) {
-                    o[hh][n][0] *= alpha[0];
-                    o[hh][n][1] *= alpha[0];
-                    o[hh][n][2] *= alpha[1];
-                    o[hh][n][3] *= alpha[1];
+                    o[i][n][0] *= alpha[0];
+                    o[i][n][1] *= alpha[0];
+                    o[i][n][2] *= alpha[1];
+                    o[i][n][3] *= alpha[1];
                 }
                 if (v_bad) {
-                    /* P through the bias slice just read: [row][key] */
+                    /* P through this head's bias slice, whose values are
+                     * read: [row][key]; only this warp uses the head. */
                     float *ps = bias_s + hh * BIAS_HEAD;
                     __syncwarp();
 #pragma unroll
@@ -357,12 +396,12 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
                             const int row = g + 8 * (e >> 1), col = hh * HDP + 8 * n + 2 * t + (e & 1);
-                            float acc = o[hh][n][e];
+                            float acc = o[i][n][e];
                             for (int key = 0; key < BN; key++) {
                                 const float p = ps[row * BIAS_LD + key];
                                 acc = p != 0.0f ? fmaf(p, vs[key * S::VS + col], acc) : acc;
                             }
-                            o[hh][n][e] = acc;
+                            o[i][n][e] = acc;
                         }
                     continue;
                 }
@@ -379,23 +418,23 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
                         uint32_t bh[2], bl[2];
                         sgkc_split_tf32(v0[8 * n], bh[0], bl[0]);
                         sgkc_split_tf32(v0[S::VS + 8 * n], bh[1], bl[1]);
-                        sgkc_mma3_tf32(o[hh][n], ah, al, bh, bl);
+                        sgkc_mma3_tf32(o[i][n], ah, al, bh, bl);
                     }
                 }
             }
         }
-        __syncwarp(); /* the bias slice is rewritten next step */
     }
 
     /* Finish: the row sums are spread over a quad; a row with no edge has
      * l = 0 and gives zeros. */
 #pragma unroll
-    for (int hh = 0; hh < NH; hh++) {
+    for (int i = 0; i < NHW; i++) {
+        const int hh = gw + G * i;
         if (hh < hg) {
             float inv[2];
 #pragma unroll
             for (int half = 0; half < 2; half++) {
-                float l = lrow[hh][half];
+                float l = lrow[i][half];
                 l += __shfl_xor_sync(0xffffffffu, l, 1);
                 l += __shfl_xor_sync(0xffffffffu, l, 2);
                 inv[half] = l > 0.0f ? 1.0f / l : 0.0f;
@@ -406,7 +445,7 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
                 for (int e = 0; e < 4; e++) {
                     const int half = e >> 1, c = 8 * n + 2 * t + (e & 1), qi = wr0 + g + 8 * half;
                     if (qi < N && c < hd)
-                        a.ctx[(row0 + qi) * D + (int64_t)(h0 + hh) * hd + c] = o[hh][n][e] * inv[half];
+                        a.ctx[(row0 + qi) * D + (int64_t)(h0 + hh) * hd + c] = o[i][n][e] * inv[half];
                 }
         }
     }
@@ -419,7 +458,7 @@ __global__ void __launch_bounds__(THREADS, 1) attn_kernel(const sgkc_tca_args a)
  * accumulators within 128 registers a thread (64 with P past 32, whose
  * MLP accumulators need the rest). */
 struct sgkc_tca_inst {
-    int hdp, pmax, nh;
+    int hdp, pmax, nh, bm;
     void (*kernel)(const sgkc_tca_args);
     size_t smem;
 };
@@ -427,6 +466,7 @@ struct sgkc_tca_inst {
 #define SGKC_TCA_NH(hdp, pmax) ((((pmax) <= 32 ? 256 : 128) / (hdp)) < 8 ? (((pmax) <= 32 ? 256 : 128) / (hdp)) : 8)
 #define SGKC_TCA_I(hdp, pmax)                                                                                  \
     {hdp, pmax, SGKC_TCA_NH(hdp, pmax) > 0 ? SGKC_TCA_NH(hdp, pmax) : 1,                                       \
+     sgkc_tca::shape<hdp, pmax, (SGKC_TCA_NH(hdp, pmax) > 0 ? SGKC_TCA_NH(hdp, pmax) : 1)>::BM,                \
      sgkc_tca::attn_kernel<hdp, pmax, (SGKC_TCA_NH(hdp, pmax) > 0 ? SGKC_TCA_NH(hdp, pmax) : 1)>,              \
      sgkc_tca::shape<hdp, pmax, (SGKC_TCA_NH(hdp, pmax) > 0 ? SGKC_TCA_NH(hdp, pmax) : 1)>::bytes}
 #define SGKC_TCA_ROW(pmax)                                                                                     \
@@ -468,7 +508,7 @@ static inline bool sgkc_tca_fits(int hd, int P, size_t optin, int64_t B, int N, 
 static inline cudaError_t sgkc_tca_launch(const sgkc_tca_args &a, int64_t B, cudaStream_t s)
 {
     const sgkc_tca_inst *i = sgkc_tca_pick(a.hd, a.P);
-    const dim3 grid((unsigned)((a.N + sgkc_tca::BM - 1) / sgkc_tca::BM), (unsigned)B,
+    const dim3 grid((unsigned)((a.N + i->bm - 1) / i->bm), (unsigned)B,
                     (unsigned)((a.H + i->nh - 1) / i->nh));
     i->kernel<<<grid, sgkc_tca::THREADS, i->smem, s>>>(a);
     return cudaGetLastError();
