@@ -99,25 +99,30 @@ struct sgk_layer {
 
 /* ---- validate.c: shapes, sizes and the variant choice ------------------- */
 
-typedef struct sgk_plan {
+/* One checked forward call: its byte counts, the variant that runs it and
+ * that variant's plan (sgk_backend.h), made once and handed to the
+ * backend's workspace_size and forward. */
+typedef struct sgk_call {
     int variant;
     size_t nodes_bytes; /* also the size of out */
     size_t pair_bytes;
     size_t mask_bytes;
     size_t workspace_bytes;
-} sgk_plan;
+    sgk_backend_plan plan;
+} sgk_call;
 
 /* Checks B and N, the tensors' element and byte counts against overflow and
- * the backend's limit, and picks the variant. mask_elem is the size of one
- * mask element in bytes. With report == 0 no message is set. */
-sgk_status sgk_plan_forward(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
-                            int report, sgk_plan *plan);
+ * the backend's limit, picks the variant and takes its plan and workspace
+ * size. mask_elem is the size of one mask element in bytes. With
+ * report == 0 no message is set. */
+sgk_status sgk_plan_call(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
+                         int report, sgk_call *call);
 /* Element and byte count of a tensor whose shape is dims[0..n), checked
  * against int64, size_t and max_elements; names the tensor and formula. */
 sgk_status sgk_tensor_bytes(const char *tensor, const char *formula, const int64_t *dims,
                             int n, size_t elem, const sgk_backend_ops *ops, int report,
                             size_t *bytes);
-/* 1 when (B, N) passes the size checks of sgk_plan_forward; sets no message. */
+/* 1 when (B, N) passes the size checks of sgk_plan_call; sets no message. */
 int sgk_shape_fits(const sgk_layer *layer, int64_t B, int64_t N);
 const char *sgk_variant_name(const sgk_layer *layer, int variant);
 

@@ -77,10 +77,10 @@ for s in $STEPS; do
     timeline)
       for v in $TLV; do /tmp/harness_$v timeline > "$O/timeline-$v.txt" 2>&1; echo "timeline ($v) rc=$?"; cat "$O/timeline-$v.txt"; done;;
     rounds) # ROUNDS (default 3) of this build and each ab build in turn, each preset of BENCH_PRESETS
-            # (default seed) with one variant: ROUNDS_VARIANT, default fused-small at seed and tiled otherwise
+            # (default seed) with one variant: ROUNDS_VARIANT, default tuned-fused-small at seed and tuned-tiled otherwise
       for r in $(seq ${ROUNDS:-3}); do
         for p in ${BENCH_PRESETS:-seed}; do
-          v=${ROUNDS_VARIANT:-$([ "$p" = seed ] && echo fused-small || echo tiled)}
+          v=${ROUNDS_VARIANT:-$([ "$p" = seed ] && echo tuned-fused-small || echo tuned-tiled)}
           for i in x "${!ABS[@]}"; do
             h=/tmp/harness_old$i; name="ab build $i"; [ "$i" = x ] && { h=/tmp/harness; name="this build"; }
             [ -x $h ] && echo "round $r, $p, $name: $(SGKC_VARIANT=$v $h bench $p 2>&1 | grep -E '^ +v[0-9]' | cut -c1-100)"
@@ -142,7 +142,7 @@ for f in "$O"/build_vo*.txt; do [ -f "$f" ] && { echo "== ptxas, $(basename "$f"
 [ -f "$O/ncu.txt" ] && { echo "== ncu"; python3 ncu_summary.py "$O/ncu.txt"; }
 [ -f "$O/ncu-old.txt" ] && { echo "== ncu (ab build)"; python3 ncu_summary.py "$O/ncu-old.txt"; }
 [ -f "$O/sass_hist.txt" ] && { echo "== sass (top opcodes of the preset kernels)"; grep -E "attn_tiled_kernelILi(32|16)ELi8|fused_small_kernelILi(16|32)ELi8|sgemm" "$O/sass_hist.txt" | awk '{c[$2]++; if (c[$2] <= 6) print}' | cut -c1-110; }
-for f in validate bench memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (general|tiled|fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
+for f in validate bench memcheck racecheck; do [ -f "$O/$f.txt" ] && { echo "== $f"; grep -vE "^  (tuned-general|tuned-tiled|tuned-fused-small) .* ok$" "$O/$f.txt" | tail -60; }; done
 for f in "$O"/bench-ab*.txt; do [ -f "$f" ] && { echo "== $(basename "$f" .txt)"; tail -40 "$f"; }; done
 # pack: the device tool brings back at most 8 files, so fold the logs into one
 if [[ " $STEPS " == *" pack "* ]]; then
