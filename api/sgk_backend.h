@@ -26,11 +26,11 @@
  * The plan that forward receives is the one variant_supports filled for
  * the same variant, layer and (B, N) in the same call, unchanged: forward
  * need not plan again nor check that the variant supports the shape.
- * sgk_workspace_size and sgk_layer_variant_for stop after workspace_size
- * or variant_supports; sgk_layer_variants calls variant_supports for each
- * variant with a plan it throws away. A plan is never kept past its call
- * nor shared between threads, so it must hold values, not pointers to
- * state that a later call could change.
+ * sgk_workspace_size and sgk_layer_variant_for stop after workspace_size;
+ * sgk_layer_variants calls variant_supports for each variant with a plan
+ * it throws away. A plan is never kept past its call nor shared between
+ * threads; it holds values worked out from the layer and the shape, and
+ * may point at the layer's own state, which outlives every call.
  *
  * The core never reads a plan's bytes. A backend keeps its own struct in
  * them, which must fit in SGK_BACKEND_PLAN_BYTES (check it with a static
@@ -38,8 +38,8 @@
  * sgk_backend_plan, so reading it through a pointer to another struct type
  * would break C's aliasing rules.
  *
- * ABI history: 1 planned in each of variant_supports, workspace_size and
- * forward; 2 hands one sgk_backend_plan from the first to the others.
+ * ABI 2 introduced the plan: under ABI 1 variant_supports, workspace_size
+ * and forward each planned the call again from (B, N).
  */
 #ifndef SGK_BACKEND_H
 #define SGK_BACKEND_H
