@@ -13,17 +13,24 @@ SGK_EXPORT void sgk_context_options_init(sgk_context_options *options)
     options->cpu_threads = 0;
 }
 
-static sgk_status check_options(const sgk_context_options *options)
+/* The first sgk_context_options ended with cpu_threads. */
+#define OPTIONS_OLDEST SGK_SIZE_THROUGH(sgk_context_options, cpu_threads)
+
+/* The caller's options (NULL: all defaults) in this sgk's layout, checked. */
+static sgk_status read_options(const sgk_context_options *options, sgk_context_options *opt)
 {
-    sgk_status st = sgk_check_struct_size("options->struct_size", "sgk_context_options",
-                                          "sgk_context_options_init", options->struct_size,
-                                          sizeof *options);
+    sgk_context_options_init(opt);
+    if (options == NULL)
+        return SGK_OK;
+    sgk_status st = sgk_read_struct("options->struct_size", "sgk_context_options",
+                                    "sgk_context_options_init", options, OPTIONS_OLDEST,
+                                    sizeof *opt, opt);
     if (st != SGK_OK)
         return st;
-    if (options->cpu_threads < 0 || options->cpu_threads > SGK_MAX_CPU_THREADS)
+    if (opt->cpu_threads < 0 || opt->cpu_threads > SGK_MAX_CPU_THREADS)
         return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                              "options->cpu_threads must be in [0, %d] (0 = OpenMP default), got %d",
-                             SGK_MAX_CPU_THREADS, options->cpu_threads);
+                             SGK_MAX_CPU_THREADS, opt->cpu_threads);
     return SGK_OK;
 }
 
@@ -33,15 +40,10 @@ SGK_EXPORT sgk_status sgk_context_create(const char *backend, int device,
 {
     if (out == NULL)
         return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
-    sgk_status st;
     sgk_context_options opt;
-    sgk_context_options_init(&opt);
-    if (options != NULL) {
-        st = check_options(options);
-        if (st != SGK_OK)
-            return st;
-        opt.cpu_threads = options->cpu_threads;
-    }
+    sgk_status st = read_options(options, &opt);
+    if (st != SGK_OK)
+        return st;
     const sgk_backend_slot *slot;
     st = sgk_registry_require(backend, "backend", &slot);
     if (st != SGK_OK)

@@ -34,13 +34,13 @@ static sgk_status mask_elem_size(sgk_mask_type mask_type, size_t *elem)
                          (int)mask_type);
 }
 
-static sgk_status check_workspace(const sgk_layer *layer, const sgk_plan *plan, int64_t B,
+static sgk_status check_workspace(const sgk_layer *layer, const sgk_call *call, int64_t B,
                                   int64_t N, const void *workspace, size_t workspace_bytes)
 {
-    size_t need = plan->workspace_bytes;
+    size_t need = call->workspace_bytes;
     if (need == 0)
         return SGK_OK;
-    const char *variant = sgk_variant_name(layer, plan->variant);
+    const char *variant = sgk_variant_name(layer, call->variant);
     if (workspace == NULL)
         return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
                              "workspace is NULL but variant \"%s\" needs %zu bytes for B=%lld, "
@@ -62,23 +62,23 @@ static int overlap(const void *a, size_t a_len, const void *b, size_t b_len)
 
 /* With host pointers the byte ranges are compared; device pointers may be
  * opaque handles (OpenCL), so only identical pointers are caught there. */
-static sgk_status check_aliasing(const sgk_fwd *a, const sgk_plan *plan, int ranges)
+static sgk_status check_aliasing(const sgk_fwd *a, const sgk_call *call, int ranges)
 {
     const struct { const char *name; const void *ptr; size_t bytes; } in[] = {
-        { "nodes", a->nodes, plan->nodes_bytes },
-        { "pair_feats", a->pair_feats, plan->pair_bytes },
-        { "edge_mask", a->edge_mask, plan->mask_bytes },
-        { "out", a->out, plan->nodes_bytes },
+        { "nodes", a->nodes, call->nodes_bytes },
+        { "pair_feats", a->pair_feats, call->pair_bytes },
+        { "edge_mask", a->edge_mask, call->mask_bytes },
+        { "out", a->out, call->nodes_bytes },
     };
     for (int i = 0; i < 3; i++)
-        if (ranges ? overlap(a->out, plan->nodes_bytes, in[i].ptr, in[i].bytes)
+        if (ranges ? overlap(a->out, call->nodes_bytes, in[i].ptr, in[i].bytes)
                    : a->out == in[i].ptr)
             return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                                  "out overlaps %s: out must not alias an input", in[i].name);
-    if (a->workspace == NULL || plan->workspace_bytes == 0)
+    if (a->workspace == NULL || call->workspace_bytes == 0)
         return SGK_OK;
     for (int i = 0; i < 4; i++)
-        if (ranges ? overlap(a->workspace, plan->workspace_bytes, in[i].ptr, in[i].bytes)
+        if (ranges ? overlap(a->workspace, call->workspace_bytes, in[i].ptr, in[i].bytes)
                    : a->workspace == in[i].ptr)
             return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                                  "workspace overlaps %s: workspace must be a buffer of its own",
@@ -108,10 +108,10 @@ static sgk_status check_alignment(const void *nodes, const void *pair_feats,
     return SGK_OK;
 }
 
-/* Checks shared by both forward calls; fills args and plan. */
+/* Checks shared by both forward calls; fills args and call. */
 static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
                           const void *pair_feats, const void *edge_mask, sgk_mask_type mask_type,
-                          void *out, sgk_fwd *args, sgk_plan *plan)
+                          void *out, sgk_fwd *args, sgk_call *call)
 {
     sgk_status st = check_pointers(layer, nodes, pair_feats, edge_mask, out);
     size_t mask_elem = 0;
@@ -120,7 +120,7 @@ static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *no
     if (st == SGK_OK)
         st = check_alignment(nodes, pair_feats, edge_mask, mask_elem, out);
     if (st == SGK_OK)
-        st = sgk_plan_forward(layer, B, N, mask_elem, 1, plan);
+        st = sgk_plan_call(layer, B, N, mask_elem, 1, call);
     if (st != SGK_OK)
         return st;
     memset(args, 0, sizeof *args);
@@ -134,22 +134,22 @@ static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *no
     return SGK_OK;
 }
 
-static sgk_status run_in_host_memory(sgk_layer *layer, const sgk_plan *plan, sgk_fwd *args)
+static sgk_status run_in_host_memory(sgk_layer *layer, const sgk_call *call, sgk_fwd *args)
 {
     void *work = NULL;
-    if (plan->workspace_bytes > 0) {
-        work = sgk_malloc(plan->workspace_bytes);
+    if (call->workspace_bytes > 0) {
+        work = sgk_malloc(call->workspace_bytes);
         if (work == NULL)
             return sgk_set_error(SGK_ERR_OUT_OF_MEMORY,
                                  "out of memory allocating %zu bytes of workspace for variant "
                                  "\"%s\"",
-                                 plan->workspace_bytes, sgk_variant_name(layer, plan->variant));
+                                 call->workspace_bytes, sgk_variant_name(layer, call->variant));
     }
     args->workspace = work;
-    args->workspace_bytes = plan->workspace_bytes;
+    args->workspace_bytes = call->workspace_bytes;
     uint64_t serial = sgk_error_serial();
-    sgk_status st = sgk_backend_result(layer->ops->forward(layer->blayer, plan->variant, args),
-                                       serial, layer->ops, "forward");
+    sgk_status st = layer->ops->forward(layer->blayer, call->variant, &call->plan, args);
+    st = sgk_backend_result(st, serial, layer->ops, "forward");
     free(work);
     return st;
 }
@@ -159,17 +159,17 @@ enum { BUF_NODES, BUF_PAIR, BUF_MASK, BUF_OUT, BUF_WORK, BUF_COUNT };
 /* Device copies of the caller's buffers. out is written only once every
  * step has succeeded, from a host staging buffer, so that a failure while
  * copying back cannot leave it half written. */
-static sgk_status run_with_copies(sgk_layer *layer, const sgk_plan *plan, const sgk_fwd *host)
+static sgk_status run_with_copies(sgk_layer *layer, const sgk_call *call, const sgk_fwd *host)
 {
     const sgk_backend_ops *ops = layer->ops;
     void *bctx = layer->ctx->bctx;
-    const size_t bytes[BUF_COUNT] = { plan->nodes_bytes, plan->pair_bytes, plan->mask_bytes,
-                                      plan->nodes_bytes, plan->workspace_bytes };
+    const size_t bytes[BUF_COUNT] = { call->nodes_bytes, call->pair_bytes, call->mask_bytes,
+                                      call->nodes_bytes, call->workspace_bytes };
     void *dev[BUF_COUNT] = { NULL };
-    void *staging = sgk_malloc(plan->nodes_bytes);
+    void *staging = sgk_malloc(call->nodes_bytes);
     if (staging == NULL)
         return sgk_set_error(SGK_ERR_OUT_OF_MEMORY,
-                             "out of memory allocating %zu bytes to stage out", plan->nodes_bytes);
+                             "out of memory allocating %zu bytes to stage out", call->nodes_bytes);
 
     uint64_t serial = sgk_error_serial();
     const char *step = "mem_alloc";
@@ -195,7 +195,7 @@ static sgk_status run_with_copies(sgk_layer *layer, const sgk_plan *plan, const 
         args.workspace_bytes = bytes[BUF_WORK];
         args.stream = NULL;
         step = "forward";
-        st = ops->forward(layer->blayer, plan->variant, &args);
+        st = ops->forward(layer->blayer, call->variant, &call->plan, &args);
     }
     if (st == SGK_OK) {
         step = "synchronize";
@@ -207,7 +207,7 @@ static sgk_status run_with_copies(sgk_layer *layer, const sgk_plan *plan, const 
     }
     st = sgk_backend_result(st, serial, ops, step);
     if (st == SGK_OK)
-        memcpy(host->out, staging, plan->nodes_bytes);
+        memcpy(host->out, staging, call->nodes_bytes);
 
     for (int i = 0; i < BUF_COUNT; i++)
         if (dev[i] != NULL)
@@ -221,16 +221,16 @@ SGK_EXPORT sgk_status sgk_forward(sgk_layer *layer, int64_t B, int64_t N, const 
                                   sgk_mask_type mask_type, void *out)
 {
     sgk_fwd args;
-    sgk_plan plan;
+    sgk_call call;
     sgk_status st = prepare(layer, B, N, nodes, pair_feats, edge_mask, mask_type, out, &args,
-                            &plan);
+                            &call);
     if (st == SGK_OK)
-        st = check_aliasing(&args, &plan, 1);
+        st = check_aliasing(&args, &call, 1);
     if (st != SGK_OK)
         return st;
     if (layer->ops->host_memory)
-        return run_in_host_memory(layer, &plan, &args);
-    return run_with_copies(layer, &plan, &args);
+        return run_in_host_memory(layer, &call, &args);
+    return run_with_copies(layer, &call, &args);
 }
 
 SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
@@ -240,11 +240,11 @@ SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
                                          void *stream)
 {
     sgk_fwd args;
-    sgk_plan plan;
+    sgk_call call;
     sgk_status st = prepare(layer, B, N, nodes, pair_feats, edge_mask, mask_type, out, &args,
-                            &plan);
+                            &call);
     if (st == SGK_OK)
-        st = check_workspace(layer, &plan, B, N, workspace, workspace_bytes);
+        st = check_workspace(layer, &call, B, N, workspace, workspace_bytes);
     if (st == SGK_OK && (uintptr_t)workspace % _Alignof(float) != 0)
         st = sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                            "workspace (%p) is not aligned to %zu bytes: backends keep floats in "
@@ -255,12 +255,12 @@ SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
     args.workspace = workspace;
     args.workspace_bytes = workspace_bytes;
     args.stream = stream;
-    st = check_aliasing(&args, &plan, layer->ops->host_memory);
+    st = check_aliasing(&args, &call, layer->ops->host_memory);
     if (st != SGK_OK)
         return st;
     uint64_t serial = sgk_error_serial();
-    return sgk_backend_result(layer->ops->forward(layer->blayer, plan.variant, &args), serial,
-                              layer->ops, "forward");
+    st = layer->ops->forward(layer->blayer, call.variant, &call.plan, &args);
+    return sgk_backend_result(st, serial, layer->ops, "forward");
 }
 
 SGK_EXPORT sgk_status sgk_workspace_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes)
@@ -269,11 +269,11 @@ SGK_EXPORT sgk_status sgk_workspace_size(sgk_layer *layer, int64_t B, int64_t N,
         return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
     if (bytes == NULL)
         return sgk_set_error(SGK_ERR_NULL_POINTER, "bytes is NULL");
-    sgk_plan plan;
+    sgk_call call;
     /* The mask type is not known here; a float mask is the larger one. */
-    sgk_status st = sgk_plan_forward(layer, B, N, sizeof(float), 1, &plan);
+    sgk_status st = sgk_plan_call(layer, B, N, sizeof(float), 1, &call);
     if (st != SGK_OK)
         return st;
-    *bytes = plan.workspace_bytes;
+    *bytes = call.workspace_bytes;
     return SGK_OK;
 }

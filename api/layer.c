@@ -15,10 +15,15 @@ SGK_EXPORT void sgk_layer_desc_init(sgk_layer_desc *desc)
     desc->dtype = SGK_DTYPE_F32;
 }
 
-static sgk_status check_struct_size(const sgk_layer_desc *desc)
+/* The first sgk_layer_desc ended with b2. */
+#define DESC_OLDEST SGK_SIZE_THROUGH(sgk_layer_desc, b2)
+
+/* The caller's descriptor in this sgk's layout, fields it lacks defaulted. */
+static sgk_status read_desc(const sgk_layer_desc *desc, sgk_layer_desc *d)
 {
-    return sgk_check_struct_size("desc->struct_size", "sgk_layer_desc", "sgk_layer_desc_init",
-                                 desc->struct_size, sizeof *desc);
+    sgk_layer_desc_init(d);
+    return sgk_read_struct("desc->struct_size", "sgk_layer_desc", "sgk_layer_desc_init", desc,
+                           DESC_OLDEST, sizeof *d, d);
 }
 
 static sgk_status check_dtype(sgk_dtype dtype)
@@ -87,9 +92,7 @@ static sgk_status check_weight_sizes(const sgk_layer_desc *desc, const sgk_backe
 
 static sgk_status check_desc(const sgk_context *ctx, const sgk_layer_desc *desc)
 {
-    sgk_status st = check_struct_size(desc);
-    if (st == SGK_OK)
-        st = check_dtype(desc->dtype);
+    sgk_status st = check_dtype(desc->dtype);
     if (st == SGK_OK)
         st = check_dims(desc);
     if (st == SGK_OK)
@@ -108,9 +111,13 @@ SGK_EXPORT sgk_status sgk_layer_create(sgk_context *ctx, const sgk_layer_desc *d
         return sgk_set_error(SGK_ERR_NULL_POINTER, "desc is NULL");
     if (out == NULL)
         return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
-    sgk_status st = check_desc(ctx, desc);
+    sgk_layer_desc d;
+    sgk_status st = read_desc(desc, &d);
+    if (st == SGK_OK)
+        st = check_desc(ctx, &d);
     if (st != SGK_OK)
         return st;
+    desc = &d;
 
     sgk_layer *layer = sgk_malloc(sizeof *layer);
     if (layer == NULL)

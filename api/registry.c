@@ -178,10 +178,12 @@ SGK_EXPORT sgk_status sgk_device_name(const char *backend, int device, char *buf
     if (st != SGK_OK)
         return st;
     name[sizeof name - 1] = '\0';
-    size_t len = strlen(name);
-    if (len >= buf_len)
-        len = buf_len - 1; /* cut, as snprintf would */
-    memcpy(buf, name, len);
-    buf[len] = '\0';
+    size_t need = strlen(name) + 1;
+    if (need > buf_len)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "buf_len (%zu) is too small for the name of %s device %d, which "
+                             "needs %zu bytes with its terminating NUL",
+                             buf_len, slot->name, device, need);
+    memcpy(buf, name, need);
     return SGK_OK;
 }

@@ -92,15 +92,32 @@ SGK_EXPORT int sgk_backend_count(void);
 SGK_EXPORT sgk_status sgk_backend_get(int index, sgk_backend_info *info);
 /* Same, by name; SGK_ERR_UNKNOWN_BACKEND for a name sgk does not know. */
 SGK_EXPORT sgk_status sgk_backend_find(const char *name, sgk_backend_info *info);
-/* Human-readable device name, e.g. "NVIDIA H200". */
+/* Human-readable device name, e.g. "NVIDIA H200", NUL-terminated in buf.
+ * Names are at most 255 bytes, so a buf of 256 always suffices. A name that
+ * does not fit in buf_len bytes is not cut: SGK_ERR_INVALID_ARGUMENT, buf
+ * untouched, and the message gives the bytes it needs (terminator
+ * included). */
 SGK_EXPORT sgk_status sgk_device_name(const char *backend, int device, char *buf, size_t buf_len);
 
 /* ---- context ---------------------------------------------------------- */
 
 typedef struct sgk_context sgk_context;
 
+/* Versioned structs (sgk_context_options, sgk_layer_desc): struct_size, the
+ * first field, is the sizeof of the struct the caller was built with, set
+ * by the struct's _init. Later versions only add fields at the end, so sgk
+ * reads any version:
+ *   - older (from the first version's size up to this sgk's sizeof): the
+ *     fields the caller's struct lacks take the defaults of _init;
+ *   - newer (past this sgk's sizeof): accepted when every byte past this
+ *     sgk's sizeof is zero, since a field added later means "as before"
+ *     when zero; SGK_ERR_UNSUPPORTED when one is set, naming the byte;
+ *   - smaller than the first version, or larger than 4096 bytes (no
+ *     version is): SGK_ERR_INVALID_ARGUMENT, an uninitialised struct.
+ * The message names struct_size and the sizes it was measured against. */
+
 typedef struct sgk_context_options {
-    size_t struct_size; /* sizeof(sgk_context_options): lets fields be added later */
+    size_t struct_size; /* sizeof(sgk_context_options), set by _init */
     int cpu_threads;    /* cpu backend: OpenMP threads, 0 = the OpenMP default,
                            at most SGK_MAX_CPU_THREADS */
 } sgk_context_options;
@@ -133,7 +150,7 @@ SGK_EXPORT sgk_status sgk_context_native(sgk_context *ctx, sgk_native_kind kind,
  * so a state dict loads without transposes. They are copied and packed at
  * sgk_layer_create; the caller may free them afterwards. */
 typedef struct sgk_layer_desc {
-    size_t struct_size; /* sizeof(sgk_layer_desc) */
+    size_t struct_size; /* sizeof(sgk_layer_desc), set by _init (versioning: see above) */
     int64_t dim;        /* D */
     int64_t heads;      /* H, divides D */
     int64_t pair_dim;   /* P */

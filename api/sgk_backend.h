@@ -10,6 +10,36 @@
  * and the core rejects it unless ops->abi_version == SGK_BACKEND_ABI.
  * Backends report failures with host->set_error and return a status; they
  * never print, abort or exit.
+ *
+ * One plan per call. Deciding whether a variant runs a shape is the same
+ * work as deciding how it runs it (tiles, grids, shared memory, workspace
+ * layout), so the answer and the plan come together. For every forward
+ * call the core, on its own stack:
+ *
+ *     sgk_backend_plan plan;
+ *     for each variant v in order (or only the forced one):
+ *         if (ops->variant_supports(blayer, v, B, N, &plan)) break;
+ *     bytes = ops->workspace_size(blayer, v, B, N, &plan);
+ *     ... checks the caller's buffers against bytes ...
+ *     ops->forward(blayer, v, &plan, &args);
+ *
+ * The plan that forward receives is the one variant_supports filled for
+ * the same variant, layer and (B, N) in the same call, unchanged: forward
+ * need not plan again nor check that the variant supports the shape.
+ * sgk_workspace_size and sgk_layer_variant_for stop after workspace_size;
+ * sgk_layer_variants calls variant_supports for each variant with a plan
+ * it throws away. A plan is never kept past its call nor shared between
+ * threads; it holds values worked out from the layer and the shape, and
+ * may point at the layer's own state, which outlives every call.
+ *
+ * The core never reads a plan's bytes. A backend keeps its own struct in
+ * them, which must fit in SGK_BACKEND_PLAN_BYTES (check it with a static
+ * assertion), and copies it in and out with memcpy: the storage is an
+ * sgk_backend_plan, so reading it through a pointer to another struct type
+ * would break C's aliasing rules.
+ *
+ * ABI 2 introduced the plan: under ABI 1 variant_supports, workspace_size
+ * and forward each planned the call again from (B, N).
  */
 #ifndef SGK_BACKEND_H
 #define SGK_BACKEND_H
@@ -20,7 +50,7 @@
 extern "C" {
 #endif
 
-#define SGK_BACKEND_ABI 1
+#define SGK_BACKEND_ABI 2
 #define SGK_BACKEND_ENTRY "sgk_backend_entry"
 
 /* Services the core offers a backend. */
@@ -49,6 +79,18 @@ typedef struct sgk_fwd {
     void *stream;
 } sgk_fwd;
 
+/* Bytes a backend may keep in one call's plan. */
+#define SGK_BACKEND_PLAN_BYTES 256
+
+/* One call's plan, owned by the core, filled and read by the backend. The
+ * members besides bytes only align it for any struct a backend keeps. */
+typedef union sgk_backend_plan {
+    unsigned char bytes[SGK_BACKEND_PLAN_BYTES];
+    long double align_ld;
+    int64_t align_i64;
+    void *align_ptr;
+} sgk_backend_plan;
+
 typedef struct sgk_backend_ops {
     int abi_version; /* SGK_BACKEND_ABI */
     const char *name;
@@ -72,9 +114,16 @@ typedef struct sgk_backend_ops {
     /* Variants in order of preference; names live as long as the backend. */
     int (*variant_count)(void *blayer);
     const char *(*variant_name)(void *blayer, int variant);
-    int (*variant_supports)(void *blayer, int variant, int64_t B, int64_t N);
-    size_t (*workspace_size)(void *blayer, int variant, int64_t B, int64_t N);
-    sgk_status (*forward)(void *blayer, int variant, const sgk_fwd *args);
+    /* 1 with plan filled when the variant runs (B, N) on this layer; 0
+     * otherwise, with plan's contents unspecified. Sets no error. */
+    int (*variant_supports)(void *blayer, int variant, int64_t B, int64_t N,
+                            sgk_backend_plan *plan);
+    /* Device workspace bytes forward needs with this plan (0 for none). */
+    size_t (*workspace_size)(void *blayer, int variant, int64_t B, int64_t N,
+                             const sgk_backend_plan *plan);
+    /* Runs the plan on args (args->B and args->N are the plan's). */
+    sgk_status (*forward)(void *blayer, int variant, const sgk_backend_plan *plan,
+                          const sgk_fwd *args);
 
     /* Device memory for sgk_forward on host pointers (unused when
      * host_memory). copy_* are synchronous with respect to the host. */

@@ -25,13 +25,22 @@ sgk_status sgk_set_errorv(sgk_status status, const char *fmt, va_list ap);
 /* Counts sgk_set_error calls on this thread, so the core can tell whether a
  * backend that returned an error also explained it. */
 uint64_t sgk_error_serial(void);
-/* The struct_size rule of the versioned option structs: until fields are
- * added, only this sgk's own layout is accepted (a smaller size is an
- * uninitialised struct, a larger one asks for fields this build lacks).
- * arg names the field ("desc->struct_size"), type the struct, init its
- * _init function. */
-sgk_status sgk_check_struct_size(const char *arg, const char *type, const char *init, size_t got,
-                                 size_t want);
+/* The struct_size rule of the versioned structs (sgk.h): src is the
+ * caller's struct, dst one of this sgk's layout already filled by its
+ * _init. A struct_size from oldest (the end of the first version's last
+ * field) up to size (this sgk's sizeof) is an older caller: its bytes are
+ * copied over the defaults. A larger one is a newer caller, accepted when
+ * every byte past size is zero (fields it leaves unset). Anything else is
+ * refused with a message naming arg ("desc->struct_size"), type and init.
+ * On success dst->struct_size is size. */
+sgk_status sgk_read_struct(const char *arg, const char *type, const char *init, const void *src,
+                           size_t oldest, size_t size, void *dst);
+/* No version of a struct is larger: a struct_size past it is garbage, and
+ * reading that far to check its tail could fault. */
+#define SGK_STRUCT_SIZE_MAX 4096
+/* Bytes of type up to the end of field: the oldest size of a struct whose
+ * first version ended with that field. */
+#define SGK_SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
 /* Passes st through; when a backend failed without setting a message, sets a
  * generic one naming the backend and the operation. */
 sgk_status sgk_backend_result(sgk_status st, uint64_t serial_before,
@@ -99,25 +108,30 @@ struct sgk_layer {
 
 /* ---- validate.c: shapes, sizes and the variant choice ------------------- */
 
-typedef struct sgk_plan {
+/* One checked forward call: its byte counts, the variant that runs it and
+ * that variant's plan (sgk_backend.h), made once and handed to the
+ * backend's workspace_size and forward. */
+typedef struct sgk_call {
     int variant;
     size_t nodes_bytes; /* also the size of out */
     size_t pair_bytes;
     size_t mask_bytes;
     size_t workspace_bytes;
-} sgk_plan;
+    sgk_backend_plan plan;
+} sgk_call;
 
 /* Checks B and N, the tensors' element and byte counts against overflow and
- * the backend's limit, and picks the variant. mask_elem is the size of one
- * mask element in bytes. With report == 0 no message is set. */
-sgk_status sgk_plan_forward(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
-                            int report, sgk_plan *plan);
+ * the backend's limit, picks the variant and takes its plan and workspace
+ * size. mask_elem is the size of one mask element in bytes. With
+ * report == 0 no message is set. */
+sgk_status sgk_plan_call(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
+                         int report, sgk_call *call);
 /* Element and byte count of a tensor whose shape is dims[0..n), checked
  * against int64, size_t and max_elements; names the tensor and formula. */
 sgk_status sgk_tensor_bytes(const char *tensor, const char *formula, const int64_t *dims,
                             int n, size_t elem, const sgk_backend_ops *ops, int report,
                             size_t *bytes);
-/* 1 when (B, N) passes the size checks of sgk_plan_forward; sets no message. */
+/* 1 when (B, N) passes the size checks of sgk_plan_call; sets no message. */
 int sgk_shape_fits(const sgk_layer *layer, int64_t B, int64_t N);
 const char *sgk_variant_name(const sgk_layer *layer, int variant);
 

@@ -73,17 +73,31 @@ sgk_status sgk_backend_result(sgk_status st, uint64_t serial_before,
     return st;
 }
 
-sgk_status sgk_check_struct_size(const char *arg, const char *type, const char *init, size_t got,
-                                 size_t want)
+sgk_status sgk_read_struct(const char *arg, const char *type, const char *init, const void *src,
+                           size_t oldest, size_t size, void *dst)
 {
-    if (got < want)
+    size_t got;
+    memcpy(&got, src, sizeof got); /* struct_size leads every versioned struct */
+    if (got < oldest)
         return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                             "%s (%zu) is less than sizeof(%s) (%zu); call %s first", arg, got, type,
-                             want, init);
-    if (got > want)
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "%s (%zu) is larger than sizeof(%s) (%zu) in sgk %s: built against a "
-                             "newer sgk.h",
-                             arg, got, type, want, sgk_version());
+                             "%s (%zu) is less than %zu, the size of the oldest %s that sgk %s "
+                             "reads (sizeof(%s) is %zu); call %s first",
+                             arg, got, oldest, type, sgk_version(), type, size, init);
+    if (got > SGK_STRUCT_SIZE_MAX)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "%s (%zu) is larger than any version of %s can be (%d bytes; "
+                             "sizeof(%s) is %zu in sgk %s); call %s first",
+                             arg, got, type, SGK_STRUCT_SIZE_MAX, type, size, sgk_version(), init);
+    const unsigned char *bytes = src;
+    for (size_t i = size; i < got; i++)
+        if (bytes[i] != 0)
+            return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                                 "%s (%zu) is larger than sizeof(%s) (%zu) in sgk %s and byte %zu "
+                                 "is nonzero: a field of a newer sgk.h is set, which this sgk "
+                                 "cannot honour",
+                                 arg, got, type, size, sgk_version(), i);
+    /* dst holds the defaults (its _init); the caller's fields replace them. */
+    memcpy(dst, src, got < size ? got : size);
+    memcpy(dst, &size, sizeof size);
     return SGK_OK;
 }

@@ -64,24 +64,26 @@ const char *sgk_variant_name(const sgk_layer *layer, int variant)
     return name ? name : "(unnamed)";
 }
 
+/* Asks each variant in turn (or the forced one) and keeps the plan of the
+ * first that supports the shape, so that no variant plans twice. */
 static sgk_status pick_variant(const sgk_layer *layer, int64_t B, int64_t N, int report,
-                               int *variant)
+                               sgk_call *call)
 {
     const sgk_backend_ops *ops = layer->ops;
     if (layer->forced >= 0) {
-        if (!ops->variant_supports(layer->blayer, layer->forced, B, N))
+        if (!ops->variant_supports(layer->blayer, layer->forced, B, N, &call->plan))
             return fail(report, SGK_ERR_UNSUPPORTED,
                         "variant \"%s\" (forced by sgk_layer_set_variant) does not support "
                         "B=%lld, N=%lld with D=%lld, H=%lld, P=%lld; a forced variant never "
                         "falls back to another",
                         sgk_variant_name(layer, layer->forced), (long long)B, (long long)N,
                         (long long)layer->D, (long long)layer->H, (long long)layer->P);
-        *variant = layer->forced;
+        call->variant = layer->forced;
         return SGK_OK;
     }
     for (int v = 0; v < layer->variant_count; v++) {
-        if (ops->variant_supports(layer->blayer, v, B, N)) {
-            *variant = v;
+        if (ops->variant_supports(layer->blayer, v, B, N, &call->plan)) {
+            call->variant = v;
             return SGK_OK;
         }
     }
@@ -93,7 +95,7 @@ static sgk_status pick_variant(const sgk_layer *layer, int64_t B, int64_t N, int
 }
 
 static sgk_status check_shape(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
-                              int report, sgk_plan *plan)
+                              int report, sgk_call *call)
 {
     if (B < 1)
         return fail(report, SGK_ERR_INVALID_ARGUMENT, "B must be >= 1, got %lld", (long long)B);
@@ -105,30 +107,31 @@ static sgk_status check_shape(const sgk_layer *layer, int64_t B, int64_t N, size
     const int64_t pair[] = { B, N, N, layer->P };
     const int64_t mask[] = { B, N, N };
     sgk_status st = sgk_tensor_bytes("nodes", "B*N*D", nodes, 3, sizeof(float), ops, report,
-                                     &plan->nodes_bytes);
+                                     &call->nodes_bytes);
     if (st == SGK_OK)
         st = sgk_tensor_bytes("pair_feats", "B*N*N*P", pair, 4, sizeof(float), ops, report,
-                              &plan->pair_bytes);
+                              &call->pair_bytes);
     if (st == SGK_OK)
         st = sgk_tensor_bytes("edge_mask", "B*N*N", mask, 3, mask_elem, ops, report,
-                              &plan->mask_bytes);
+                              &call->mask_bytes);
     return st;
 }
 
 int sgk_shape_fits(const sgk_layer *layer, int64_t B, int64_t N)
 {
-    sgk_plan plan;
-    return check_shape(layer, B, N, sizeof(float), 0, &plan) == SGK_OK;
+    sgk_call call;
+    return check_shape(layer, B, N, sizeof(float), 0, &call) == SGK_OK;
 }
 
-sgk_status sgk_plan_forward(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
-                            int report, sgk_plan *plan)
+sgk_status sgk_plan_call(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
+                         int report, sgk_call *call)
 {
-    sgk_status st = check_shape(layer, B, N, mask_elem, report, plan);
+    sgk_status st = check_shape(layer, B, N, mask_elem, report, call);
     if (st == SGK_OK)
-        st = pick_variant(layer, B, N, report, &plan->variant);
+        st = pick_variant(layer, B, N, report, call);
     if (st != SGK_OK)
         return st;
-    plan->workspace_bytes = layer->ops->workspace_size(layer->blayer, plan->variant, B, N);
+    call->workspace_bytes =
+        layer->ops->workspace_size(layer->blayer, call->variant, B, N, &call->plan);
     return SGK_OK;
 }

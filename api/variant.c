@@ -23,6 +23,7 @@ SGK_EXPORT sgk_status sgk_layer_variants(sgk_layer *layer, int64_t B, int64_t N,
                              "pass names = NULL to ask for the count",
                              capacity, layer->variant_count);
     int fits = 0;
+    sgk_backend_plan scratch; /* each variant's plan, asked for its answer only */
     if (supported != NULL) {
         if (B < 1)
             return sgk_set_error(SGK_ERR_INVALID_ARGUMENT, "B must be >= 1, got %lld",
@@ -36,7 +37,8 @@ SGK_EXPORT sgk_status sgk_layer_variants(sgk_layer *layer, int64_t B, int64_t N,
     for (int v = 0; v < layer->variant_count; v++) {
         names[v] = sgk_variant_name(layer, v);
         if (supported != NULL)
-            supported[v] = fits && layer->ops->variant_supports(layer->blayer, v, B, N) ? 1 : 0;
+            supported[v] =
+                fits && layer->ops->variant_supports(layer->blayer, v, B, N, &scratch) ? 1 : 0;
     }
     *count = layer->variant_count;
     return SGK_OK;
@@ -77,10 +79,10 @@ SGK_EXPORT sgk_status sgk_layer_variant_for(sgk_layer *layer, int64_t B, int64_t
         return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
     if (name == NULL)
         return sgk_set_error(SGK_ERR_NULL_POINTER, "name is NULL");
-    sgk_plan plan;
-    sgk_status st = sgk_plan_forward(layer, B, N, sizeof(float), 1, &plan);
+    sgk_call call;
+    sgk_status st = sgk_plan_call(layer, B, N, sizeof(float), 1, &call);
     if (st != SGK_OK)
         return st;
-    *name = sgk_variant_name(layer, plan.variant);
+    *name = sgk_variant_name(layer, call.variant);
     return SGK_OK;
 }

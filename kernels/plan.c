@@ -5,6 +5,19 @@
 #include <stdint.h>
 #include <string.h>
 
+_Static_assert(sizeof(sgk_plan) <= sizeof(sgk_backend_plan),
+               "sgk_plan must fit in a backend's per-call plan (SGK_BACKEND_PLAN_BYTES)");
+
+void sgk_plan_store(const sgk_plan *plan, sgk_backend_plan *out)
+{
+    memcpy(out->bytes, plan, sizeof *plan);
+}
+
+void sgk_plan_load(const sgk_backend_plan *in, sgk_plan *plan)
+{
+    memcpy(plan, in->bytes, sizeof *plan);
+}
+
 sgk_packed sgk_packed_layout(int64_t D, int64_t H, int64_t P)
 {
     sgk_packed p;

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sgk.h"
+#include "sgk_backend.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,6 +55,12 @@ typedef struct sgk_plan {
  * returns 0 (plan unspecified) otherwise. */
 int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H, int64_t P,
                   const sgk_limits *limits, sgk_plan *plan);
+
+/* An sgk_plan is what the backends running these kernels hand from
+ * variant_supports to workspace_size and forward (sgk_backend.h); these
+ * copy it into and out of the call's sgk_backend_plan. */
+void sgk_plan_store(const sgk_plan *plan, sgk_backend_plan *out);
+void sgk_plan_load(const sgk_backend_plan *in, sgk_plan *plan);
 
 #ifdef __cplusplus
 }

@@ -33,6 +33,28 @@
                      sgk_status_string(status), (int)(status), msg_ ? msg_ : "(null)", (word)); \
     } while (0)
 
+/* Asserts status and that the message names every word of a NULL-ended list. */
+static void expect_err_words(int line, sgk_status st, sgk_status status, ...)
+{
+    const char *msg = sgk_last_error();
+    if (st != status)
+        fail_msg("line %d: gave %s (%d), want %s (%d); message \"%s\"", line,
+                 sgk_status_string(st), (int)st, sgk_status_string(status), (int)status, msg);
+    va_list ap;
+    va_start(ap, status);
+    for (const char *w = va_arg(ap, const char *); w != NULL; w = va_arg(ap, const char *))
+        if (!strstr(msg, w))
+            fail_msg("line %d: message \"%s\" should name \"%s\"", line, msg, w);
+    va_end(ap);
+}
+
+/* "(n)" and "n" as the messages print sizes. */
+static const char *paren(char *buf, size_t len, size_t n)
+{
+    snprintf(buf, len, "(%zu)", n);
+    return buf;
+}
+
 /* ---- fixture: a small cpu layer with inputs --------------------------- */
 
 typedef struct fixture {
@@ -179,13 +201,26 @@ static void test_device_name(void **state)
     char buf[256];
     assert_int_equal(sgk_device_name("cpu", 0, buf, sizeof buf), SGK_OK);
     assert_true(strlen(buf) > 0);
-    char tiny[4];
-    assert_int_equal(sgk_device_name("cpu", 0, tiny, sizeof tiny), SGK_OK);
-    assert_true(strlen(tiny) < sizeof tiny); /* cut, still terminated */
+    const size_t need = strlen(buf) + 1; /* "cpu" at least: the fallback name */
+    assert_true(need >= 4);
 
-    memset(buf, 0x44, sizeof buf);
+    /* exactly large enough, then one byte short: never cut */
+    char *exact = malloc(need);
+    assert_non_null(exact);
+    assert_int_equal(sgk_device_name("cpu", 0, exact, need), SGK_OK);
+    assert_string_equal(exact, buf);
+    free(exact);
     char copy[256];
+    char want_len[32], want_need[32];
+    snprintf(want_need, sizeof want_need, "needs %zu bytes", need);
+    memset(buf, 0x44, sizeof buf);
     memcpy(copy, buf, sizeof buf);
+    expect_err_words(__LINE__, sgk_device_name("cpu", 0, buf, need - 1), SGK_ERR_INVALID_ARGUMENT,
+                     "buf_len", paren(want_len, sizeof want_len, need - 1), want_need, NULL);
+    expect_err_words(__LINE__, sgk_device_name("cpu", 0, buf, 1), SGK_ERR_INVALID_ARGUMENT,
+                     "buf_len", "(1)", want_need, NULL);
+    assert_memory_equal(buf, copy, sizeof buf);
+
     EXPECT_ERR(sgk_device_name(NULL, 0, buf, sizeof buf), SGK_ERR_NULL_POINTER, "backend");
     EXPECT_ERR(sgk_device_name("cpu", 0, NULL, sizeof buf), SGK_ERR_NULL_POINTER, "buf");
     EXPECT_ERR(sgk_device_name("cpu", 0, buf, 0), SGK_ERR_INVALID_ARGUMENT, "buf_len");
@@ -238,6 +273,112 @@ static void test_context_errors(void **state)
     assert_int_equal(sgk_context_create("cpu", 0, &opt, &ctx), SGK_OK);
     assert_string_equal(sgk_context_backend(ctx), "cpu");
     sgk_context_destroy(ctx);
+}
+
+/* ---- versioned structs --------------------------------------------------- */
+
+/* The first sgk_context_options ended with cpu_threads: a caller built
+ * against it passes that much, and sgk must neither refuse it nor read
+ * past it. */
+static const size_t options_v1 =
+    offsetof(sgk_context_options, cpu_threads) + sizeof(int);
+
+/* An older caller's options: its struct_size and cpu_threads in a heap
+ * block of exactly options_v1 bytes (an over-read is a sanitizer or
+ * valgrind error). */
+static const sgk_context_options *older_options(size_t struct_size, int cpu_threads)
+{
+    sgk_context_options full;
+    sgk_context_options_init(&full);
+    full.struct_size = struct_size;
+    full.cpu_threads = cpu_threads;
+    unsigned char *block = malloc(options_v1);
+    assert_non_null(block);
+    memcpy(block, &full, options_v1);
+    return (const sgk_context_options *)(void *)block;
+}
+
+static void test_struct_size_options(void **state)
+{
+    (void)state;
+    char n1[64], n2[64], n3[64];
+    sgk_context *ctx = NULL;
+    assert_true(options_v1 <= sizeof(sgk_context_options));
+
+    /* an older caller works, and its field is read */
+    const sgk_context_options *older = older_options(options_v1, 2);
+    assert_int_equal(sgk_context_create("cpu", 0, older, &ctx), SGK_OK);
+    sgk_context_destroy(ctx);
+    free((void *)older);
+    older = older_options(options_v1, -1);
+    EXPECT_ERR(sgk_context_create("cpu", 0, older, &ctx), SGK_ERR_INVALID_ARGUMENT,
+               "cpu_threads");
+    free((void *)older);
+    /* too small for any version */
+    older = older_options(options_v1 - 1, 2);
+    expect_err_words(__LINE__, sgk_context_create("cpu", 0, older, &ctx),
+                     SGK_ERR_INVALID_ARGUMENT, "options->struct_size",
+                     paren(n1, sizeof n1, options_v1 - 1), "oldest", NULL);
+    snprintf(n2, sizeof n2, "less than %zu", options_v1);
+    snprintf(n3, sizeof n3, "is %zu", sizeof(sgk_context_options));
+    expect_err_words(__LINE__, sgk_context_create("cpu", 0, older, &ctx),
+                     SGK_ERR_INVALID_ARGUMENT, n2, n3, NULL);
+    free((void *)older);
+
+    /* a newer caller: its unknown field left zero is accepted, set is refused */
+    struct { sgk_context_options o; uint32_t newer; } wide;
+    memset(&wide, 0, sizeof wide);
+    sgk_context_options_init(&wide.o);
+    wide.o.struct_size = sizeof wide;
+    wide.o.cpu_threads = 1;
+    assert_int_equal(sgk_context_create("cpu", 0, &wide.o, &ctx), SGK_OK);
+    sgk_context_destroy(ctx);
+    wide.newer = 1;
+    sgk_context *const sentinel = (sgk_context *)(uintptr_t)0x1234;
+    ctx = sentinel;
+    snprintf(n2, sizeof n2, "sizeof(sgk_context_options) (%zu)", sizeof wide.o);
+    expect_err_words(__LINE__, sgk_context_create("cpu", 0, &wide.o, &ctx), SGK_ERR_UNSUPPORTED,
+                     "options->struct_size", paren(n1, sizeof n1, sizeof wide), n2, "newer",
+                     NULL);
+    assert_ptr_equal(ctx, sentinel);
+    /* no version is that large: refused without reading that far */
+    wide.o.struct_size = SIZE_MAX;
+    EXPECT_ERR(sgk_context_create("cpu", 0, &wide.o, &ctx), SGK_ERR_INVALID_ARGUMENT,
+               "struct_size");
+    assert_ptr_equal(ctx, sentinel);
+}
+
+static void test_struct_size_desc(void **state)
+{
+    fixture *f = *state;
+    char n1[64], n2[64];
+    sgk_layer *const sentinel = (sgk_layer *)(uintptr_t)0x5678;
+    sgk_layer *layer = sentinel;
+    struct { sgk_layer_desc d; uint64_t newer[2]; } wide;
+    memset(&wide, 0, sizeof wide);
+    sgk_layer_desc_init(&wide.d);
+    sgkt_weights_to_desc(&f->p.w, &wide.d);
+
+    /* the first version is this one: one byte less is no version */
+    wide.d.struct_size = sizeof wide.d - 1;
+    expect_err_words(__LINE__, sgk_layer_create(f->ctx, &wide.d, &layer),
+                     SGK_ERR_INVALID_ARGUMENT, "desc->struct_size",
+                     paren(n1, sizeof n1, sizeof wide.d - 1), "sgk_layer_desc_init", NULL);
+    /* a newer caller that leaves its fields zero gets a working layer */
+    wide.d.struct_size = sizeof wide;
+    assert_int_equal(sgk_layer_create(f->ctx, &wide.d, &layer), SGK_OK);
+    const sgkt_inputs *in = &f->p.in;
+    assert_int_equal(sgk_forward(layer, in->B, in->N, in->nodes, in->pair_feats, in->edge_mask,
+                                 in->mask_type, f->out),
+                     SGK_OK);
+    sgk_layer_destroy(layer);
+    layer = sentinel;
+    /* one that sets one refuses, naming the byte */
+    wide.newer[1] = (uint64_t)1 << 56;
+    snprintf(n2, sizeof n2, "byte %zu", sizeof wide - 1);
+    expect_err_words(__LINE__, sgk_layer_create(f->ctx, &wide.d, &layer), SGK_ERR_UNSUPPORTED,
+                     "desc->struct_size", paren(n1, sizeof n1, sizeof wide), n2, NULL);
+    assert_ptr_equal(layer, sentinel);
 }
 
 /* ---- layers -------------------------------------------------------------- */
@@ -652,6 +793,8 @@ int main(void)
         cmocka_unit_test(test_registry),
         cmocka_unit_test(test_device_name),
         cmocka_unit_test(test_context_errors),
+        cmocka_unit_test(test_struct_size_options),
+        cmocka_unit_test_setup_teardown(test_struct_size_desc, fixture_setup, fixture_teardown),
         cmocka_unit_test(test_last_error_thread_local),
         cmocka_unit_test_setup_teardown(test_layer_errors, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_forward_errors, fixture_setup, fixture_teardown),

@@ -131,10 +131,13 @@ static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &k_tiled_limits, p);
 }
 
-static int cpu_variant_supports(void *bl, int v, int64_t B, int64_t N)
+static int cpu_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backend_plan *out)
 {
     sgk_plan p;
-    return plan_for(bl, v, B, N, &p);
+    if (!plan_for(bl, v, B, N, &p))
+        return 0;
+    sgk_plan_store(&p, out);
+    return 1;
 }
 
 /* Floats of per-thread local memory, after any tiled Q/K/V rows. */
@@ -145,22 +148,24 @@ static size_t pool_floats(const sgk_plan *p)
     return p->smem_ln > p->smem_attn ? p->smem_ln : p->smem_attn;
 }
 
-static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N)
+static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N,
+                                 const sgk_backend_plan *plan)
 {
+    (void)v;
+    (void)B;
+    (void)N;
     const cpu_layer *l = bl;
     sgk_plan p;
-    if (!plan_for(l, v, B, N, &p))
-        return 0;
+    sgk_plan_load(plan, &p);
     return p.workspace_bytes + (size_t)l->ctx->threads * pool_floats(&p) * sizeof(float);
 }
 
-static sgk_status cpu_forward(void *bl, int v, const sgk_fwd *a)
+static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, const sgk_fwd *a)
 {
+    (void)v;
     const cpu_layer *l = bl;
     sgk_plan p;
-    if (!plan_for(l, v, a->B, a->N, &p))
-        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: variant %s does not support this shape",
-                                 k_variants[v]);
+    sgk_plan_load(plan, &p);
     const float *w = l->w;
     const sgk_packed o = l->off;
     const int threads = l->ctx->threads;

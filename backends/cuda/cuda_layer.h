@@ -8,8 +8,12 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+#include <type_traits>
 
 #include "plan.h"
+#include "sgk_backend.h"
 
 /* The relation MLP's weights at P <= 16 and H = 8 as attn_rows.cuh takes
  * them in kernel parameters (constant memory), in sgkc_mlp_stage's layout
@@ -66,14 +70,49 @@ struct sgkc_fwd {
     cudaStream_t stream;
 };
 
+/* A variant plans a call once (sgk_backend.h): plan fills the call's
+ * sgk_backend_plan with the variant's own configuration, which workspace
+ * and launch then read instead of working it out again. */
 struct sgkc_variant {
     const char *name;
-    /* 1 when the variant computes this shape on this layer's device. */
-    int (*supports)(const sgkc_layer *L, int64_t B, int64_t N);
-    size_t (*workspace)(const sgkc_layer *L, int64_t B, int64_t N);
-    /* Enqueues the forward on f->stream; returns the first CUDA error. */
-    cudaError_t (*launch)(const sgkc_layer *L, const sgkc_fwd *f);
+    /* 1 with *plan filled when the variant can compute this shape on this
+     * layer's device; 0 otherwise. */
+    int (*plan)(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan);
+    /* NULL, or 0 where the variant can compute the shape but another is
+     * the better choice; the layer then never runs it there (sgkc_supports).
+     * dev/harness.cu validates and times variants past this. */
+    int (*prefer)(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan);
+    size_t (*workspace)(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan);
+    /* Enqueues the forward on f->stream with a plan made for f's shape;
+     * returns the first CUDA error. */
+    cudaError_t (*launch)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
 };
+
+/* Whether the layer runs v at (B, N): v plans it and prefers it. */
+static inline int sgkc_supports(const sgkc_variant &v, const sgkc_layer *L, int64_t B, int64_t N,
+                                sgk_backend_plan *plan)
+{
+    return v.plan(L, B, N, plan) && (!v.prefer || v.prefer(L, B, N, plan));
+}
+
+/* A variant's configuration into and out of a call's plan, by copy: the
+ * storage is not a T (sgk_backend.h). */
+template <class T>
+static inline void sgkc_plan_put(const T &cfg, sgk_backend_plan *plan)
+{
+    static_assert(std::is_trivially_copyable<T>::value, "a plan is copied bytewise");
+    static_assert(sizeof(T) <= sizeof plan->bytes, "a plan must fit in SGK_BACKEND_PLAN_BYTES");
+    memcpy(plan->bytes, &cfg, sizeof cfg);
+}
+
+template <class T>
+static inline T sgkc_plan_get(const sgk_backend_plan *plan)
+{
+    static_assert(sizeof(T) <= sizeof plan->bytes, "a plan must fit in SGK_BACKEND_PLAN_BYTES");
+    T cfg;
+    memcpy(&cfg, plan->bytes, sizeof cfg);
+    return cfg;
+}
 
 /* variants.cu: the table, in order of preference. */
 extern const sgkc_variant sgkc_variants[];

@@ -1,5 +1,5 @@
 /* The generated kernels (kernels/relation.sgk emitted for CUDA by sgkgen.py)
- * as variants "generic-small" and "generic-tiled" of the CUDA backend: the
+ * as variants "small" and "tiled" of the CUDA backend: the
  * same logic the cpu, hip and opencl backends run, with the host plan they
  * share (kernels/plan.c). The tuned variants come first in the table; these
  * serve as the portable baseline and are tested like every variant. */
@@ -29,49 +29,42 @@ cudaError_t sgkc_generic_prepare(int smem_limit)
     return cudaSuccess;
 }
 
-int sgkc_generic_small_supports(const sgkc_layer *L, int64_t B, int64_t N)
+int sgkc_generic_small_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
     sgk_plan p;
-    return plan_for(L, SGK_PLAN_SMALL, B, N, &p);
+    if (!plan_for(L, SGK_PLAN_SMALL, B, N, &p))
+        return 0;
+    sgk_plan_store(&p, plan);
+    return 1;
 }
 
-size_t sgkc_generic_small_workspace(const sgkc_layer *, int64_t, int64_t)
-{
-    return 0;
-}
-
-cudaError_t sgkc_generic_small_launch(const sgkc_layer *L, const sgkc_fwd *f)
+int sgkc_generic_tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
     sgk_plan p;
-    if (!plan_for(L, SGK_PLAN_SMALL, f->B, f->N, &p))
-        return cudaErrorInvalidConfiguration;
+    if (!plan_for(L, SGK_PLAN_TILED, B, N, &p))
+        return 0;
+    sgk_plan_store(&p, plan);
+    return 1;
+}
+
+size_t sgkc_generic_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_backend_plan *plan)
+{
+    sgk_plan p;
+    sgk_plan_load(plan, &p);
+    return p.workspace_bytes;
+}
+
+cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
+{
+    sgk_plan p;
+    sgk_plan_load(plan, &p);
     const float *w = L->gen;
     const sgk_packed &o = L->gen_off;
-    return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes,
-                            f->pair, (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta,
-                            w + o.wqkv, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo, f->out, p.N,
-                            p.D, p.H, p.P, p.tq, L->eps, p.scale);
-}
-
-int sgkc_generic_tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
-{
-    sgk_plan p;
-    return plan_for(L, SGK_PLAN_TILED, B, N, &p);
-}
-
-size_t sgkc_generic_tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N)
-{
-    sgk_plan p;
-    return plan_for(L, SGK_PLAN_TILED, B, N, &p) ? p.workspace_bytes : 0;
-}
-
-cudaError_t sgkc_generic_tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
-{
-    sgk_plan p;
-    if (!plan_for(L, SGK_PLAN_TILED, f->B, f->N, &p))
-        return cudaErrorInvalidConfiguration;
-    const float *w = L->gen;
-    const sgk_packed &o = L->gen_off;
+    if (p.kind == SGK_PLAN_SMALL)
+        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes,
+                                f->pair, (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta,
+                                w + o.wqkv, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo, f->out, p.N,
+                                p.D, p.H, p.P, p.tq, L->eps, p.scale);
     float *qkv = (float *)f->ws;
     cudaError_t e = sgk_launch_ln_qkv((int)p.groups_ln, 1, k_threads, p.smem_ln * sizeof(float), f->stream,
                                       f->nodes, w + o.gamma, w + o.beta, w + o.wqkv, qkv,

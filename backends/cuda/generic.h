@@ -8,11 +8,13 @@
  * memory on the current device. */
 cudaError_t sgkc_generic_prepare(int smem_limit);
 
-int sgkc_generic_small_supports(const sgkc_layer *L, int64_t B, int64_t N);
-size_t sgkc_generic_small_workspace(const sgkc_layer *L, int64_t B, int64_t N);
-cudaError_t sgkc_generic_small_launch(const sgkc_layer *L, const sgkc_fwd *f);
-int sgkc_generic_tiled_supports(const sgkc_layer *L, int64_t B, int64_t N);
-size_t sgkc_generic_tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N);
-cudaError_t sgkc_generic_tiled_launch(const sgkc_layer *L, const sgkc_fwd *f);
+/* Variants small and tiled; their plan is the generated kernels' sgk_plan
+ * (kernels/plan.h), and one workspace function serves both. */
+int sgkc_generic_small_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan);
+int sgkc_generic_tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan);
+size_t sgkc_generic_workspace(const sgkc_layer *L, int64_t B, int64_t N,
+                              const sgk_backend_plan *plan);
+cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *plan,
+                                const sgkc_fwd *f);
 
 #endif

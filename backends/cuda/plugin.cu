@@ -172,30 +172,29 @@ static const char *sgkc_variant_name(void *blayer, int variant)
     return variant >= 0 && variant < sgkc_variant_count ? sgkc_variants[variant].name : NULL;
 }
 
-static int sgkc_variant_supports(void *blayer, int variant, int64_t B, int64_t N)
+static int sgkc_variant_supports(void *blayer, int variant, int64_t B, int64_t N,
+                                 sgk_backend_plan *plan)
 {
     if (variant < 0 || variant >= sgkc_variant_count)
         return 0;
-    return sgkc_variants[variant].supports((const sgkc_layer *)blayer, B, N);
+    return sgkc_supports(sgkc_variants[variant], (const sgkc_layer *)blayer, B, N, plan);
 }
 
-static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t N)
+static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t N,
+                                  const sgk_backend_plan *plan)
 {
     if (variant < 0 || variant >= sgkc_variant_count)
         return 0;
-    return sgkc_variants[variant].workspace((const sgkc_layer *)blayer, B, N);
+    return sgkc_variants[variant].workspace((const sgkc_layer *)blayer, B, N, plan);
 }
 
-static sgk_status sgkc_forward(void *blayer, int variant, const sgk_fwd *args)
+static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan *plan,
+                               const sgk_fwd *args)
 {
     const sgkc_layer *L = (const sgkc_layer *)blayer;
     if (variant < 0 || variant >= sgkc_variant_count)
         return g_host->set_error(SGK_ERR_UNKNOWN_VARIANT, "cuda: variant %d does not exist", variant);
     const sgkc_variant &v = sgkc_variants[variant];
-    if (!v.supports(L, args->B, args->N))
-        return g_host->set_error(SGK_ERR_UNSUPPORTED,
-                                 "cuda: variant '%s' does not support B=%lld N=%lld with D=%d H=%d P=%d",
-                                 v.name, (long long)args->B, (long long)args->N, L->D, L->H, L->P);
     DeviceScope scope(L->device);
     if (scope.error() != cudaSuccess)
         return cuda_fail(scope.error(), "cudaSetDevice");
@@ -210,7 +209,7 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_fwd *args)
     f.ws = args->workspace;
     f.ws_bytes = args->workspace_bytes;
     f.stream = (cudaStream_t)args->stream;
-    const cudaError_t e = v.launch(L, &f);
+    const cudaError_t e = v.launch(L, plan, &f);
     if (e != cudaSuccess)
         return cuda_fail(e, v.name);
     return SGK_OK;

@@ -14,7 +14,7 @@
 
 static const size_t TC_ALIGN = 256;
 
-int sgkc_tc_supports(const sgkc_layer *L, int64_t B, int64_t N)
+int sgkc_tc_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *)
 {
     if (L->cc_major < 8 || N > INT_MAX || B * N > INT_MAX / 4 || sgkc_tc_gemm_smem() > L->smem_optin)
         return 0;
@@ -23,7 +23,7 @@ int sgkc_tc_supports(const sgkc_layer *L, int64_t B, int64_t N)
     return sgkc_tca_fits(L->hd, L->P, L->smem_optin, B, (int)N, L->H);
 }
 
-size_t sgkc_tc_workspace(const sgkc_layer *L, int64_t B, int64_t N)
+size_t sgkc_tc_workspace(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
 {
     return (size_t)B * (size_t)N * 4u * (size_t)L->D * sizeof(float) + TC_ALIGN;
 }
@@ -36,7 +36,7 @@ cudaError_t sgkc_tc_prepare(const sgkc_layer *L)
     return e != cudaSuccess ? e : sgkc_tca_prepare(L->smem_optin);
 }
 
-cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgkc_fwd *f)
+cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
 {
     const int D = L->D;
     const int64_t M = f->B * f->N;

@@ -1,6 +1,7 @@
 /* The CUDA variants of the sgk layer, in order of preference, and the
- * packing of a layer's weights. To add a variant: write its supports,
- * workspace and launch functions and add a row to sgkc_variants below. */
+ * packing of a layer's weights. To add a variant: write its plan (and
+ * prefer, if any), workspace and launch functions and add a row to
+ * sgkc_variants below (cuda_layer.h says what each does). */
 #include "cuda_layer.h"
 #include "generic.h"
 #include "tc.h"
@@ -33,7 +34,7 @@ static const size_t SGKC_WS_ALIGN = 256;
 /* workspace holds qkv (B*N, 3D) then ctx (B*N, D).                    */
 /* ------------------------------------------------------------------ */
 
-static size_t ws_qkv_ctx(const sgkc_layer *L, int64_t B, int64_t N)
+static size_t ws_qkv_ctx(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
 {
     return (size_t)B * (size_t)N * 4u * (size_t)L->D * sizeof(float) + SGKC_WS_ALIGN;
 }
@@ -385,19 +386,23 @@ static int general_kc(const sgkc_layer *L, int64_t N)
     return (int)kc;
 }
 
-static int general_supports(const sgkc_layer *L, int64_t B, int64_t N)
+static int general_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
-    return general_kc(L, N) >= 1 && B * N <= INT_MAX && N <= INT_MAX / 4 && gemm_fits(L, B * N);
+    const int kc = general_kc(L, N);
+    if (!(kc >= 1 && B * N <= INT_MAX && N <= INT_MAX / 4 && gemm_fits(L, B * N)))
+        return 0;
+    sgkc_plan_put(kc, plan);
+    return 1;
 }
 
-static cudaError_t general_launch(const sgkc_layer *L, const sgkc_fwd *f)
+static cudaError_t general_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
 {
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
     SGKC_RETURN_IF(launch_qkv(L, f->stream, qkv_args(L, f, qkv)));
     sgkc_gen_args a;
     fill_attn_args(a, L, f, qkv, ctx);
-    a.KC = general_kc(L, f->N);
+    a.KC = sgkc_plan_get<int>(plan);
     const size_t smem = sgkc_ag_smem_floats(a.D, a.H, a.P, a.KC) * sizeof(float);
     sgkc_attn_general_kernel<<<(unsigned)(f->B * f->N), SGKC_AG_NT, smem, f->stream>>>(a);
     SGKC_RETURN_IF(cudaGetLastError());
@@ -467,18 +472,21 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     return c->smem <= L->smem_optin || c->rows;
 }
 
-static int tiled_supports_dm(const sgkc_layer *L, int64_t B, int64_t N, bool dm)
+static int tiled_supports_dm(const sgkc_layer *L, int64_t B, int64_t N, bool dm, sgk_backend_plan *plan)
 {
     tiled_cfg c;
     if (!tiled_plan(L, B, N, dm, &c) || N > INT_MAX / 4 || !gemm_fits(L, B * N))
         return 0;
     const int64_t blocks = B * ((N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ) * c.G;
-    return blocks <= INT_MAX;
+    if (blocks > INT_MAX)
+        return 0;
+    sgkc_plan_put(c, plan);
+    return 1;
 }
 
-static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
+static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
-    return tiled_supports_dm(L, B, N, false);
+    return tiled_supports_dm(L, B, N, false, plan);
 }
 
 /* tiled-dmma: tiled with attn_rows' relation MLP (mlp_dmma.cuh) and the
@@ -489,9 +497,9 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N)
  * are kernel-parameter constants (DESIGN.md).
  * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
  * run on 9.0 only, so other majors do not offer it (tiled_plan). */
-static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N)
+static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
-    return tiled_supports_dm(L, B, N, true);
+    return tiled_supports_dm(L, B, N, true, plan);
 }
 
 template <int PCAP, int HMAX>
@@ -533,11 +541,9 @@ static cudaError_t tiled16_attn(const sgkc_attn_args &a, unsigned blocks, size_t
     return cudaGetLastError();
 }
 
-static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool dm)
+static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f, bool dm)
 {
-    tiled_cfg c;
-    if (!tiled_plan(L, f->B, f->N, dm, &c))
-        return cudaErrorInvalidConfiguration;
+    const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
     const sgkc_gemm_args gq = qkv_args(L, f, qkv), go = out_args(L, f, ctx);
@@ -585,14 +591,14 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgkc_fwd *f, bool 
     return dm ? launch_out_dmma(L, f->stream, go) : launch_out(L, f->stream, go);
 }
 
-static cudaError_t tiled_launch(const sgkc_layer *L, const sgkc_fwd *f)
+static cudaError_t tiled_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
 {
-    return tiled_launch_dm(L, f, false);
+    return tiled_launch_dm(L, plan, f, false);
 }
 
-static cudaError_t tiled_dmma_launch(const sgkc_layer *L, const sgkc_fwd *f)
+static cudaError_t tiled_dmma_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
 {
-    return tiled_launch_dm(L, f, true);
+    return tiled_launch_dm(L, plan, f, true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -655,16 +661,25 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     return need <= L->smem_optin;
 }
 
+static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
+{
+    fused_cfg c;
+    if (!fused_plan(L, B, N, &c))
+        return 0;
+    sgkc_plan_put(c, plan);
+    return 1;
+}
+
 /* One wave of clusters at most (one block per SM): past that the per-block
  * chain of dependent phases repeats per wave and the tiled path is faster
  * (mid). */
-static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N)
+static int fused_prefer(const sgkc_layer *L, int64_t B, int64_t, const sgk_backend_plan *plan)
 {
-    fused_cfg c;
-    return fused_plan(L, B, N, &c) && B * c.Ch * c.Cr <= (int64_t)L->sm_count;
+    const fused_cfg c = sgkc_plan_get<fused_cfg>(plan);
+    return B * c.Ch * c.Cr <= (int64_t)L->sm_count;
 }
 
-static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t)
+static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_backend_plan *)
 {
     return 0;
 }
@@ -677,11 +692,9 @@ static cudaError_t fused_go(const sgkc_layer *L, const sgkc_fused_args &a, unsig
                         a);
 }
 
-static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
+static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
 {
-    fused_cfg c;
-    if (!fused_plan(L, f->B, f->N, &c))
-        return cudaErrorInvalidConfiguration;
+    const fused_cfg c = sgkc_plan_get<fused_cfg>(plan);
     sgkc_fused_args a;
     fill_input_args(a, L, f);
     a.nodes = f->nodes;
@@ -719,13 +732,13 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgkc_fwd *f)
 /* ------------------------------------------------------------------ */
 
 const sgkc_variant sgkc_variants[] = {
-    {"fused-small", fused_supports, fused_workspace, fused_launch},
-    {"tiled", tiled_supports, ws_qkv_ctx, tiled_launch},
-    {"tiled-dmma", tiled_dmma_supports, ws_qkv_ctx, tiled_dmma_launch},
-    {"general", general_supports, ws_qkv_ctx, general_launch},
-    {"tuned-tc", sgkc_tc_supports, sgkc_tc_workspace, sgkc_tc_launch},
-    {"generic-small", sgkc_generic_small_supports, sgkc_generic_small_workspace, sgkc_generic_small_launch},
-    {"generic-tiled", sgkc_generic_tiled_supports, sgkc_generic_tiled_workspace, sgkc_generic_tiled_launch},
+    {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
+    {"tuned-tiled", tiled_supports, nullptr, ws_qkv_ctx, tiled_launch},
+    {"tuned-tiled-dmma", tiled_dmma_supports, nullptr, ws_qkv_ctx, tiled_dmma_launch},
+    {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
+    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch},
+    {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
+    {"tiled", sgkc_generic_tiled_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
 };
 const int sgkc_variant_count = (int)(sizeof sgkc_variants / sizeof sgkc_variants[0]);
 

@@ -55,8 +55,13 @@ sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **b
 void sgk_hip_layer_destroy(void *blayer);
 int sgk_hip_variant_count(void *blayer);
 const char *sgk_hip_variant_name(void *blayer, int variant);
-int sgk_hip_variant_supports(void *blayer, int variant, int64_t B, int64_t N);
-size_t sgk_hip_workspace_size(void *blayer, int variant, int64_t B, int64_t N);
-sgk_status sgk_hip_forward(void *blayer, int variant, const sgk_fwd *args);
+/* The plan handed from variant_supports to workspace_size and forward is
+ * an sgk_plan (plan.h). */
+int sgk_hip_variant_supports(void *blayer, int variant, int64_t B, int64_t N,
+                             sgk_backend_plan *plan);
+size_t sgk_hip_workspace_size(void *blayer, int variant, int64_t B, int64_t N,
+                              const sgk_backend_plan *plan);
+sgk_status sgk_hip_forward(void *blayer, int variant, const sgk_backend_plan *plan,
+                           const sgk_fwd *args);
 
 #endif

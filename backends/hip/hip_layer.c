@@ -124,16 +124,25 @@ static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
-int sgk_hip_variant_supports(void *bl, int v, int64_t B, int64_t N)
+int sgk_hip_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backend_plan *out)
 {
     sgk_plan p;
-    return plan_for(bl, v, B, N, &p);
+    if (!plan_for(bl, v, B, N, &p))
+        return 0;
+    sgk_plan_store(&p, out);
+    return 1;
 }
 
-size_t sgk_hip_workspace_size(void *bl, int v, int64_t B, int64_t N)
+size_t sgk_hip_workspace_size(void *bl, int v, int64_t B, int64_t N,
+                              const sgk_backend_plan *plan)
 {
+    (void)bl;
+    (void)v;
+    (void)B;
+    (void)N;
     sgk_plan p;
-    return plan_for(bl, v, B, N, &p) ? p.workspace_bytes : 0;
+    sgk_plan_load(plan, &p);
+    return p.workspace_bytes;
 }
 
 static sgk_status launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0,
@@ -187,16 +196,12 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
     return SGK_OK;
 }
 
-sgk_status sgk_hip_forward(void *bl, int v, const sgk_fwd *a)
+sgk_status sgk_hip_forward(void *bl, int v, const sgk_backend_plan *plan, const sgk_fwd *a)
 {
+    (void)v;
     const hip_layer *l = bl;
     sgk_plan p;
-    if (!plan_for(l, v, a->B, a->N, &p))
-        return host()->set_error(SGK_ERR_UNSUPPORTED,
-                                 "hip: variant %s does not support B=%lld, N=%lld on device %d "
-                                 "\"%s\"",
-                                 k_variants[v], (long long)a->B, (long long)a->N, l->ctx->device,
-                                 l->ctx->label);
+    sgk_plan_load(plan, &p);
     sgk_hip_guard g;
     sgk_status st = sgk_hip_enter(l->ctx->device, &g);
     if (st != SGK_OK)

@@ -164,17 +164,14 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
     return st;
 }
 
-sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_fwd *a)
+sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *plan,
+                          const sgk_fwd *a)
 {
+    (void)variant;
     sgk_cl_layer *l = blayer;
     sgk_cl_ctx *c = l->ctx;
     sgk_plan p;
-    if (!sgk_cl_plan(l, variant, a->B, a->N, &p))
-        return host()->set_error(SGK_ERR_UNSUPPORTED,
-                                 "opencl: variant %s does not support B=%lld, N=%lld on device "
-                                 "\"%s\"",
-                                 sgk_cl_variant_names[variant], (long long)a->B,
-                                 (long long)a->N, c->info.label);
+    sgk_plan_load(plan, &p);
     cl_command_queue q = a->stream ? (cl_command_queue)a->stream : c->queue;
     int in_order = 1;
     sgk_status st = check_args(l, &p, a, q, &in_order);

@@ -101,14 +101,11 @@ typedef struct sgk_cl_layer {
 /* In order of preference: small's one group per batch entry leaves most of
  * a device idle at the batch sizes robots use (README.md). */
 enum { SGK_CL_V_TILED, SGK_CL_V_SMALL, SGK_CL_V_COUNT };
-extern const char *const sgk_cl_variant_names[SGK_CL_V_COUNT];
-
-/* Fills plan and returns 1 when variant v runs (B, N) within the device's
- * limits as queried for the built kernels. */
-int sgk_cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan);
 
 /* ---- cl_forward.c ---------------------------------------------------------- */
 
-sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_fwd *args);
+/* Enqueues the plan that variant_supports made (an sgk_plan, plan.h). */
+sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *plan,
+                          const sgk_fwd *args);
 
 #endif

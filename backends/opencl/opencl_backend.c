@@ -12,7 +12,7 @@ SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 
 const sgk_host *sgk_cl_host;
 
-const char *const sgk_cl_variant_names[SGK_CL_V_COUNT] = { [SGK_CL_V_TILED] = "tiled", [SGK_CL_V_SMALL] = "small" };
+static const char *const k_variant_names[SGK_CL_V_COUNT] = { [SGK_CL_V_TILED] = "tiled", [SGK_CL_V_SMALL] = "small" };
 
 static void *host_alloc(size_t bytes)
 {
@@ -197,11 +197,13 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
 /* ---- variants ----------------------------------------------------------- */
 
 static int cl_variant_count(void *bl) { (void)bl; return SGK_CL_V_COUNT; }
-static const char *cl_variant_name(void *bl, int v) { (void)bl; return sgk_cl_variant_names[v]; }
+static const char *cl_variant_name(void *bl, int v) { (void)bl; return k_variant_names[v]; }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-int sgk_cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan)
+/* Variant v's plan for (B, N) within the device's limits as queried for the
+ * built kernels; 0 when it does not run the shape. */
+static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan)
 {
     const sgk_cl_program *pr = &l->ctx->prog;
     sgk_limits lim;
@@ -217,16 +219,25 @@ int sgk_cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *pl
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, plan);
 }
 
-static int cl_variant_supports(void *bl, int v, int64_t B, int64_t N)
+static int cl_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backend_plan *out)
 {
     sgk_plan p;
-    return sgk_cl_plan(bl, v, B, N, &p);
+    if (!cl_plan(bl, v, B, N, &p))
+        return 0;
+    sgk_plan_store(&p, out);
+    return 1;
 }
 
-static size_t cl_workspace_size(void *bl, int v, int64_t B, int64_t N)
+static size_t cl_workspace_size(void *bl, int v, int64_t B, int64_t N,
+                                const sgk_backend_plan *plan)
 {
+    (void)bl;
+    (void)v;
+    (void)B;
+    (void)N;
     sgk_plan p;
-    return sgk_cl_plan(bl, v, B, N, &p) ? p.workspace_bytes : 0;
+    sgk_plan_load(plan, &p);
+    return p.workspace_bytes;
 }
 
 /* ---- memory ------------------------------------------------------------- */

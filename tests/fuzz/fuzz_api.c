@@ -159,15 +159,19 @@ static void step_context_create(state *s)
     const char *name = names[sel % 9];
     int device = (sel & 0x30) == 0x30 ? (int)(int8_t)u8(&s->in) : 0;
     int slot = u8(&s->in) % CTX_SLOTS;
-    sgk_context_options opt;
-    sgk_context_options_init(&opt);
+    /* A newer caller's struct: the bytes past sizeof(sgk_context_options)
+     * are a field this sgk lacks, set (read when struct_size covers them). */
+    struct { sgk_context_options opt; unsigned char newer[8]; } wide;
+    memset(wide.newer, 0xa5, sizeof wide.newer);
+    sgk_context_options *const opt = &wide.opt;
+    sgk_context_options_init(opt);
     uint8_t o = u8(&s->in);
     int with_opt = o % 4 != 0;
-    opt.cpu_threads = (o >> 2) % 4;
+    opt->cpu_threads = (o >> 2) % 4;
     if (o >= 0xf0)
-        opt.cpu_threads = -1 - (o & 3);
+        opt->cpu_threads = -1 - (o & 3);
     if ((o & 0xe0) == 0xc0)
-        opt.struct_size = (o & 1) ? 0 : sizeof opt + 8;
+        opt->struct_size = (o & 1) ? 0 : sizeof *opt + 8;
 
     allowed a = {0};
     int bad = 0;
@@ -182,9 +186,9 @@ static void step_context_create(state *s)
             return; /* this target fuzzes the cpu backend only */
         bad = 1;
     }
-    if (with_opt && opt.struct_size < sizeof opt) { allow(&a, SGK_ERR_INVALID_ARGUMENT); bad = 1; }
-    if (with_opt && opt.struct_size > sizeof opt) { allow(&a, SGK_ERR_UNSUPPORTED); bad = 1; }
-    if (with_opt && opt.cpu_threads < 0) { allow(&a, SGK_ERR_INVALID_ARGUMENT); bad = 1; }
+    if (with_opt && opt->struct_size < sizeof *opt) { allow(&a, SGK_ERR_INVALID_ARGUMENT); bad = 1; }
+    if (with_opt && opt->struct_size > sizeof *opt) { allow(&a, SGK_ERR_UNSUPPORTED); bad = 1; }
+    if (with_opt && opt->cpu_threads < 0) { allow(&a, SGK_ERR_INVALID_ARGUMENT); bad = 1; }
     if (device != 0) { allow(&a, SGK_ERR_INVALID_DEVICE); bad = 1; }
     if (s->armed) allow(&a, SGK_ERR_OUT_OF_MEMORY);
     if (!bad) allow(&a, SGK_OK);
@@ -193,7 +197,7 @@ static void step_context_create(state *s)
         destroy_ctx(s, slot);
     sgk_context *const sentinel = (sgk_context *)(uintptr_t)0x5a5a5a50;
     sgk_context *ctx = sentinel;
-    sgk_status st = sgk_context_create(name, device, with_opt ? &opt : NULL, &ctx);
+    sgk_status st = sgk_context_create(name, device, with_opt ? opt : NULL, &ctx);
     check_status("sgk_context_create", st, &a);
     if (st != SGK_OK) {
         if (ctx != sentinel)
@@ -274,14 +278,18 @@ static void step_layer_create(state *s)
     sgkt_rng_seed(&rng, u64(&s->in));
     sgkt_weights_random(&w, &rng);
     w.eps = eps;
-    sgk_layer_desc filled = desc;
-    sgkt_weights_to_desc(&w, &filled);
-    filled.dim = D;
-    filled.heads = H;
-    filled.pair_dim = P;
-    const void **ptrs[] = {&filled.ln_gamma, &filled.ln_beta, &filled.wq, &filled.wk,
-                           &filled.wv, &filled.wo, &filled.w1, &filled.b1, &filled.w2,
-                           &filled.b2};
+    /* A newer caller's struct, as in step_context_create. */
+    struct { sgk_layer_desc desc; unsigned char newer[8]; } wide;
+    memset(wide.newer, 0xa5, sizeof wide.newer);
+    wide.desc = desc;
+    sgk_layer_desc *const filled = &wide.desc;
+    sgkt_weights_to_desc(&w, filled);
+    filled->dim = D;
+    filled->heads = H;
+    filled->pair_dim = P;
+    const void **ptrs[] = {&filled->ln_gamma, &filled->ln_beta, &filled->wq, &filled->wk,
+                           &filled->wv, &filled->wo, &filled->w1, &filled->b1, &filled->w2,
+                           &filled->b2};
     if (null_weight >= 0 && null_weight < 10)
         *ptrs[null_weight] = NULL;
 
@@ -289,7 +297,7 @@ static void step_layer_create(state *s)
         destroy_layer(s, slot);
     sgk_layer *const sentinel = (sgk_layer *)(uintptr_t)0x5a5a5a50;
     sgk_layer *layer = sentinel;
-    sgk_status st = sgk_layer_create(ctx, null_desc ? NULL : &filled, null_out ? NULL : &layer);
+    sgk_status st = sgk_layer_create(ctx, null_desc ? NULL : filled, null_out ? NULL : &layer);
     check_status("sgk_layer_create", st, &a);
     if (st != SGK_OK) {
         if (layer != sentinel)
@@ -470,10 +478,13 @@ static void step_registry(state *s)
     case 2: {
         size_t len = (size_t)(what >> 4);
         char *b = len ? malloc(len) : NULL;
+        char full[256]; /* a name that does not fit is refused, never cut */
+        size_t need = sgk_device_name("cpu", 0, full, sizeof full) == SGK_OK ? strlen(full) + 1 : 0;
         sgk_status st = sgk_device_name("cpu", (int)(x % 3), len ? b : buf, len);
         int ok_dev = x % 3 == 0;
         sgk_status want = len == 0 ? SGK_ERR_INVALID_ARGUMENT
-                          : !ok_dev ? SGK_ERR_INVALID_DEVICE : SGK_OK;
+                          : !ok_dev ? SGK_ERR_INVALID_DEVICE
+                          : len < need ? SGK_ERR_INVALID_ARGUMENT : SGK_OK;
         if (st != want)
             finding("sgk_device_name", st, NULL);
         if (st == SGK_OK && strlen(b) >= len)

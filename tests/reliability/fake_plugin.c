@@ -49,10 +49,10 @@ static sgk_status fake_layer_create(void *c, const sgk_layer_desc *d, void **l) 
 static void fake_layer_destroy(void *l) { (void)l; }
 static int fake_variant_count(void *l) { (void)l; return 1; }
 static const char *fake_variant_name(void *l, int v) { (void)l; (void)v; return "fake"; }
-static int fake_variant_supports(void *l, int v, int64_t B, int64_t N) { (void)l; (void)v; (void)B; (void)N; return 0; }
-static size_t fake_workspace_size(void *l, int v, int64_t B, int64_t N) { (void)l; (void)v; (void)B; (void)N; return 0; }
+static int fake_variant_supports(void *l, int v, int64_t B, int64_t N, sgk_backend_plan *p) { (void)l; (void)v; (void)B; (void)N; (void)p; return 0; }
+static size_t fake_workspace_size(void *l, int v, int64_t B, int64_t N, const sgk_backend_plan *p) { (void)l; (void)v; (void)B; (void)N; (void)p; return 0; }
 #if FAKE_MODE != FAKE_NO_FORWARD
-static sgk_status fake_forward(void *l, int v, const sgk_fwd *a) { (void)l; (void)v; (void)a; return refuse(); }
+static sgk_status fake_forward(void *l, int v, const sgk_backend_plan *p, const sgk_fwd *a) { (void)l; (void)v; (void)p; (void)a; return refuse(); }
 #endif
 static sgk_status fake_mem_alloc(void *c, size_t n, void **p) { (void)c; (void)n; (void)p; return refuse(); }
 static void fake_mem_free(void *c, void *p) { (void)c; (void)p; }

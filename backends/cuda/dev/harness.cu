@@ -4,10 +4,10 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Xcompiler -fopenmp -I.. harness.cu ../variants.cu -o harness -lgomp
  *   ./harness validate          all edge cases, every variant that supports each
  *   ./harness bench [preset..]  seed mid large xl: stream and graph timings
- *                               (SGKC_VARIANT=tiled times that variant alone)
+ *                               (SGKC_VARIANT=tuned-tiled times that variant alone)
  *   ./harness sanitize          a few small cases, one call each (for compute-sanitizer)
  *
- * Versions: v1 = general, v2 = tiled, v3 = fused-small (the variant table of
+ * Versions: v1 = tuned-general, v2 = tuned-tiled, v3 = tuned-fused-small (the variant table of
  * variants.cu); each is timed with device events, median of 7 runs, rotating
  * through several input sets so that small presets are not timed on one
  * L2-resident buffer. */
@@ -326,12 +326,14 @@ static void run_case(const Case &cs, bool quiet_ok)
     for (int v = 0; v < sgkc_variant_count; v++) {
         const sgkc_variant &var = sgkc_variants[v];
         const bool force = getenv("SGKC_FORCE") && atoi(getenv("SGKC_FORCE"));
-        if (!var.supports(&L, s.B, s.N) && !force) {
+        /* forced: past the variant's prefer, where it can plan the shape */
+        sgk_backend_plan plan;
+        if (!(force ? var.plan(&L, s.B, s.N, &plan) : sgkc_supports(var, &L, s.B, s.N, &plan))) {
             if (!quiet_ok)
                 printf("  %-12s %-34s unsupported\n", var.name, s.name);
             continue;
         }
-        size_t wsb = var.workspace(&L, s.B, s.N);
+        size_t wsb = var.workspace(&L, s.B, s.N, &plan);
         void *ws = nullptr;
         if (wsb) CK(cudaMalloc(&ws, wsb));
         CK(cudaMemset(ds.out, 0, 0));
@@ -340,19 +342,7 @@ static void run_case(const Case &cs, bool quiet_ok)
             CK(cudaMemcpy(ds.out, poison.data(), poison.size() * 4, cudaMemcpyHostToDevice));
         }
         sgkc_fwd f = fwd_of(ds, s.B, s.N, cs.u8, ws, wsb, 0);
-        if (!var.supports(&L, s.B, s.N)) {
-            /* forced: a launch that cannot plan the shape says so */
-            const cudaError_t e = var.launch(&L, &f);
-            if (e != cudaSuccess) {
-                cudaGetLastError();
-                if (!quiet_ok)
-                    printf("  %-12s %-34s unsupported\n", var.name, s.name);
-                if (ws) cudaFree(ws);
-                continue;
-            }
-        } else {
-            CK(var.launch(&L, &f));
-        }
+        CK(var.launch(&L, &plan, &f));
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got.data(), ds.out, got.size() * 4, cudaMemcpyDeviceToHost));
         Check c = compare(in, ref, got, cs.mask_kind);
@@ -415,8 +405,8 @@ static void bench(const Shape &s)
     const double fl = flops_of(s), by = bytes_of(s);
     printf("%s: B=%d N=%d D=%d H=%d P=%d  %.3f GFLOP  %.1f MB  floors: FFMA(67T) %.1f us, HBM(4.0TB/s) %.1f us; %d input sets\n",
            s.name, s.B, s.N, s.D, s.H, s.P, fl / 1e9, by / 1e6, fl / 67e12 * 1e6, by / 4.0e12 * 1e6, nsets);
-    /* SGKC_FORCE=1 also times variants whose supports() declines the shape
-     * by policy (fused-small past one wave), when their launch can run it. */
+    /* SGKC_FORCE=1 also times variants whose prefer() declines the shape
+     * (tuned-fused-small past one wave), where they can plan it. */
     const bool force = getenv("SGKC_FORCE") && atoi(getenv("SGKC_FORCE"));
     /* SGKC_VARIANT=name times that variant alone (A/B calls on a budget). */
     const char *only = getenv("SGKC_VARIANT");
@@ -425,34 +415,27 @@ static void bench(const Shape &s)
         const int vnum = v == 0 ? 3 : v == 1 ? 2 : 1;
         if (only && *only && strcmp(only, var.name) != 0)
             continue;
-        const bool sup = var.supports(&L, s.B, s.N);
-        if (!sup && !force) {
+        sgk_backend_plan plan;
+        const bool sup = sgkc_supports(var, &L, s.B, s.N, &plan);
+        if (!sup && !(force && var.plan(&L, s.B, s.N, &plan))) {
             printf("  v%d %-12s unsupported\n", vnum, var.name);
             continue;
         }
-        size_t wsb = var.workspace(&L, s.B, s.N);
+        size_t wsb = var.workspace(&L, s.B, s.N, &plan);
         void *ws = nullptr;
         if (wsb) CK(cudaMalloc(&ws, wsb));
         /* correctness on set 0 */
         sgkc_fwd f0 = fwd_of(sets[0], s.B, s.N, false, ws, wsb, st);
-        if (!sup) {
-            const cudaError_t e = var.launch(&L, &f0);
-            if (e != cudaSuccess) {
-                cudaGetLastError();
-                printf("  v%d %-12s unsupported (%s)\n", vnum, var.name, cudaGetErrorString(e));
-                if (ws) cudaFree(ws);
-                continue;
-            }
-            printf("  (v%d %s: forced past its supports())\n", vnum, var.name);
-        }
-        CK(var.launch(&L, &f0));
+        if (!sup)
+            printf("  (v%d %s: forced past its prefer())\n", vnum, var.name);
+        CK(var.launch(&L, &plan, &f0));
         CK(cudaStreamSynchronize(st));
         std::vector<float> got(in.nodes.size());
         CK(cudaMemcpy(got.data(), sets[0].out, got.size() * 4, cudaMemcpyDeviceToHost));
         Check c = compare(in, ref, got, 0);
         /* calibrate */
         CK(cudaEventRecord(e0, st));
-        CK(var.launch(&L, &f0));
+        CK(var.launch(&L, &plan, &f0));
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
         float one;
@@ -464,7 +447,7 @@ static void bench(const Shape &s)
             const auto h0 = std::chrono::steady_clock::now();
             for (int r = 0; r < reps; r++) {
                 sgkc_fwd f = fwd_of(sets[r % nsets], s.B, s.N, false, ws, wsb, st);
-                CK(var.launch(&L, &f));
+                CK(var.launch(&L, &plan, &f));
             }
             th.push_back(std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - h0).count() / reps);
             CK(cudaEventRecord(e1, st));
@@ -482,7 +465,7 @@ static void bench(const Shape &s)
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
             for (int r = 0; r < greps; r++) {
                 sgkc_fwd f = fwd_of(sets[r % nsets], s.B, s.N, false, ws, wsb, st);
-                CK(var.launch(&L, &f));
+                CK(var.launch(&L, &plan, &f));
             }
             CK(cudaStreamEndCapture(st, &g));
             CK(cudaGraphInstantiate(&ge, g, 0));
@@ -690,12 +673,13 @@ int main(int argc, char **argv)
             DevSet ds = upload(in, false, 0);
             for (int v = 0; v < sgkc_variant_count; v++) {
                 const sgkc_variant &var = sgkc_variants[v];
-                if (std::string(var.name) == "general" || !var.supports(&L, s.B, s.N)) continue;
-                size_t wsb = var.workspace(&L, s.B, s.N);
+                sgk_backend_plan plan;
+                if (std::string(var.name) == "tuned-general" || !sgkc_supports(var, &L, s.B, s.N, &plan)) continue;
+                size_t wsb = var.workspace(&L, s.B, s.N, &plan);
                 void *ws = nullptr;
                 if (wsb) CK(cudaMalloc(&ws, wsb));
                 sgkc_fwd f = fwd_of(ds, s.B, s.N, false, ws, wsb, 0);
-                for (int r = 0; r < 2; r++) CK(var.launch(&L, &f));
+                for (int r = 0; r < 2; r++) CK(var.launch(&L, &plan, &f));
                 CK(cudaDeviceSynchronize());
                 printf("profiled %s %s\n", s.name, var.name);
                 if (ws) cudaFree(ws);
@@ -716,13 +700,15 @@ int main(int argc, char **argv)
         std::vector<DevSet> sets;
         for (int i = 0; i < 64; i++) sets.push_back(upload(in, false, 0));
         const sgkc_variant &var = sgkc_variants[0];
+        sgk_backend_plan plan;
+        CK(var.plan(&L, s.B, s.N, &plan) ? cudaSuccess : cudaErrorInvalidConfiguration);
         int clk_khz = 0;
         CK(cudaDeviceGetAttribute(&clk_khz, cudaDevAttrClockRate, 0));
         for (int pass = 0; pass < 2; pass++) {
             const int calls = pass == 0 ? 1 : 500;
             for (int r = 0; r < calls; r++) {
                 sgkc_fwd f = fwd_of(sets[r % 64], s.B, s.N, false, nullptr, 0, 0);
-                CK(var.launch(&L, &f));
+                CK(var.launch(&L, &plan, &f));
             }
             CK(cudaDeviceSynchronize());
             constexpr int TLS = 32; /* slots a block (kernel_common.cuh) */
