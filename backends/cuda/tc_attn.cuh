@@ -170,7 +170,8 @@ __global__ void __launch_bounds__(THREADS) attn_kernel(const sgkc_tca_args a)
     }
 
     const int wr0 = q0 + rg * 16; /* the row group's first query row */
-    const bool pair_even = (P % 2) == 0;
+    /* float2 loads where every pair's row is 8-byte aligned */
+    const bool pair_even = P % 2 == 0 && ((uintptr_t)a.pair & 7u) == 0;
     const float LOG2E = 1.4426950408889634f;
 
     for (int j0 = 0; j0 < N; j0 += BN) {

@@ -73,6 +73,7 @@ static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { ret
 
 int main(int argc, char **argv)
 {
+    CK(sgkc_tc_gemm_prepare());
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
