@@ -75,18 +75,19 @@ static int driver_branch_needed(void)
 static void probe_reason(cudaError_t e, char *reason, size_t reason_len)
 {
     int drv = 0;
+    char has[64] = "";
     switch (e) {
     case cudaErrorInsufficientDriver:
     case cudaErrorCompatNotSupportedOnDevice:
-        if (cudaDriverGetVersion(&drv) != cudaSuccess)
-            drv = 0;
+        /* 0 when the driver lacks even the entry points this runtime asks for */
+        if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+            snprintf(has, sizeof has, "; the driver supports CUDA %d.%d", drv / 1000, drv % 1000 / 10);
         snprintf(reason, reason_len,
                  "the NVIDIA driver is older than this CUDA build needs (built with CUDA %d.%d, "
-                 "needs driver >= %d; the driver supports CUDA %d.%d%s)",
-                 CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, driver_branch_needed(),
-                 drv / 1000, drv % 1000 / 10,
+                 "needs driver >= %d%s%s)",
+                 CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, driver_branch_needed(), has,
                  e == cudaErrorCompatNotSupportedOnDevice
-                     ? ", and the CUDA forward-compatibility package does not support this GPU"
+                     ? "; the CUDA forward-compatibility package in use does not support this GPU"
                      : "");
         break;
     case cudaErrorNoDevice:
