@@ -62,6 +62,47 @@ static int driver_present(void)
     return 1;
 }
 
+/* The oldest Linux driver branch that runs what this runtime built: CUDA 13.x
+ * needs 580 or later, CUDA 12.x 525 or later (minor-version compatibility; the
+ * plugin carries machine code for its SM versions, so no PTX JIT is needed on
+ * them). */
+static int driver_branch_needed(void)
+{
+    return CUDART_VERSION >= 13000 ? 580 : 525;
+}
+
+/* Why the runtime cannot be used, in words a user can act on. */
+static void probe_reason(cudaError_t e, char *reason, size_t reason_len)
+{
+    int drv = 0;
+    char has[64] = "";
+    switch (e) {
+    case cudaErrorInsufficientDriver:
+    case cudaErrorCompatNotSupportedOnDevice:
+        /* 0 when the driver lacks even the entry points this runtime asks for */
+        if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+            snprintf(has, sizeof has, "; the driver supports CUDA %d.%d", drv / 1000, drv % 1000 / 10);
+        snprintf(reason, reason_len,
+                 "the NVIDIA driver is older than this CUDA build needs (built with CUDA %d.%d, "
+                 "needs driver >= %d%s%s)",
+                 CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10, driver_branch_needed(), has,
+                 e == cudaErrorCompatNotSupportedOnDevice
+                     ? "; the CUDA forward-compatibility package in use does not support this GPU"
+                     : "");
+        break;
+    case cudaErrorNoDevice:
+        snprintf(reason, reason_len, "no CUDA-capable device is visible to the NVIDIA driver");
+        break;
+    case cudaErrorSystemDriverMismatch:
+        snprintf(reason, reason_len,
+                 "the NVIDIA kernel module and libcuda.so.1 are of different driver versions");
+        break;
+    default:
+        snprintf(reason, reason_len, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        break;
+    }
+}
+
 static int sgkc_probe(char *reason, size_t reason_len)
 {
     if (!driver_present()) {
@@ -70,11 +111,12 @@ static int sgkc_probe(char *reason, size_t reason_len)
         return 0;
     }
     int n = 0;
-    const cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n <= 0) {
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e == cudaSuccess && n <= 0)
+        e = cudaErrorNoDevice;
+    if (e != cudaSuccess) {
         if (reason && reason_len)
-            snprintf(reason, reason_len, "%s",
-                     e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA-capable device");
+            probe_reason(e, reason, reason_len);
         cudaGetLastError();
         return 0;
     }
