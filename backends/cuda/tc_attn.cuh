@@ -70,7 +70,7 @@ template <int HDP, int PMAX, int NH> struct shape {
     static constexpr int MT0 = PMAX <= 16 ? 4 : PMAX <= 32 ? 2 : 1, MT = MT0 < 16 / G ? MT0 : 16 / G;
     static constexpr int off_w1 = 0, off_w2 = off_w1 + PMAX * WS, off_b1 = off_w2 + 8 * WS,
                          off_b2 = off_b1 + PMAX, off_q = off_b2 + 8, off_k = off_q + BM * QS,
-                         off_v = off_k + BN * KS, off_bias = off_v + BN * VS,
+                         off_v = off_k + 2 * BN * KS, off_bias = off_v + 2 * BN * VS,
                          floats = off_bias + R * NH * BIAS_HEAD;
     static constexpr size_t bytes = (size_t)floats * sizeof(float);
 };
@@ -120,6 +120,45 @@ __device__ __forceinline__ int stage(float *dst, int ld, const float *qkv, int64
     return bad;
 }
 
+/* The same copy as stage() through cp.async (zero-filled outside), for the
+ * K and V tiles, which are staged a step ahead; with CHECK it copies
+ * nothing and tells whether what this thread copied is finite (once
+ * landed: after the wait). */
+template <int HDP, bool CHECK>
+__device__ __forceinline__ int stage_async(float *dst, int ld, const float *qkv, int64_t row_first, int rows_valid,
+                                           int rows, int hg, int hd, int64_t ld3, int64_t col0, bool vec4, int tid)
+{
+    int bad = 0;
+    if (vec4) {
+        const int c4 = HDP / 4, per_row = hg * c4;
+        for (int i = tid; i < rows * per_row; i += THREADS) {
+            const int r = i / per_row, u = i % per_row, hh = u / c4, c = (u % c4) * 4;
+            float *d = dst + r * ld + hh * HDP + c;
+            if (CHECK) {
+                const float4 v = *reinterpret_cast<const float4 *>(d);
+                bad |= !isfinite(v.x) | !isfinite(v.y) | !isfinite(v.z) | !isfinite(v.w);
+            } else {
+                const bool in = r < rows_valid && c < hd;
+                sgkc_cp_async16_zfill(d, in ? qkv + (row_first + r) * ld3 + col0 + (int64_t)hh * hd + c : qkv,
+                                      in ? 16 : 0);
+            }
+        }
+    } else {
+        const int CGv = hg * HDP;
+        for (int i = tid; i < rows * CGv; i += THREADS) {
+            const int r = i / CGv, col = i % CGv, hh = col / HDP, c = col % HDP;
+            float *d = dst + r * ld + col;
+            if (CHECK) {
+                bad |= !isfinite(*d);
+            } else {
+                const bool in = r < rows_valid && c < hd;
+                sgkc_cp_async4_zfill(d, in ? qkv + (row_first + r) * ld3 + col0 + (int64_t)hh * hd + c : qkv, in ? 4 : 0);
+            }
+        }
+    }
+    return bad;
+}
+
 template <int HDP, int PMAX, int NH>
 __global__ void __launch_bounds__(THREADS) attn_kernel(const sgkc_tca_args a)
 {
@@ -128,7 +167,7 @@ __global__ void __launch_bounds__(THREADS) attn_kernel(const sgkc_tca_args a)
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
     float *w1s = sm + S::off_w1, *w2s = sm + S::off_w2, *b1s = sm + S::off_b1, *b2s = sm + S::off_b2;
-    float *qs = sm + S::off_q, *ks = sm + S::off_k, *vs = sm + S::off_v;
+    float *qs = sm + S::off_q;
 
     const int N = a.N, D = a.D, P = a.P, hd = a.hd;
     const int PP = (P + 7) & ~7, PP8 = PP / 8;
@@ -174,15 +213,32 @@ __global__ void __launch_bounds__(THREADS) attn_kernel(const sgkc_tca_args a)
     const bool pair_even = P % 2 == 0 && ((uintptr_t)a.pair & 7u) == 0;
     const float LOG2E = 1.4426950408889634f;
 
-    for (int j0 = 0; j0 < N; j0 += BN) {
+    /* K and V tiles in two buffers: step j's copies fly while step j - 1
+     * computes. */
+    const int64_t kcol = (int64_t)D + (int64_t)h0 * hd, vcol = 2 * (int64_t)D + (int64_t)h0 * hd;
+    auto issue = [&](int buf, int j) {
+        const int rows = min(BN, N - j);
+        stage_async<HDP, false>(sm + S::off_k + buf * BN * S::KS, S::KS, a.qkv, row0 + j, rows, BN, hg, hd, ld3, kcol,
+                                vec4, tid);
+        stage_async<HDP, false>(sm + S::off_v + buf * BN * S::VS, S::VS, a.qkv, row0 + j, rows, BN, hg, hd, ld3, vcol,
+                                vec4, tid);
+    };
+    issue(0, 0);
+    sgkc_cp_commit();
+
+    for (int j0 = 0, it = 0; j0 < N; j0 += BN, it++) {
+        const int cur = it & 1;
         __syncthreads(); /* the last step's K, V and bias are consumed (and the setup is done) */
-        const int kv_rows = min(BN, N - j0);
-        int v_bad = stage<HDP>(vs, S::VS, a.qkv, row0 + j0, kv_rows, BN, hg, hd, ld3, 2 * (int64_t)D + (int64_t)h0 * hd,
-                               vec4, tid);
-        stage<HDP>(ks, S::KS, a.qkv, row0 + j0, kv_rows, BN, hg, hd, ld3, (int64_t)D + (int64_t)h0 * hd, vec4, tid);
+        if (j0 + BN < N)
+            issue(cur ^ 1, j0 + BN);
+        sgkc_cp_commit(); /* possibly empty: one group a step */
+        sgkc_cp_wait<1>(); /* this step's tiles, copied by this thread, have landed */
+        const float *ks = sm + S::off_k + cur * BN * S::KS, *vs = sm + S::off_v + cur * BN * S::VS;
         /* A non-finite V (a node whose input was NaN or inf) must reach only
          * the rows that attend to it; the MMA would give 0 * inf = NaN to
          * every row, so such a step takes the FMA path below. */
+        int v_bad = stage_async<HDP, true>(const_cast<float *>(vs), S::VS, a.qkv, row0 + j0, 0, BN, hg, hd, ld3, vcol,
+                                           vec4, tid);
         v_bad = __syncthreads_or(v_bad);
 
         /* This lane's mask bits: rows g and g + 8, keys 8n + 2t + e. */
