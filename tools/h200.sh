@@ -10,9 +10,12 @@
 #                                        whole table but xl; SGK_TEST_FILTER, SGK_TEST_VARIANTS=a,b
 #                                        narrow it; SAN_SKIP_THREADS=0 keeps concurrent_forward)
 #   bash tools/h200.sh bench [PRESETS]   sgk-bench (default every preset) on BENCH_BACKENDS
-#                                        (default cuda,opencl), into h200-sgk.json/.txt
+#                                        (default cuda,opencl; BENCH_VARIANTS=a,b only those),
+#                                        into h200-sgk.json/.txt
 #   bash tools/h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options),
 #                                        into h200-torch.json/.txt
+#   bash tools/h200.sh tcgemm [SEED]     backends/cuda/dev/tc_gemm_check.cu: tuned-tc's GEMM
+#                                        validated against fp64, then timed
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize")
@@ -70,7 +73,9 @@ sanitize)
   done;;
 bench)
   presets=$(echo "${*:-all}" | tr ' ' ',')
-  build/bench/sgk-bench --backend "${BENCH_BACKENDS:-cuda,opencl}" --preset "$presets" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
+  variants=()
+  [ -n "${BENCH_VARIANTS:-}" ] && variants=(--variant "$BENCH_VARIANTS")
+  build/bench/sgk-bench --backend "${BENCH_BACKENDS:-cuda,opencl}" --preset "$presets" "${variants[@]}" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
   stamp "sgk-bench rc=$?"; cut -c1-200 "$O/h200-sgk.txt";;
 torch)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
@@ -91,8 +96,14 @@ harness)
   set -- ${*:-bench}
   "$H/harness" "$@" > "$O/harness-$1.txt" 2>&1
   stamp "harness $* rc=$?"; tail -40 "$O/harness-$1.txt";;
+tcgemm)
+  # tuned-tc's 3xTF32 GEMM alone: validated against a double reference, then timed.
+  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/tc_gemm_check.cu -o /tmp/sgk-tcg \
+      > "$O/tcgemm-build.txt" 2>&1 || { tail -40 "$O/tcgemm-build.txt"; exit 1; }
+  /tmp/sgk-tcg ${1:-7} > "$O/tcgemm.txt" 2>&1
+  stamp "tc_gemm_check rc=$?"; tail -70 "$O/tcgemm.txt";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|harness [ARGS]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|harness [ARGS]|tcgemm [SEED]" >&2
   exit 2;;
 esac
 stamp done
