@@ -1,0 +1,171 @@
+/* Device memory, streams and graphs for the tests (devmem.h). */
+#include "devmem.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int host_alloc(void **p, size_t n) { return (*p = malloc(n)) ? 0 : -1; }
+static void host_release(void *p) { free(p); }
+static int host_copy(void *dst, const void *src, size_t n) { memcpy(dst, src, n); return 0; }
+static int host_sync(void) { return 0; }
+
+/* CUDA driver API: the runtime the plugin uses works in the device's
+ * primary context, so memory allocated there is the plugin's to use. */
+typedef int (*cu_init_t)(unsigned);
+typedef int (*cu_device_get_t)(int *, int);
+typedef int (*cu_retain_t)(void **, int);
+typedef int (*cu_set_current_t)(void *);
+typedef int (*cu_alloc_t)(unsigned long long *, size_t);
+typedef int (*cu_free_t)(unsigned long long);
+typedef int (*cu_htod_t)(unsigned long long, const void *, size_t);
+typedef int (*cu_dtoh_t)(void *, unsigned long long, size_t);
+typedef int (*cu_sync_t)(void);
+static struct {
+    cu_alloc_t alloc;
+    cu_free_t release;
+    cu_htod_t htod;
+    cu_dtoh_t dtoh;
+    cu_sync_t sync;
+    int (*stream_create)(void **, unsigned);
+    int (*stream_destroy)(void *);
+    int (*stream_sync)(void *);
+    int (*begin_capture)(void *, int);
+    int (*end_capture)(void *, void **);
+    int (*instantiate)(void **, void *, unsigned long long);
+    int (*graph_destroy)(void *);
+    int (*exec_destroy)(void *);
+    int (*graph_launch)(void *, void *);
+    int (*mem_info)(size_t *, size_t *);
+} cu;
+static int cu_alloc(void **p, size_t n)
+{
+    unsigned long long d = 0;
+    int e = cu.alloc(&d, n);
+    *p = (void *)(uintptr_t)d;
+    return e;
+}
+static void cu_release(void *p) { cu.release((unsigned long long)(uintptr_t)p); }
+static int cu_h2d(void *d, const void *h, size_t n) { return cu.htod((unsigned long long)(uintptr_t)d, h, n); }
+static int cu_d2h(void *h, const void *d, size_t n) { return cu.dtoh(h, (unsigned long long)(uintptr_t)d, n); }
+static int cu_sync(void) { return cu.sync(); }
+
+/* HIP runtime, the one the plugin links (hipMemcpy kinds 1 and 2). */
+static struct {
+    int (*set_device)(int);
+    int (*alloc)(void **, size_t);
+    int (*release)(void *);
+    int (*copy)(void *, const void *, size_t, int);
+    int (*sync)(void);
+} hp;
+static int hip_alloc(void **p, size_t n) { return hp.alloc(p, n); }
+static void hip_release(void *p) { hp.release(p); }
+static int hip_h2d(void *d, const void *h, size_t n) { return hp.copy(d, h, n, 1); }
+static int hip_d2h(void *h, const void *d, size_t n) { return hp.copy(h, d, n, 2); }
+static int hip_sync(void) { return hp.sync(); }
+
+#define SYM(lib, dst, name)                                                                        \
+    do {                                                                                           \
+        *(void **)&(dst) = dlsym(lib, name);                                                       \
+        if (!(dst)) {                                                                              \
+            snprintf(why, why_len, "%s has no %s", lib_name, name);                                \
+            return -1;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Fills m for the backend's device ordinal; on failure says why. */
+int devmem_open(const char *backend, int ordinal, devmem *m, char *why, size_t why_len)
+{
+    if (strcmp(backend, "cpu") == 0) {
+        *m = (devmem){"host memory", host_alloc, host_release, host_copy, host_copy, host_sync};
+        return 0;
+    }
+    if (strcmp(backend, "cuda") == 0) {
+        const char *lib_name = "libcuda.so.1";
+        void *lib = dlopen(lib_name, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            snprintf(why, why_len, "dlopen %s: %s", lib_name, dlerror());
+            return -1;
+        }
+        cu_init_t init;
+        cu_device_get_t device_get;
+        cu_retain_t retain;
+        cu_set_current_t set_current;
+        SYM(lib, init, "cuInit");
+        SYM(lib, device_get, "cuDeviceGet");
+        SYM(lib, retain, "cuDevicePrimaryCtxRetain");
+        SYM(lib, set_current, "cuCtxSetCurrent");
+        SYM(lib, cu.alloc, "cuMemAlloc_v2");
+        SYM(lib, cu.release, "cuMemFree_v2");
+        SYM(lib, cu.htod, "cuMemcpyHtoD_v2");
+        SYM(lib, cu.dtoh, "cuMemcpyDtoH_v2");
+        SYM(lib, cu.sync, "cuCtxSynchronize");
+        SYM(lib, cu.stream_create, "cuStreamCreate");
+        SYM(lib, cu.stream_destroy, "cuStreamDestroy_v2");
+        SYM(lib, cu.stream_sync, "cuStreamSynchronize");
+        SYM(lib, cu.begin_capture, "cuStreamBeginCapture_v2");
+        SYM(lib, cu.end_capture, "cuStreamEndCapture");
+        SYM(lib, cu.instantiate, "cuGraphInstantiateWithFlags");
+        SYM(lib, cu.graph_destroy, "cuGraphDestroy");
+        SYM(lib, cu.exec_destroy, "cuGraphExecDestroy");
+        SYM(lib, cu.graph_launch, "cuGraphLaunch");
+        SYM(lib, cu.mem_info, "cuMemGetInfo_v2");
+        int dev = 0, e;
+        void *pctx = NULL;
+        if ((e = init(0)) != 0 || (e = device_get(&dev, ordinal)) != 0 || (e = retain(&pctx, dev)) != 0 ||
+            (e = set_current(pctx)) != 0) {
+            snprintf(why, why_len, "CUDA driver API: error %d setting up device %d", e, ordinal);
+            return -1;
+        }
+        *m = (devmem){"cuMemAlloc", cu_alloc, cu_release, cu_h2d, cu_d2h, cu_sync};
+        return 0;
+    }
+    if (strcmp(backend, "hip") == 0) {
+        static const char *const libs[] = {"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5"};
+        const char *lib_name = libs[0];
+        void *lib = NULL;
+        for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !lib; i++)
+            lib = dlopen(lib_name = libs[i], RTLD_NOW | RTLD_LOCAL);
+        if (!lib) {
+            snprintf(why, why_len, "dlopen %s: %s", lib_name, dlerror());
+            return -1;
+        }
+        SYM(lib, hp.set_device, "hipSetDevice");
+        SYM(lib, hp.alloc, "hipMalloc");
+        SYM(lib, hp.release, "hipFree");
+        SYM(lib, hp.copy, "hipMemcpy");
+        SYM(lib, hp.sync, "hipDeviceSynchronize");
+        int e = hp.set_device(ordinal);
+        if (e != 0) {
+            snprintf(why, why_len, "hipSetDevice(%d): error %d", ordinal, e);
+            return -1;
+        }
+        *m = (devmem){"hipMalloc", hip_alloc, hip_release, hip_h2d, hip_d2h, hip_sync};
+        return 0;
+    }
+    snprintf(why, why_len, "%s takes no device pointers this test can offset", backend);
+    return -1;
+}
+
+/* CU_STREAM_NON_BLOCKING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */
+int devmem_cuda_stream_create(void **stream) { return cu.stream_create(stream, 1u); }
+int devmem_cuda_stream_destroy(void *stream) { return cu.stream_destroy(stream); }
+int devmem_cuda_stream_sync(void *stream) { return cu.stream_sync(stream); }
+int devmem_cuda_capture_begin(void *stream) { return cu.begin_capture(stream, 1); }
+
+int devmem_cuda_capture_end(void *stream, void **exec)
+{
+    void *graph = NULL;
+    int e = cu.end_capture(stream, &graph);
+    if (e == 0)
+        e = cu.instantiate(exec, graph, 0);
+    if (graph)
+        cu.graph_destroy(graph);
+    return e;
+}
+
+int devmem_cuda_graph_launch(void *exec, void *stream) { return cu.graph_launch(exec, stream); }
+int devmem_cuda_graph_destroy(void *exec) { return cu.exec_destroy(exec); }
+int devmem_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) { return cu.mem_info(free_bytes, total_bytes); }
