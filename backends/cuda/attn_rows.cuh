@@ -29,7 +29,7 @@
  * cache serves at full rate, and even b1 and W2 alone as constants made
  * mid and large slower.
  *
- * DM (the tiled-dmma variant, compute capability 9.x): the relation MLP
+ * DM (the tuned-tiled-dmma variant, compute capability 9.x): the relation MLP
  * runs on the FP64 tensor cores instead (mlp_dmma.cuh), in groups of 16
  * pairs: lane (g, t) of the warp loads one float4 of features of keys
  * g and g + 8 of a group, the edge bits come from ballots of the lanes'

@@ -34,7 +34,7 @@ struct sgkc_layer {
     const float *wo_t;         /* (D, D): [k][n] = Wo[n][k] */
     const float *w1, *b1;      /* (P, P) as given: w1[p][r]; (P) */
     const float *w2t, *b2;     /* (P, H): w2t[p][h] = w2[h][p]; (H) */
-    /* fused-small's per-head-group images (fused_small.cuh), NULL where the
+    /* tuned-fused-small's per-head-group images (fused_small.cuh), NULL where the
      * layer's shape cannot take that variant. */
     const float *fs_img, *fs_wo;
     int fs_img_floats;
@@ -52,7 +52,7 @@ struct sgkc_layer {
     int sm_count;
     int cc_major, cc_minor;
     size_t smem_optin; /* largest dynamic shared memory a block may opt in to */
-    /* fused-small clusters of 16 blocks (one an SM) that run at once; 0
+    /* tuned-fused-small clusters of 16 blocks (one an SM) that run at once; 0
      * where the device does not allow clusters past the portable 8 */
     int clusters16;
     /* shared memory of an SM, and what the device keeps back per block */

@@ -1,4 +1,4 @@
-/* fused-small's traffic between the shared memories of a cluster: bulk
+/* tuned-fused-small's traffic between the shared memories of a cluster: bulk
  * copies from global memory, the mbarriers that count their bytes and the
  * pushes into other blocks, and the waits for them (fused_small.cuh). */
 #ifndef SGK_CUDA_FUSED_CLUSTER_CUH

@@ -1,11 +1,11 @@
-/* fused-small's GEMMs (fused_small.cuh): the runtime shapes' from shared
+/* tuned-fused-small's GEMMs (fused_small.cuh): the runtime shapes' from shared
  * memory, and the compiled-in shapes' with the weights in registers. */
 #ifndef SGK_CUDA_FUSED_GEMM_CUH
 #define SGK_CUDA_FUSED_GEMM_CUH
 
 #include "fused_cluster.cuh"
 
-/* Threads of a fused-small block; the GEMMs spread their tiles over them. */
+/* Threads of a tuned-fused-small block; the GEMMs spread their tiles over them. */
 #define SGKC_FS_NT 512
 /* Most K slices a runtime shape's GEMM tile is split into: 2^SGKC_FS_LKS.
  * More slices shorten each lane's FMA chain and add shuffle rounds and

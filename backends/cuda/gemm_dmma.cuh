@@ -1,4 +1,4 @@
-/* The projections of the tiled-dmma variant where K (the layer's D) is
+/* The projections of the tuned-tiled-dmma variant where K (the layer's D) is
  * 256: C = op(A) W^T (+ residual), the arguments of sgemm.cuh, on the FP64
  * tensor cores of compute capability 9.x (mma.sync m16n8k16 .f64, as
  * mlp_dmma.cuh).
@@ -6,7 +6,7 @@
  * Why: gemm_panel.cuh's FFMA loop issues about one instruction a FMA and
  * ran mid's Q/K/V GEMM at a third of the FFMA peak. One DMMA does 2,048
  * FMAs in one issue slot at the same peak, so the loop is a few loads and
- * conversions a DMMA; on the H200 it made tiled-dmma faster than with
+ * conversions a DMMA; on the H200 it made tuned-tiled-dmma faster than with
  * tiled's FFMA projections at mid, large and xl, and the n-tile walk, A
  * streamed beside W and slices of 64 k each gained again. The loop alone
  * keeps the DMMA pipe about 90 % busy at two warps a scheduler,

@@ -63,7 +63,7 @@ __device__ __forceinline__ float sgkc_rcp(float x)
  * 1, or 1 / (1 + exp(-t)) below 2^-126 (t < -87.3), where silu is within
  * 1e-36 of 0 and comes out -0. Its relative error (a few
  * ulp for moderate |t|, growing with |t|) reaches the output only through
- * the attention bias. The tiled and fused-small kernels use it; across the
+ * the attention bias. The tiled and tuned-fused-small kernels use it; across the
  * dev harness's 20 validation cases on the H200 the largest relative L2
  * error of any variant stayed at 4.5e-7 with the hardware exp2 as without
  * it (budget 1e-5). For t < -88, exp(-t) is
@@ -331,7 +331,7 @@ __device__ __forceinline__ void sgkc_grid_trigger()
 }
 
 /* The barrier of one of G groups of NT threads that split a block's work
- * (attn_rows' key groups, gemm_panel's K groups; fused-small's GEMM warps
+ * (attn_rows' key groups, gemm_panel's K groups; tuned-fused-small's GEMM warps
  * as group 0, apart from its MLP warps): __syncthreads when G = 1, else
  * group g's NT threads on named barrier 1 + g (0 is __syncthreads'). */
 template <int G, int NT>

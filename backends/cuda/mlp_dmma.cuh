@@ -1,5 +1,5 @@
 /* The relation MLP of attn_rows on the FP64 tensor cores of compute
- * capability 9.x (mma.sync m16n8k16 .f64, SASS DMMA): the tiled-dmma
+ * capability 9.x (mma.sync m16n8k16 .f64, SASS DMMA): the tuned-tiled-dmma
  * variant.
  *
  * Why: the MLP is 3,248 of the 5,415 instructions a warp issues per

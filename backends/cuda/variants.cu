@@ -292,7 +292,7 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
 
-/* tiled-dmma's projections (gemm_dmma.cuh): 64 x 64 tiles, two blocks an
+/* tuned-tiled-dmma's projections (gemm_dmma.cuh): 64 x 64 tiles, two blocks an
  * SM, spread over every SM where the grid is smaller. A block LayerNorms
  * its A panel once and walks a group of the n-tiles over it, so more
  * n-tiles a block pay that prologue less often, while fewer blocks may
@@ -344,7 +344,7 @@ static cudaError_t launch_out_dmma(const sgkc_layer *L, cudaStream_t s, const sg
 /* ------------------------------------------------------------------ */
 
 /* The fields every attention kernel's arguments share (general, tiled and
- * fused-small): the pair inputs and the sizes. */
+ * tuned-fused-small): the pair inputs and the sizes. */
 template <typename Args>
 static void fill_input_args(Args &a, const sgkc_layer *L, const sgkc_fwd *f)
 {
@@ -431,7 +431,7 @@ static constexpr bool rows_cw(int pcap, bool dm)
     return pcap == 16 && !dm;
 }
 
-/* dm: tiled-dmma, which is attn_rows with its MLP on DMMA and the
+/* dm: tuned-tiled-dmma, which is attn_rows with its MLP on DMMA and the
  * projections of gemm_dmma.cuh, nothing else: a shape attn_rows does not
  * take, or a device other than compute capability 9.x, has no plan. */
 static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled_cfg *c)
@@ -489,10 +489,10 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend
     return tiled_supports_dm(L, B, N, false, plan);
 }
 
-/* tiled-dmma: tiled with attn_rows' relation MLP (mlp_dmma.cuh) and the
+/* tuned-tiled-dmma: tiled with attn_rows' relation MLP (mlp_dmma.cuh) and the
  * projections (gemm_dmma.cuh) on DMMA, fp64 products and sums. It comes
  * after tiled in the table, so the layer picks it only when asked: the
- * CUDA issue asks for FFMA arithmetic, and tiled-dmma is faster at P
+ * CUDA issue asks for FFMA arithmetic, and tuned-tiled-dmma is faster at P
  * 17-32 (large) but slower at P <= 16 (xl), where tiled's MLP weights
  * are kernel-parameter constants (DESIGN.md).
  * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
@@ -602,7 +602,7 @@ static cudaError_t tiled_dmma_launch(const sgkc_layer *L, const sgk_backend_plan
 }
 
 /* ------------------------------------------------------------------ */
-/* fused-small: one cluster launch per call (Hopper).                  */
+/* tuned-fused-small: one cluster launch per call (Hopper).                  */
 /* ------------------------------------------------------------------ */
 
 struct fused_cfg {
@@ -631,7 +631,7 @@ static int fused_hmax(int H)
 
 static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
 {
-    /* fs_img exists for exactly the layers fused-small can take at some N
+    /* fs_img exists for exactly the layers tuned-fused-small can take at some N
      * (sgkc_layer_pack: Hopper, P <= 64, H <= 16, a head split) */
     if (N > 128 || !L->fs_img)
         return false;
@@ -742,7 +742,7 @@ const sgkc_variant sgkc_variants[] = {
 };
 const int sgkc_variant_count = (int)(sizeof sgkc_variants / sizeof sgkc_variants[0]);
 
-/* Every fused-small instance: their shared memory limit and their
+/* Every tuned-fused-small instance: their shared memory limit and their
  * cluster size are raised together. */
 static const void *const fused_fns[] = {
     (const void *)sgkc_fused_small_kernel<16, 8>, (const void *)sgkc_fused_small_kernel<16, 16>,
@@ -791,8 +791,8 @@ static cudaError_t raise_smem_limits(int limit)
     return sgkc_generic_prepare(limit);
 }
 
-/* How many clusters of 16 fused-small blocks the device runs at once (one
- * block an SM: the H200's GPCs hold 7), after allowing every fused-small
+/* How many clusters of 16 tuned-fused-small blocks the device runs at once (one
+ * block an SM: the H200's GPCs hold 7), after allowing every tuned-fused-small
  * instance clusters past the portable 8. 0 before Hopper, or where the
  * device refuses: the plan then keeps to clusters of 8. */
 static int fused_clusters16(const sgkc_layer *L)
@@ -820,7 +820,7 @@ static int fused_clusters16(const sgkc_layer *L)
     return n;
 }
 
-/* Head group hg's images for fused-small: img is the kernel's shared
+/* Head group hg's images for tuned-fused-small: img is the kernel's shared
  * memory from lay.gb to lay.mb (gamma, beta, W1 at row stride pcap + 4,
  * b1, W2 for every head, b2, the Q/K/V columns of the group's heads at
  * row stride ldw; zero padded), wo the group's columns of Wo^T at row
@@ -855,7 +855,7 @@ static void fused_pack_images(float *img, float *wo_img, const sgk_layer_desc *d
             wo_img[(size_t)k * lay.ldw + c] = wo[(size_t)(hg * hs + c) * D + k];
 }
 
-/* The layer shape (D, H, P, head groups) compiled into fused-small's seed
+/* The layer shape (D, H, P, head groups) compiled into tuned-fused-small's seed
  * instances, which take their Q/K/V and Wo slices in thread order. */
 static bool fused_seed_layer(int D, int H, int P, int Ch)
 {
@@ -902,7 +902,7 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     const size_t o_b1 = o_w1 + up64((size_t)P * P), o_w2 = o_b1 + up64(P);
     const size_t o_b2 = o_w2 + up64((size_t)P * H), o_gen = o_b2 + up64(H);
     const sgk_packed gen = sgk_packed_layout(D, H, P);
-    /* fused-small's images: only on Hopper and for layers it can take at
+    /* tuned-fused-small's images: only on Hopper and for layers it can take at
      * some N (its shared memory at N = 1 is the least it needs) */
     int Ch = L->cc_major >= 9 && P <= 64 && H <= 16 && D % 4 == 0 ? fused_heads(D, H) : 0;
     const sgkc_fs_layout lay = sgkc_fs_plan(1, D, H, P, Ch ? Ch : 1, 1, fused_pcap(P), fused_hmax(H));
