@@ -5,9 +5,10 @@
     with sgk.Layer("cpu", state_dict) as layer:
         out = layer.forward(nodes, pair_feats, edge_mask)
 
-libsgk is looked for, on first use, in: $SGK_LIBRARY; libsgk.so beside this
-package; build/api/libsgk.so of the clone this package sits in;
-ctypes.util.find_library('sgk'). Failing all, sgk.Error names each place.
+libsgk is loaded on first use from $SGK_LIBRARY when that is set (and from
+nowhere else then); otherwise from libsgk.so beside this package, then
+build/api/libsgk.so of the clone this package sits in, then
+ctypes.util.find_library('sgk'). Failing that, sgk.Error names each place.
 """
 import ctypes
 from collections import namedtuple

@@ -70,7 +70,9 @@ def _candidates():
     out = []
     env = os.environ.get("SGK_LIBRARY")
     if env:
-        out.append(("SGK_LIBRARY", env))
+        # Set on purpose: a wrong path is an error, not a reason to load
+        # some other libsgk.
+        return [("SGK_LIBRARY", env)]
     # A wheel ships the library inside the package.
     for name in ("libsgk.so", "libsgk.so.0"):
         out.append(("beside the package", os.path.join(here, name)))
@@ -126,7 +128,7 @@ def lib():
                     break
                 except (OSError, AttributeError) as e:
                     tried.append(f"{place}: {path} ({e})")
-            if _lib is None:
+            if _lib is None and not os.environ.get("SGK_LIBRARY"):
                 found = ctypes.util.find_library("sgk")
                 if found is None:
                     tried.append("ctypes.util.find_library('sgk') (found nothing)")
