@@ -1,0 +1,203 @@
+"""sgk.Layer: one relation-update layer (SPEC section 1) on an sgk backend."""
+import ctypes
+from collections import namedtuple
+
+import numpy as np
+
+from . import _lib
+from ._lib import Error, check
+
+Variant = namedtuple("Variant", "name supported")
+
+# State-dict name -> (sgk_layer_desc field, shape in terms of D, P, H), in the
+# names of sgk.torch.reference.RelationUpdate.
+WEIGHTS = {
+    "norm.weight": ("ln_gamma", ("D",)),
+    "norm.bias": ("ln_beta", ("D",)),
+    "q_proj.weight": ("wq", ("D", "D")),
+    "k_proj.weight": ("wk", ("D", "D")),
+    "v_proj.weight": ("wv", ("D", "D")),
+    "out_proj.weight": ("wo", ("D", "D")),
+    "rel_mlp.0.weight": ("w1", ("P", "P")),
+    "rel_mlp.0.bias": ("b1", ("P",)),
+    "rel_mlp.2.weight": ("w2", ("H", "P")),
+    "rel_mlp.2.bias": ("b2", ("H",)),
+}
+
+
+def _weight(weights, key):
+    if key not in weights:
+        raise ValueError(f"weights lacks {key!r} (needed: {', '.join(WEIGHTS)})")
+    a = np.asarray(weights[key])
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"weights[{key!r}] has dtype {a.dtype}: must be real numbers (copied to float32)")
+    return np.require(a, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
+
+
+def _array(name, a, ndim, dtypes):
+    a = np.asarray(a)
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got {a.ndim} (shape {a.shape})")
+    if a.dtype not in dtypes:
+        raise TypeError(f"{name} has dtype {a.dtype}: must be {' or '.join(str(np.dtype(d)) for d in dtypes)}")
+    return a
+
+
+class Layer:
+    """Layer(backend, weights, *, device=0, eps=1e-5)
+
+    backend: a name from sgk.backends(), e.g. "cpu" or "opencl".
+    weights: a mapping with the state-dict names of
+        sgk.torch.reference.RelationUpdate (norm.weight, norm.bias,
+        q_proj.weight, k_proj.weight, v_proj.weight, out_proj.weight,
+        rel_mlp.0.weight, rel_mlp.0.bias, rel_mlp.2.weight, rel_mlp.2.bias),
+        each anything numpy.asarray takes (a torch tensor must be moved to
+        the CPU first). dim, pair_dim and heads come from their shapes;
+        heads = rel_mlp.2.weight.shape[0]. Weights are converted to float32
+        C-contiguous copies where they are not already, and sgk copies them
+        again when the layer is made, so the caller may free them after.
+
+    Shapes are checked here (ValueError naming the key, expected and got);
+    rules of the library itself (heads dividing dim, eps >= 0, backend
+    names) come back from C as sgk.Error.
+
+    Use as a context manager or call close(); the C objects are freed once,
+    by close() or when the Layer is collected.
+    """
+
+    def __init__(self, backend, weights, *, device=0, eps=1e-5):
+        self._layer = self._ctx = None
+        self._lib = lib = _lib.lib()
+        extra = sorted(set(weights) - set(WEIGHTS))
+        if extra:
+            raise ValueError(f"weights has unknown keys {extra} (known: {', '.join(WEIGHTS)})")
+        arrays = {key: _weight(weights, key) for key in WEIGHTS}
+        for key, (_, dims) in WEIGHTS.items():
+            if arrays[key].ndim != len(dims):
+                raise ValueError(f"weights[{key!r}] must have {len(dims)} dimensions "
+                                 f"({', '.join(dims)}), got shape {arrays[key].shape}")
+        sizes = {"D": arrays["norm.weight"].shape[0], "P": arrays["rel_mlp.0.weight"].shape[1],
+                 "H": arrays["rel_mlp.2.weight"].shape[0]}
+        for key, (_, dims) in WEIGHTS.items():
+            want = tuple(sizes[d] for d in dims)
+            if arrays[key].shape != want:
+                named = "(" + ", ".join(f"{d}={sizes[d]}" for d in dims) + ")"
+                raise ValueError(f"weights[{key!r}] must have shape {named} = {want}, "
+                                 f"got {arrays[key].shape}")
+        self.dim, self.pair_dim, self.heads = sizes["D"], sizes["P"], sizes["H"]
+        self.backend, self.device = backend, device
+
+        desc = _lib.LayerDesc()
+        lib.sgk_layer_desc_init(ctypes.byref(desc))
+        desc.dim, desc.pair_dim, desc.heads = self.dim, self.pair_dim, self.heads
+        desc.eps = eps
+        desc.dtype = _lib.DTYPE_F32
+        for key, (field, _) in WEIGHTS.items():
+            setattr(desc, field, arrays[key].ctypes.data)
+
+        ctx = ctypes.c_void_p()
+        check(lib.sgk_context_create(str(backend).encode(), int(device), None, ctypes.byref(ctx)))
+        self._ctx = ctx
+        layer = ctypes.c_void_p()
+        try:
+            check(lib.sgk_layer_create(ctx, ctypes.byref(desc), ctypes.byref(layer)))
+        except Error:
+            self.close()
+            raise
+        self._layer = layer
+
+    def _handle(self):
+        if self._layer is None:
+            raise ValueError("the layer is closed")
+        return self._layer
+
+    def forward(self, nodes, pair_feats, edge_mask):
+        """out = layer(nodes, pair_feats, edge_mask), a new float32 array (B, N, D).
+
+        nodes (B, N, D) and pair_feats (B, N, N, P) must be float32; edge_mask
+        (B, N, N) float32 (nonzero is an edge), uint8 (nonzero is an edge) or
+        bool (passed as uint8). Other dtypes are refused (TypeError), not
+        converted; wrong dimensions or shapes are a ValueError. Inputs that
+        are not C-contiguous are copied. Runs through sgk_forward (host
+        memory; any backend) and blocks until the result is there.
+        """
+        layer = self._handle()
+        f32 = np.dtype(np.float32)
+        nodes = _array("nodes", nodes, 3, [f32])
+        pair_feats = _array("pair_feats", pair_feats, 4, [f32])
+        edge_mask = _array("edge_mask", edge_mask, 3, [f32, np.dtype(np.uint8), np.dtype(np.bool_)])
+        B, N, D = nodes.shape
+        if D != self.dim:
+            raise ValueError(f"nodes must be (B, N, D={self.dim}), got {nodes.shape}")
+        P = self.pair_dim
+        if pair_feats.shape != (B, N, N, P):
+            raise ValueError(f"pair_feats must be (B, N, N, P) = {(B, N, N, P)} "
+                             f"to match nodes {nodes.shape}, got {pair_feats.shape}")
+        if edge_mask.shape != (B, N, N):
+            raise ValueError(f"edge_mask must be (B, N, N) = {(B, N, N)} "
+                             f"to match nodes {nodes.shape}, got {edge_mask.shape}")
+        if edge_mask.dtype == np.bool_:
+            edge_mask = edge_mask.view(np.uint8)
+        mask_type = _lib.MASK_F32 if edge_mask.dtype == f32 else _lib.MASK_U8
+        req = ["C_CONTIGUOUS", "ALIGNED"]
+        nodes = np.require(nodes, requirements=req)
+        pair_feats = np.require(pair_feats, requirements=req)
+        edge_mask = np.require(edge_mask, requirements=req)
+        out = np.empty((B, N, D), dtype=np.float32)
+        check(self._lib.sgk_forward(layer, B, N, nodes.ctypes.data, pair_feats.ctypes.data,
+                                    edge_mask.ctypes.data, mask_type, out.ctypes.data))
+        return out
+
+    __call__ = forward
+
+    def variants(self, B, N):
+        """The backend's variants, in the order the automatic choice prefers
+        them, as Variant(name, supported) for shape (B, N)."""
+        layer = self._handle()
+        count = ctypes.c_int()
+        check(self._lib.sgk_layer_variants(layer, B, N, None, None, 0, ctypes.byref(count)))
+        names = (ctypes.c_char_p * max(count.value, 1))()
+        supported = (ctypes.c_int * max(count.value, 1))()
+        check(self._lib.sgk_layer_variants(layer, B, N, names, supported, count.value,
+                                           ctypes.byref(count)))
+        return [Variant(names[i].decode(), bool(supported[i])) for i in range(count.value)]
+
+    def set_variant(self, name):
+        """Force a variant by name for later forward calls; None restores the
+        automatic choice. A forced variant that does not support a shape makes
+        forward raise sgk.Error (SGK_ERR_UNSUPPORTED)."""
+        layer = self._handle()
+        check(self._lib.sgk_layer_set_variant(layer, None if name is None else str(name).encode()))
+
+    def variant_for(self, B, N):
+        """The name of the variant forward would run for (B, N)."""
+        layer = self._handle()
+        name = ctypes.c_char_p()
+        check(self._lib.sgk_layer_variant_for(layer, B, N, ctypes.byref(name)))
+        return name.value.decode()
+
+    def close(self):
+        """Free the layer, then its context; later calls are no-ops."""
+        layer, ctx = getattr(self, "_layer", None), getattr(self, "_ctx", None)
+        self._layer = self._ctx = None
+        if layer is not None:
+            self._lib.sgk_layer_destroy(layer)
+        if ctx is not None:
+            self._lib.sgk_context_destroy(ctx)
+
+    @property
+    def closed(self):
+        return self._layer is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else f"{self.backend}:{self.device}"
+        return f"sgk.Layer(dim={self.dim}, pair_dim={self.pair_dim}, heads={self.heads}, {state})"

@@ -1,0 +1,205 @@
+"""sgk.Layer against a float64 numpy transcription of SPEC section 1, and
+the Python-side checks of bad input. numpy only."""
+import numpy as np
+import pytest
+
+import sgk
+
+
+def reference(w, nodes, pair_feats, edge_mask, eps=1e-5):
+    """SPEC section 1 in float64, straight from its formulas."""
+    w = {k: np.asarray(v, np.float64) for k, v in w.items()}
+    nodes = nodes.astype(np.float64)
+    B, N, D = nodes.shape
+    H = w["rel_mlp.2.weight"].shape[0]
+    hd = D // H
+    mean = nodes.mean(-1, keepdims=True)
+    var = ((nodes - mean) ** 2).mean(-1, keepdims=True)
+    x = (nodes - mean) / np.sqrt(var + eps) * w["norm.weight"] + w["norm.bias"]
+    q, k, v = (x @ w[n + "_proj.weight"].T for n in "qkv")
+    split = lambda t: t.reshape(B, N, H, hd).transpose(0, 2, 1, 3)  # (B, H, N, hd)
+    q, k, v = split(q), split(k), split(v)
+    t = pair_feats.astype(np.float64) @ w["rel_mlp.0.weight"].T + w["rel_mlp.0.bias"]
+    bias = (t / (1 + np.exp(-t))) @ w["rel_mlp.2.weight"].T + w["rel_mlp.2.bias"]
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd) + bias.transpose(0, 3, 1, 2)
+    edge = (edge_mask != 0)[:, None]
+    s = np.where(edge, s, -np.inf)
+    any_edge = edge.any(-1, keepdims=True)
+    m = np.where(any_edge, s.max(-1, keepdims=True), 0.0)
+    e = np.where(edge, np.exp(s - m), 0.0)
+    a = np.where(any_edge, e / np.where(any_edge, e.sum(-1, keepdims=True), 1.0), 0.0)
+    ctx = (a @ v).transpose(0, 2, 1, 3).reshape(B, N, D)
+    return nodes + ctx @ w["out_proj.weight"].T
+
+
+def make_weights(rng, D, P, H):
+    shapes = {"norm.weight": (D,), "norm.bias": (D,), "q_proj.weight": (D, D),
+              "k_proj.weight": (D, D), "v_proj.weight": (D, D), "out_proj.weight": (D, D),
+              "rel_mlp.0.weight": (P, P), "rel_mlp.0.bias": (P,),
+              "rel_mlp.2.weight": (H, P), "rel_mlp.2.bias": (H,)}
+    w = {k: rng.standard_normal(s).astype(np.float32) * (0.5 if len(s) == 2 else 0.2)
+         for k, s in shapes.items()}
+    w["norm.weight"] += 1.0
+    return w
+
+
+def make_inputs(rng, B, N, D, P):
+    nodes = rng.standard_normal((B, N, D)).astype(np.float32)
+    pair = rng.standard_normal((B, N, N, P)).astype(np.float32)
+    mask = (rng.random((B, N, N)) < 0.5).astype(np.float32)
+    mask[:, np.arange(N), np.arange(N)] = 1.0
+    return nodes, pair, mask
+
+
+def rel_l2(got, want):
+    return np.linalg.norm(got - want) / np.linalg.norm(want)
+
+
+def available(name):
+    return any(b.name == name and b.available for b in sgk.backends())
+
+
+BACKENDS = [pytest.param("cpu"),
+            pytest.param("opencl", marks=pytest.mark.skipif(
+                "not available('opencl')", reason="opencl backend unavailable here"))]
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def test_backends_lists_cpu():
+    found = {b.name: b for b in sgk.backends()}
+    assert found["cpu"].available and found["cpu"].device_count >= 1
+    assert found["cpu"].reason == ""
+    for b in found.values():
+        assert b.available or b.reason, f"{b.name} unavailable without a reason"
+    assert sgk.version().count(".") == 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("B,N,D,P,H", [(2, 7, 16, 4, 4), (1, 33, 64, 8, 2), (3, 1, 8, 3, 8)])
+def test_forward_matches_reference(backend, rng, B, N, D, P, H):
+    w = make_weights(rng, D, P, H)
+    nodes, pair, mask = make_inputs(rng, B, N, D, P)
+    mask[0, 0, :] = 0.0  # one fully masked row
+    with sgk.Layer(backend, w) as layer:
+        assert (layer.dim, layer.pair_dim, layer.heads) == (D, P, H)
+        out = layer.forward(nodes, pair, mask)
+        assert out.dtype == np.float32 and out.shape == (B, N, D)
+        assert rel_l2(out, reference(w, nodes, pair, mask)) <= 1e-5
+        np.testing.assert_array_equal(out[0, 0], nodes[0, 0])
+        # uint8 and bool masks, and non-contiguous inputs, give the same result.
+        np.testing.assert_array_equal(layer.forward(nodes, pair, (mask != 0).astype(np.uint8)), out)
+        np.testing.assert_array_equal(layer.forward(nodes, pair, mask != 0), out)
+        wide = np.zeros((B, N, 2 * D), np.float32)
+        wide[..., ::2] = nodes
+        np.testing.assert_array_equal(layer.forward(wide[..., ::2], pair, mask), out)
+
+
+def test_weights_converted(rng):
+    """float64, Fortran-ordered and list weights are copied to float32."""
+    D, P, H = 8, 3, 2
+    w = make_weights(rng, D, P, H)
+    mixed = dict(w)
+    mixed["q_proj.weight"] = np.asfortranarray(w["q_proj.weight"])
+    mixed["k_proj.weight"] = w["k_proj.weight"].astype(np.float64)
+    mixed["norm.bias"] = w["norm.bias"].tolist()
+    nodes, pair, mask = make_inputs(rng, 2, 5, D, P)
+    with sgk.Layer("cpu", w) as a, sgk.Layer("cpu", mixed) as b:
+        np.testing.assert_array_equal(a.forward(nodes, pair, mask), b.forward(nodes, pair, mask))
+
+
+def test_variants_and_set_variant(rng):
+    w = make_weights(rng, 8, 3, 2)
+    nodes, pair, mask = make_inputs(rng, 1, 4, 8, 3)
+    with sgk.Layer("cpu", w) as layer:
+        vs = layer.variants(1, 4)
+        assert vs and all(isinstance(v.name, str) for v in vs)
+        assert layer.variant_for(1, 4) in [v.name for v in vs if v.supported]
+        want = layer.forward(nodes, pair, mask)
+        for v in vs:
+            if v.supported:
+                layer.set_variant(v.name)
+                assert rel_l2(layer.forward(nodes, pair, mask), want) <= 1e-5
+        layer.set_variant(None)
+        with pytest.raises(sgk.Error) as e:
+            layer.set_variant("no-such-variant")
+        assert e.value.status == "SGK_ERR_UNKNOWN_VARIANT"
+
+
+def test_close_once(rng):
+    layer = sgk.Layer("cpu", make_weights(rng, 8, 3, 2))
+    layer.close()
+    layer.close()
+    assert layer.closed
+    with pytest.raises(ValueError, match="closed"):
+        layer.forward(*make_inputs(rng, 1, 2, 8, 3))
+    del layer
+
+
+B, N, D, P, H = 2, 3, 8, 4, 2
+GOOD = dict(nodes=((B, N, D), np.float32), pair_feats=((B, N, N, P), np.float32),
+            edge_mask=((B, N, N), np.float32))
+BAD_INPUTS = [
+    ("nodes", (N, D), np.float32, ValueError, "nodes must have 3 dimensions"),
+    ("nodes", (B, N, D + 1), np.float32, ValueError, "nodes must be"),
+    ("nodes", (B, N, D), np.float64, TypeError, "nodes has dtype float64"),
+    ("pair_feats", (B, N, N), np.float32, ValueError, "pair_feats must have 4 dimensions"),
+    ("pair_feats", (B, N, N, P + 1), np.float32, ValueError, "pair_feats must be"),
+    ("pair_feats", (B, N, N + 1, P), np.float32, ValueError, "pair_feats must be"),
+    ("pair_feats", (B, N, N, P), np.float16, TypeError, "pair_feats has dtype float16"),
+    ("edge_mask", (B, N, N, 1), np.float32, ValueError, "edge_mask must have 3 dimensions"),
+    ("edge_mask", (B, N + 1, N), np.float32, ValueError, "edge_mask must be"),
+    ("edge_mask", (B, N, N), np.int32, TypeError, "edge_mask has dtype int32"),
+]
+
+
+@pytest.mark.parametrize("arg,shape,dtype,exc,text", BAD_INPUTS)
+def test_bad_input_refused(rng, arg, shape, dtype, exc, text):
+    with sgk.Layer("cpu", make_weights(rng, D, P, H)) as layer:
+        args = {k: np.ones(s, t) for k, (s, t) in GOOD.items()}
+        args[arg] = np.ones(shape, dtype)
+        with pytest.raises(exc, match=text):
+            layer.forward(**args)
+
+
+@pytest.mark.parametrize("change,text", [
+    (lambda w: w.pop("rel_mlp.0.bias"), "lacks 'rel_mlp.0.bias'"),
+    (lambda w: w.update({"rel_mlp.1.weight": w["rel_mlp.0.weight"]}), "unknown keys"),
+    (lambda w: w.update({"q_proj.weight": np.ones((D, D + 1), np.float32)}),
+     r"weights\['q_proj.weight'\] must have shape \(D=8, D=8\) = \(8, 8\), got \(8, 9\)"),
+    (lambda w: w.update({"rel_mlp.2.bias": np.ones((H + 1,), np.float32)}),
+     r"weights\['rel_mlp.2.bias'\] must have shape"),
+    (lambda w: w.update({"norm.weight": np.ones((D, 1), np.float32)}),
+     r"weights\['norm.weight'\] must have 1 dimensions"),
+])
+def test_bad_weights_refused(rng, change, text):
+    w = make_weights(rng, D, P, H)
+    change(w)
+    with pytest.raises(ValueError, match=text):
+        sgk.Layer("cpu", w)
+
+
+def test_heads_not_dividing_dim_is_a_c_error(rng):
+    with pytest.raises(sgk.Error) as e:
+        sgk.Layer("cpu", make_weights(rng, 8, 3, 3))
+    assert e.value.status == "SGK_ERR_INVALID_ARGUMENT"
+    assert e.value.code == 2
+    assert e.value.description == "invalid argument"
+    assert "heads" in e.value.message
+    assert e.value.status in str(e.value)
+
+
+def test_unknown_backend_is_a_c_error(rng):
+    with pytest.raises(sgk.Error) as e:
+        sgk.Layer("no-such-backend", make_weights(rng, D, P, H))
+    assert e.value.status == "SGK_ERR_UNKNOWN_BACKEND"
+    assert "no-such-backend" in e.value.message
+
+
+def test_bad_eps_is_a_c_error(rng):
+    with pytest.raises(sgk.Error) as e:
+        sgk.Layer("cpu", make_weights(rng, D, P, H), eps=-1.0)
+    assert e.value.status == "SGK_ERR_INVALID_ARGUMENT" and "eps" in e.value.message
