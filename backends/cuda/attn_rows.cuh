@@ -24,7 +24,7 @@
  *
  * At PCAP = 16 (xl) the MLP's weights are kernel parameters, read by the
  * FFMAs from uniform registers (sgkc_mlp_cregs), which takes the weights'
- * shared-memory wavefronts off the L1 pipe (xl about 5 % faster). At
+ * shared-memory wavefronts off the L1 pipe, which limits xl. At
  * PCAP = 32 they stay in shared memory: 5 KB is past what the constant
  * cache serves at full rate, and even b1 and W2 alone as constants made
  * mid and large slower.
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     auto load_kv = [&](int k0) {
         /* A whole tile without a test a row: ptxas then issues its 16
          * copies in about 60 instructions a warp, against about 140 with
-         * the tests (xl and large about 2 % faster). Not with
+         * the tests, which shows at xl and large. Not with
          * two key groups (mid, whose groups load their one tile each before
          * the loop) nor DMMA, where it spills. */
         if (KS == 1 && !DM && k0 + BK <= N) {

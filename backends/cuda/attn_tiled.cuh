@@ -50,8 +50,9 @@ __host__ __device__ constexpr int sgkc_at_bk(int pcap)
  *
  * Where sgkc_mlp_fold(PCAP), W1t and b1 are scaled by -log2(e) and W2 by
  * -ln(2), and the MLP takes silu as sgkc_silu_u, a multiply fewer a hidden
- * unit. On the H200 that made xl (PCAP 16) about 1 % faster and large
- * (PCAP 32) about 1 % slower, so it is on for PCAP 16 only. Stage and MLP read the same switch. */
+ * unit. It pays where the MLP is a larger share of the work (PCAP 16, xl)
+ * and not at PCAP 32 (large), so it is on for PCAP 16 only. Stage and MLP
+ * read the same switch; DESIGN.md has the measurements. */
 __host__ __device__ constexpr bool sgkc_mlp_fold(int pcap)
 {
     return pcap <= 16;

@@ -9,11 +9,10 @@
  * conversions a DMMA; on the H200 it made tuned-tiled-dmma faster than with
  * tiled's FFMA projections at mid, large and xl, and the n-tile walk, A
  * streamed beside W and slices of 64 k each gained again. The loop alone
- * keeps the DMMA pipe about 90 % busy at two warps a scheduler,
- * conversions and a barrier every two k-steps included (`dev/mma_probe.cu`);
- * the kernel keeps it 60 % busy for the Q/K/V GEMM and 40 % for the output
- * one (ncu), so what is left is around the loop: the prologue, the waits
- * for slices and the epilogue.
+ * keeps the DMMA pipe nearly busy at two warps a scheduler, conversions
+ * and a barrier every two k-steps included (`dev/mma_probe.cu`), and the
+ * whole kernel well short of that (DESIGN.md), so what is left is around
+ * the loop: the prologue, the waits for slices and the epilogue.
  *
  * Exactness: A (LayerNorm'd in fp32, as everywhere) and W are fp32; their
  * products are exact in fp64 and the sums are fp64; the Q scale and the

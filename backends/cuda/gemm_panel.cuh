@@ -29,9 +29,8 @@
  * one copied and LayerNormed panel, so the copy and LayerNorm are paid
  * once for them and the grid is one wave.
  *
- * At mid, ncu put the Q/K/V GEMM well ahead of sgemm.cuh's, at 0.66
- * issued a scheduler-cycle with 8 warps an SM (the main loop is 85 %
- * FFMA). The A panel (66.5 KB at BM = 64) is what caps a block's SM at
+ * At mid the Q/K/V GEMM issues well ahead of sgemm.cuh's with 8 warps an
+ * SM, its main loop almost all FFMA. The A panel (66.5 KB at BM = 64) is what caps a block's SM at
  * two blocks. */
 #ifndef SGK_CUDA_GEMM_PANEL_CUH
 #define SGK_CUDA_GEMM_PANEL_CUH

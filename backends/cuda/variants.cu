@@ -296,8 +296,8 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
  * SM, spread over every SM where the grid is smaller. A block LayerNorms
  * its A panel once and walks a group of the n-tiles over it, so more
  * n-tiles a block pay that prologue less often, while fewer blocks may
- * leave SMs with one block (one warp a scheduler, whose loop keeps about
- * two thirds of the DMMA pipe busy against 90 % for two, in dev/mma_probe.cu).
+ * leave SMs with one block (one warp a scheduler, whose loop keeps the
+ * DMMA pipe clearly less busy than two do: dev/mma_probe.cu).
  * The cost below, in the time of 32 k of one n-tile, counts the prologue as
  * four of those and waves of two blocks an SM; it picks what was fastest
  * on the H200 (three n-tiles a block at large and xl, two at mid). Without
