@@ -14,13 +14,18 @@
 
 static const size_t TC_ALIGN = 256;
 
-int sgkc_tc_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *)
+/* The plan holds the attention instance, picked once a call. */
+int sgkc_tc_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
     if (L->cc_major < 8 || N > INT_MAX || B * N > INT_MAX / 4 || sgkc_tc_gemm_smem() > L->smem_optin)
         return 0;
     if ((B * N + 63) / 64 > INT_MAX || (3 * (int64_t)L->D + 63) / 64 > 65535)
         return 0;
-    return sgkc_tca_fits(L->hd, L->P, L->smem_optin, B, (int)N, L->H);
+    const sgkc_tca_inst *inst = sgkc_tca_plan(L->hd, L->P, L->smem_optin, B, L->H);
+    if (!inst)
+        return 0;
+    sgkc_plan_put(inst, plan);
+    return 1;
 }
 
 size_t sgkc_tc_workspace(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
@@ -36,7 +41,7 @@ cudaError_t sgkc_tc_prepare(const sgkc_layer *L)
     return e != cudaSuccess ? e : sgkc_tca_prepare(L->smem_optin);
 }
 
-cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
+cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
 {
     const int D = L->D;
     const int64_t M = f->B * f->N;
@@ -75,7 +80,7 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *, const 
     a.H = L->H;
     a.P = L->P;
     a.hd = L->hd;
-    e = sgkc_tca_launch(a, f->B, f->stream);
+    e = sgkc_tca_launch(sgkc_plan_get<const sgkc_tca_inst *>(plan), a, f->B, f->stream);
     if (e != cudaSuccess)
         return e;
 

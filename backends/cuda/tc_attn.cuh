@@ -555,16 +555,17 @@ static inline cudaError_t sgkc_tca_prepare(size_t optin)
     return cudaSuccess;
 }
 
-/* Whether a device with optin bytes of shared memory a block runs (hd, P). */
-static inline bool sgkc_tca_fits(int hd, int P, size_t optin, int64_t B, int N, int H)
+/* The instance that runs (hd, P) on a device with optin bytes of shared
+ * memory a block, with a grid within CUDA's limits; NULL where none does. */
+static inline const sgkc_tca_inst *sgkc_tca_plan(int hd, int P, size_t optin, int64_t B, int H)
 {
     const sgkc_tca_inst *i = sgkc_tca_pick(hd, P);
-    return i && i->smem <= optin && B <= 65535 && (H + i->nh - 1) / i->nh <= 65535;
+    return i && i->smem <= optin && B <= 65535 && (H + i->nh - 1) / i->nh <= 65535 ? i : NULL;
 }
 
-static inline cudaError_t sgkc_tca_launch(const sgkc_tca_args &a, int64_t B, cudaStream_t s)
+/* i: sgkc_tca_plan's instance for a's shape */
+static inline cudaError_t sgkc_tca_launch(const sgkc_tca_inst *i, const sgkc_tca_args &a, int64_t B, cudaStream_t s)
 {
-    const sgkc_tca_inst *i = sgkc_tca_pick(a.hd, a.P);
     const dim3 grid((unsigned)((a.N + i->bm - 1) / i->bm), (unsigned)B,
                     (unsigned)((a.H + i->nh - 1) / i->nh));
     i->kernel<<<grid, sgkc_tca::THREADS, i->smem, s>>>(a);
