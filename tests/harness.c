@@ -168,3 +168,11 @@ sgk_context *sgkt_open_context(const char *backend, int device)
                sgk_last_error());
     return ctx;
 }
+
+const sgkt_case *sgkt_find_case(const char *name)
+{
+    for (int i = 0; i < sgkt_case_count; i++)
+        if (strcmp(sgkt_cases[i].name, name) == 0)
+            return &sgkt_cases[i];
+    return NULL;
+}

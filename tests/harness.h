@@ -26,6 +26,9 @@ int sgkt_backend_usable(const char *backend, sgk_backend_info *info);
  * the count written to devices (capacity 2). */
 int sgkt_test_devices(int devices[2]);
 
+/* The case of the table with that name, or NULL. */
+const sgkt_case *sgkt_find_case(const char *name);
+
 /* A case made concrete: weights, inputs and the reference output. */
 typedef struct sgkt_prepared {
     uint64_t seed;

@@ -82,14 +82,6 @@ static const char *const case_names[] = {
     "heads_8_dim_256_n45_pair_20", "mask_odd_values_u8", "pair_dim_33",
 };
 
-static const sgkt_case *find_case(const char *name)
-{
-    for (int i = 0; i < sgkt_case_count; i++)
-        if (strcmp(sgkt_cases[i].name, name) == 0)
-            return &sgkt_cases[i];
-    return NULL;
-}
-
 /* One run at the offsets; returns 1 when it passes (prints FAIL otherwise). */
 static int run_offsets(const devmem *m, sgk_layer *layer, const sgkt_case *c, const sgkt_prepared *p,
                        const char *variant, size_t off_f, size_t off_mask, size_t off_ws)
@@ -190,7 +182,7 @@ int main(int argc, char **argv)
     static const size_t off_f[] = {4, 12}, off_u8[] = {1, 3};
     int runs = 0, failed = 0;
     for (size_t k = 0; k < sizeof case_names / sizeof case_names[0]; k++) {
-        const sgkt_case *c = find_case(case_names[k]);
+        const sgkt_case *c = sgkt_find_case(case_names[k]);
         if (!c) {
             printf("FAIL case %s is not in the case table\n", case_names[k]);
             failed++;

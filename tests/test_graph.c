@@ -26,14 +26,6 @@
 
 static const char *const case_names[] = {"preset_seed", "preset_mid", "odd_sizes", "pair_dim_33"};
 
-static const sgkt_case *find_case(const char *name)
-{
-    for (int i = 0; i < sgkt_case_count; i++)
-        if (strcmp(sgkt_cases[i].name, name) == 0)
-            return &sgkt_cases[i];
-    return NULL;
-}
-
 typedef struct bufs {
     void *nodes, *pair, *mask, *out, *ws;
     size_t out_bytes, ws_bytes;
@@ -197,7 +189,7 @@ int main(int argc, char **argv)
            (unsigned long long)base_seed, soak);
     int runs = 0, failed = 0;
     for (size_t k = 0; k < sizeof case_names / sizeof case_names[0]; k++) {
-        const sgkt_case *c = find_case(case_names[k]);
+        const sgkt_case *c = sgkt_find_case(case_names[k]);
         if (!c) {
             printf("FAIL case %s is not in the case table\n", case_names[k]);
             failed++;
