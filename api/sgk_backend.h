@@ -18,7 +18,10 @@
  *
  *     sgk_backend_plan plan;
  *     for each variant v in order (or only the forced one):
- *         if (ops->variant_supports(blayer, v, B, N, &plan)) break;
+ *         if (ops->variant_supports(blayer, v, B, N, &plan) &&
+ *             (forced || !ops->variant_prefers ||
+ *              ops->variant_prefers(blayer, v, B, N, &plan))) break;
+ *     (none preferred: the first that supports the shape, planned again)
  *     bytes = ops->workspace_size(blayer, v, B, N, &plan);
  *     ... checks the caller's buffers against bytes ...
  *     ops->forward(blayer, v, &plan, &args);
@@ -39,7 +42,9 @@
  * would break C's aliasing rules.
  *
  * ABI 2 introduced the plan: under ABI 1 variant_supports, workspace_size
- * and forward each planned the call again from (B, N).
+ * and forward each planned the call again from (B, N). ABI 3 added
+ * variant_prefers, so that a variant can run a shape when forced (and be
+ * listed as supporting it) without being the automatic choice there.
  */
 #ifndef SGK_BACKEND_H
 #define SGK_BACKEND_H
@@ -50,7 +55,7 @@
 extern "C" {
 #endif
 
-#define SGK_BACKEND_ABI 2
+#define SGK_BACKEND_ABI 3
 #define SGK_BACKEND_ENTRY "sgk_backend_entry"
 
 /* Services the core offers a backend. */
@@ -135,6 +140,11 @@ typedef struct sgk_backend_ops {
     sgk_status (*synchronize)(void *bctx);
     /* sgk_context_native; NULL means SGK_ERR_UNSUPPORTED for every kind. */
     sgk_status (*native)(void *bctx, sgk_native_kind kind, void **out);
+    /* Whether the automatic choice should take a variant that supports
+     * (B, N), given the plan variant_supports just filled: 0 where another
+     * variant later in the order is known to be faster. NULL: always. */
+    int (*variant_prefers)(void *blayer, int variant, int64_t B, int64_t N,
+                           const sgk_backend_plan *plan);
 } sgk_backend_ops;
 
 typedef const sgk_backend_ops *(*sgk_backend_entry_fn)(const sgk_host *host);

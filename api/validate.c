@@ -81,11 +81,23 @@ static sgk_status pick_variant(const sgk_layer *layer, int64_t B, int64_t N, int
         call->variant = layer->forced;
         return SGK_OK;
     }
+    /* The first variant that runs the shape and prefers it; failing that,
+     * the first that runs it. */
+    int first = -1;
     for (int v = 0; v < layer->variant_count; v++) {
-        if (ops->variant_supports(layer->blayer, v, B, N, &call->plan)) {
+        if (!ops->variant_supports(layer->blayer, v, B, N, &call->plan))
+            continue;
+        if (ops->variant_prefers == NULL ||
+            ops->variant_prefers(layer->blayer, v, B, N, &call->plan)) {
             call->variant = v;
             return SGK_OK;
         }
+        if (first < 0)
+            first = v;
+    }
+    if (first >= 0 && ops->variant_supports(layer->blayer, first, B, N, &call->plan)) {
+        call->variant = first; /* its plan again: later variants wrote theirs */
+        return SGK_OK;
     }
     return fail(report, SGK_ERR_UNSUPPORTED,
                 "no variant of backend %s supports B=%lld, N=%lld with D=%lld, H=%lld, P=%lld "

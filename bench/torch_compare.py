@@ -11,10 +11,13 @@ PyTorch (fp32, TF32 off), the module python/sgk/torch/reference.py:
   compile-max-autotune   torch.compile(mode="max-autotune-no-cudagraphs")
 each also replayed from a CUDA graph on CUDA. The compiled ones run at the
 presets; at the sweep shapes only with --compile-sweep (minutes a shape).
-sgk: through its C API (bench/sgk_ctypes.py) on the very tensors PyTorch
-uses and on PyTorch's current stream (sgk_forward_device, also captured in a
-CUDA graph), or sgk_forward on CPU tensors; every variant that supports the
-shape. Every variant is checked against a float64 copy of the module (rel
+sgk: the module sgk.torch.RelationUpdate of the Python package (python/sgk),
+loaded with the same state dict, on the very tensors PyTorch uses and on
+PyTorch's current stream (the cuda backend on CUDA tensors, also captured in
+a CUDA graph; the cpu backend on CPU tensors); every variant that supports
+the shape. At each shape, sgk's Python overhead is the automatic variant's
+time per call from Python without a graph less its time replayed from a
+graph. Every variant is checked against a float64 copy of the module (rel
 L2 <= 1e-5). Timing follows shared/anchors/bench_anchors.py: CUDA events
 around a loop of calls, median of 5 loops (perf_counter on the CPU).
 
@@ -42,7 +45,7 @@ import statistics
 import sys
 import time
 
-from sgk_ctypes import REPO, Sgk, SgkLayer, find_libsgk
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # SPEC section 4, (B, N, D, H, P); sgk-bench has the same names (bench/sweep.c).
 PRESETS = {"seed": (4, 24, 96, 4, 16), "mid": (32, 64, 256, 8, 32),
@@ -218,7 +221,7 @@ def device_peaks(torch, a, on_cuda):
 
 # ---- one shape --------------------------------------------------------------
 
-def run_shape(torch, a, name, shape, sgk, ref, peaks):
+def run_shape(torch, a, name, shape, ref, peaks):
     B, N, D, H, P = shape
     dev = a.device
     on_cuda = dev.startswith("cuda")
@@ -244,13 +247,16 @@ def run_shape(torch, a, name, shape, sgk, ref, peaks):
         def err(y):
             return ((y.double() - yref).norm() / yref.norm()).item()
 
-        def record(table, label, fn, poison=None):
+        def record(table, label, fn):
             t0 = time.time()
             try:
                 for _ in range(3):
-                    fn()
-                if poison is not None:
-                    poison()  # the checked call must write every element
+                    y = fn()
+                # The checked call must write every element: poison the last
+                # output, which is the buffer a graph replay writes again, and
+                # the block the caching allocator hands the next eager call.
+                y.fill_(float("nan"))
+                del y
                 e = err(fn())
                 med, lo, hi = t_events(torch, fn, iters) if on_cuda else t_host(fn, a.iters)
                 table[label] = dict(us=med, lo=lo, hi=hi, err=e, ok=e <= REL_L2_TOL, warm_s=time.time() - t0)
@@ -261,10 +267,10 @@ def run_shape(torch, a, name, shape, sgk, ref, peaks):
 
         graphs = on_cuda and not a.no_graph
 
-        def with_graph(table, label, fn, poison=None):
-            if record(table, label, fn, poison) and graphs:
+        def with_graph(table, label, fn):
+            if record(table, label, fn) and graphs:
                 try:
-                    record(table, label + "+graph", graph_of(torch, fn), poison)
+                    record(table, label + "+graph", graph_of(torch, fn))
                 except Exception as ex:
                     table[label + "+graph"] = dict(error=str(ex)[:300])
 
@@ -288,29 +294,27 @@ def run_shape(torch, a, name, shape, sgk, ref, peaks):
         del modules
 
         # sgk, on the same tensors and the same stream
-        backend = a.backend or ("cuda" if on_cuda else "cpu")
-        index = torch.cuda.current_device() if on_cuda else 0
-        layer = SgkLayer(sgk, backend, index, m, a.threads)
-        res["sgk_backend"] = backend
-        res["sgk_device"] = layer.device_name(backend, index)
-        try:
-            names, auto = layer.variants(B, N)
-            res["sgk_auto_variant"] = auto
-            for vn, supported in names:
-                if not supported or (a.sgk_variants and vn not in a.sgk_variants):
-                    continue
-                layer.set_variant(vn)
-                out = torch.empty_like(x[0])
-                run, keep = layer.caller(x[0], x[1], x[2], out, on_cuda)
-
-                def call(run=run, out=out):
-                    run()
-                    return out
-                label = vn + ("*" if vn == auto else "")
-                with_graph(res["sgk"], label, call, lambda out=out: out.fill_(float("nan")))
-                del keep
-        finally:
-            layer.close()
+        import sgk.torch
+        # The weights stay fixed here, so graphs need not replay a repack.
+        sm = sgk.torch.RelationUpdate(D, P, H, repack_in_graphs=False, cpu_threads=a.threads).to(dev).eval()
+        sm.load_state_dict(m.state_dict())
+        sm(*x)  # makes the sgk layer on this device
+        layer = sm.sgk_layer(x[0].device)
+        res["sgk_backend"] = layer.backend
+        res["sgk_device"] = sgk.device_name(layer.backend, layer.device)
+        auto = layer.variant_for(B, N)
+        res["sgk_auto_variant"] = auto
+        for vn, supported in layer.variants(B, N):
+            if not supported or (a.sgk_variants and vn not in a.sgk_variants):
+                continue
+            sm.set_variant(vn)
+            label = vn + ("*" if vn == auto else "")
+            with_graph(res["sgk"], label, lambda: sm(*x))
+        sm.set_variant(None)
+        s, g = res["sgk"].get(auto + "*", {}), res["sgk"].get(auto + "*+graph", {})
+        if "us" in s and "us" in g:
+            res["sgk_python_overhead_us"] = s["us"] - g["us"]
+        del sm
     summarize(res)
     return res
 
@@ -357,6 +361,9 @@ def report(name, res):
                       f"relerr {r['err']:.2e}{flag}")
             else:
                 print(f"   {side:5s} {vn:28s} failed: {r['error']}")
+    if "sgk_python_overhead_us" in res:
+        print(f"   sgk Python overhead ({res['sgk_auto_variant']}): "
+              f"{res['sgk_python_overhead_us']:.2f} us per call above a graph replay")
     for label, r in res["ratio"].items():
         print(f"   ratio ({label}): torch {r['torch']} {r['torch_us']:.2f} us / sgk {r['sgk']} {r['sgk_us']:.2f} us "
               f"= {r['ratio']:.2f}x", flush=True)
@@ -423,8 +430,7 @@ def main():
                     help="comma list of seed, mid, large, xl, s01 .. s14 and the groups presets, sweep, "
                          "all (default: presets)")
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
-    ap.add_argument("--lib", help="path of libsgk.so (default: build/api/libsgk.so, then the system)")
-    ap.add_argument("--backend", help="sgk backend (default: cuda on CUDA tensors, cpu on CPU tensors)")
+    ap.add_argument("--lib", help="path of libsgk.so (default: as the sgk package finds it)")
     ap.add_argument("--sgk-variants", help="comma list of sgk variants (default: every supported one)")
     ap.add_argument("--torch-variants", default=",".join(TORCH_VARIANTS),
                     help=f"comma list of {', '.join(TORCH_VARIANTS)} (default: all)")
@@ -477,16 +483,20 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
 
-    lib = find_libsgk(a.lib)
-    if not lib:
-        sys.exit("torch_compare: libsgk.so not found; build sgk and pass --lib build/api/libsgk.so")
-    sgk = Sgk(lib)
+    if a.lib:
+        os.environ["SGK_LIBRARY"] = os.path.abspath(a.lib)
+    sys.path.insert(0, os.path.join(REPO, "python"))  # this clone's sgk package
+    import sgk
+    try:
+        sgk_version = sgk.version()
+    except sgk.Error as e:
+        sys.exit(f"torch_compare: {e}")
     peaks = device_peaks(torch, a, on_cuda)
     out = {"format": FORMAT,
            "machine": {"host": platform.node(), "torch": torch.__version__,
                        "cuda": torch.version.cuda, "device": a.device,
                        "device_name": torch.cuda.get_device_name() if on_cuda else cpu_name(),
-                       "torch_threads": torch.get_num_threads(), "sgk_version": sgk.version(),
+                       "torch_threads": torch.get_num_threads(), "sgk_version": sgk_version,
                        "reference": os.path.relpath(REFERENCE, REPO)},
            "settings": {"dtype": "float32", "tf32": False, "iters": a.iters, "torch_variants": a.torch_variants,
                         "compile_sweep": a.compile_sweep, "graphs": on_cuda and not a.no_graph},
@@ -494,7 +504,7 @@ def main():
            "shapes": {}}
     failed = False
     for name, shape in shapes:
-        res = run_shape(torch, a, name, shape, sgk, ref, peaks)
+        res = run_shape(torch, a, name, shape, ref, peaks)
         report(name, res)
         out["shapes"][name] = res
         failed |= any("us" in r and not r["ok"] for side in ("torch", "sgk") for r in res[side].values())

@@ -78,9 +78,9 @@ struct sgkc_variant {
     /* 1 with *plan filled when the variant can compute this shape on this
      * layer's device; 0 otherwise. */
     int (*plan)(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan);
-    /* NULL, or 0 where the variant can compute the shape but another is
-     * the better choice; the layer then never runs it there (sgkc_supports).
-     * dev/harness.cu validates and times variants past this. */
+    /* NULL, or 0 where the variant can compute the shape but another later
+     * in the table is the better choice: the automatic choice then passes
+     * it over (sgk_backend_ops.variant_prefers); forced, it still runs. */
     int (*prefer)(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan);
     size_t (*workspace)(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan);
     /* Enqueues the forward on f->stream with a plan made for f's shape;
@@ -88,11 +88,12 @@ struct sgkc_variant {
     cudaError_t (*launch)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
 };
 
-/* Whether the layer runs v at (B, N): v plans it and prefers it. */
+/* Whether the layer runs v at (B, N) (forced or picked: prefer only
+ * steers the automatic choice). */
 static inline int sgkc_supports(const sgkc_variant &v, const sgkc_layer *L, int64_t B, int64_t N,
                                 sgk_backend_plan *plan)
 {
-    return v.plan(L, B, N, plan) && (!v.prefer || v.prefer(L, B, N, plan));
+    return v.plan(L, B, N, plan);
 }
 
 /* A variant's configuration into and out of a call's plan, by copy: the

@@ -222,6 +222,15 @@ static int sgkc_variant_supports(void *blayer, int variant, int64_t B, int64_t N
     return sgkc_supports(sgkc_variants[variant], (const sgkc_layer *)blayer, B, N, plan);
 }
 
+static int sgkc_variant_prefers(void *blayer, int variant, int64_t B, int64_t N,
+                                const sgk_backend_plan *plan)
+{
+    if (variant < 0 || variant >= sgkc_variant_count)
+        return 0;
+    const sgkc_variant &v = sgkc_variants[variant];
+    return !v.prefer || v.prefer((const sgkc_layer *)blayer, B, N, plan);
+}
+
 static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t N,
                                   const sgk_backend_plan *plan)
 {
@@ -348,6 +357,7 @@ static const sgk_backend_ops g_ops = {
     sgkc_copy_to_host,
     sgkc_synchronize,
     sgkc_native,
+    sgkc_variant_prefers,
 };
 
 extern "C" __attribute__((visibility("default"))) const sgk_backend_ops *

@@ -490,16 +490,32 @@ static int tiled_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend
 }
 
 /* tuned-tiled-dmma: tiled with attn_rows' relation MLP (mlp_dmma.cuh) and the
- * projections (gemm_dmma.cuh) on DMMA, fp64 products and sums. It comes
- * after tiled in the table, so the layer picks it only when asked: the
- * CUDA issue asks for FFMA arithmetic, and tuned-tiled-dmma is faster at P
- * 17-32 (large) but slower at P <= 16 (xl), where tiled's MLP weights
- * are kernel-parameter constants (DESIGN.md).
+ * projections (gemm_dmma.cuh) on DMMA, fp64 products and sums.
  * DMMA m16n8k16 .f64 exists from compute capability 9.0 and has been
  * run on 9.0 only, so other majors do not offer it (tiled_plan). */
 static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
     return tiled_supports_dm(L, B, N, true, plan);
+}
+
+/* The MLP's 2P^2 FLOPs a pair are what DMMA takes off the FFMA pipe; at
+ * P <= 16 tiled's MLP, whose weights are staged once per block as
+ * constants, is the faster (DESIGN.md). */
+static int tiled_dmma_prefer(const sgkc_layer *L, int64_t, int64_t, const sgk_backend_plan *)
+{
+    return L->P > 16;
+}
+
+/* tuned-tc's 3xTF32 GEMMs beat the FFMA projections only where the
+ * projections (8 B N D^2 FLOPs) are most of the call's work and there is
+ * enough of it to fill the GPU; its attention and MLP are slower than
+ * tiled's (DESIGN.md). */
+static int tc_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
+{
+    const double rows = (double)B * (double)N, pairs = rows * (double)N;
+    const double proj = 8.0 * rows * L->D * L->D;
+    const double rest = pairs * (4.0 * L->D + 2.0 * L->P * L->P + 2.0 * L->P * L->H);
+    return proj >= 1e9 && proj >= 4.0 * rest;
 }
 
 template <int PCAP, int HMAX>
@@ -733,10 +749,10 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 
 const sgkc_variant sgkc_variants[] = {
     {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
+    {"tuned-tc", sgkc_tc_plan, tc_prefer, sgkc_tc_workspace, sgkc_tc_launch},
+    {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
     {"tuned-tiled", tiled_supports, nullptr, ws_qkv_ctx, tiled_launch},
-    {"tuned-tiled-dmma", tiled_dmma_supports, nullptr, ws_qkv_ctx, tiled_dmma_launch},
     {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
-    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch},
     {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
     {"tiled", sgkc_generic_tiled_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
 };

@@ -17,7 +17,7 @@ from . import _lib
 from ._lib import Error, check
 from .layer import Layer, Variant
 
-__all__ = ["Error", "Layer", "Variant", "Backend", "backends", "version"]
+__all__ = ["Error", "Layer", "Variant", "Backend", "backends", "device_name", "version"]
 
 Backend = namedtuple("Backend", "name available device_count reason")
 
@@ -39,3 +39,10 @@ def backends():
         out.append(Backend(info.name.decode(), bool(info.available), info.device_count,
                            (info.reason or b"").decode(errors="replace")))
     return out
+
+
+def device_name(backend, device=0):
+    """The name of a backend's device, e.g. "NVIDIA H200"."""
+    buf = ctypes.create_string_buffer(256)
+    check(_lib.lib().sgk_device_name(str(backend).encode(), int(device), buf, len(buf)))
+    return buf.value.decode(errors="replace")

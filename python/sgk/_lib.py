@@ -57,6 +57,10 @@ _p = ctypes.c_void_p
 _i64 = ctypes.c_int64
 
 
+class ContextOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("cpu_threads", ctypes.c_int)]
+
+
 class LayerDesc(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_size_t), ("dim", _i64), ("heads", _i64),
                 ("pair_dim", _i64), ("eps", ctypes.c_float), ("dtype", ctypes.c_int),
@@ -90,12 +94,18 @@ def _declare(lib):
         "sgk_last_error": (c_char_p, []),
         "sgk_backend_count": (c_int, []),
         "sgk_backend_get": (st, [c_int, ctypes.POINTER(BackendInfo)]),
-        "sgk_context_create": (st, [c_char_p, c_int, _p, ctypes.POINTER(_p)]),
+        "sgk_device_name": (st, [c_char_p, c_int, c_char_p, ctypes.c_size_t]),
+        "sgk_context_options_init": (None, [ctypes.POINTER(ContextOptions)]),
+        "sgk_context_create": (st, [c_char_p, c_int, ctypes.POINTER(ContextOptions),
+                                    ctypes.POINTER(_p)]),
         "sgk_context_destroy": (None, [_p]),
         "sgk_layer_desc_init": (None, [ctypes.POINTER(LayerDesc)]),
         "sgk_layer_create": (st, [_p, ctypes.POINTER(LayerDesc), ctypes.POINTER(_p)]),
         "sgk_layer_destroy": (None, [_p]),
         "sgk_forward": (st, [_p, _i64, _i64, _p, _p, _p, c_int, _p]),
+        "sgk_workspace_size": (st, [_p, _i64, _i64, ctypes.POINTER(ctypes.c_size_t)]),
+        "sgk_forward_device": (st, [_p, _i64, _i64, _p, _p, _p, c_int, _p, _p,
+                                    ctypes.c_size_t, _p]),
         "sgk_layer_variants": (st, [_p, _i64, _i64, ctypes.POINTER(c_char_p),
                                     ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_int)]),
         "sgk_layer_set_variant": (st, [_p, c_char_p]),

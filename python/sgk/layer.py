@@ -44,7 +44,7 @@ def _array(name, a, ndim, dtypes):
 
 
 class Layer:
-    """Layer(backend, weights, *, device=0, eps=1e-5)
+    """Layer(backend, weights, *, device=0, eps=1e-5, cpu_threads=0)
 
     backend: a name from sgk.backends(), e.g. "cpu" or "opencl".
     weights: a mapping with the state-dict names of
@@ -57,6 +57,8 @@ class Layer:
         C-contiguous copies where they are not already, and sgk copies them
         again when the layer is made, so the caller may free them after.
 
+    cpu_threads: the cpu backend's OpenMP threads (0: OpenMP's default).
+
     Shapes are checked here (ValueError naming the key, expected and got);
     rules of the library itself (heads dividing dim, eps >= 0, backend
     names) come back from C as sgk.Error.
@@ -65,7 +67,7 @@ class Layer:
     by close() or when the Layer is collected.
     """
 
-    def __init__(self, backend, weights, *, device=0, eps=1e-5):
+    def __init__(self, backend, weights, *, device=0, eps=1e-5, cpu_threads=0):
         self._layer = self._ctx = None
         self._lib = lib = _lib.lib()
         extra = sorted(set(weights) - set(WEIGHTS))
@@ -95,8 +97,12 @@ class Layer:
         for key, (field, _) in WEIGHTS.items():
             setattr(desc, field, arrays[key].ctypes.data)
 
+        opts = _lib.ContextOptions()
+        lib.sgk_context_options_init(ctypes.byref(opts))
+        opts.cpu_threads = int(cpu_threads)
         ctx = ctypes.c_void_p()
-        check(lib.sgk_context_create(str(backend).encode(), int(device), None, ctypes.byref(ctx)))
+        check(lib.sgk_context_create(str(backend).encode(), int(device), ctypes.byref(opts),
+                                     ctypes.byref(ctx)))
         self._ctx = ctx
         layer = ctypes.c_void_p()
         try:

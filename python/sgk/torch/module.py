@@ -1,0 +1,392 @@
+"""sgk.torch.RelationUpdate and the operator torch.ops.sgk.relation_update.
+
+The operator takes the layer's inputs and its ten weights as tensors, so it
+is a pure function to PyTorch (torch.compile, opcheck and autograd see no
+hidden state). Behind it sit sgk layers, one per module and device, holding
+the weights packed the way the backend runs them. Before each forward the
+operator compares every weight's (data_ptr, version) with what was packed
+last and, when one changed (an optimizer step, load_state_dict, any in-place
+write), repacks from the tensors themselves with
+sgk_layer_set_weights_device on the current stream: no host copy, no
+allocation, nothing the caller must call.
+
+Under CUDA-graph capture nothing Python-side runs at replay, so a capture
+also records the repack (one gather kernel per replay) and replays follow
+in-place weight updates; RelationUpdate(..., repack_in_graphs=False) leaves
+it out for weights that stay fixed after capture.
+"""
+import ctypes
+import itertools
+import threading
+import weakref
+
+import numpy as np
+import torch
+
+from .. import _lib
+from ..layer import WEIGHTS, Layer
+from . import reference
+
+# State-dict names and sgk_layer_desc fields, in the order the operator takes
+# the weights.
+KEYS = tuple(WEIGHTS)
+FIELDS = tuple(WEIGHTS[k][0] for k in KEYS)
+
+_MASKS = {torch.float32: _lib.MASK_F32, torch.uint8: _lib.MASK_U8, torch.bool: _lib.MASK_U8}
+
+
+def _shapes(weights):
+    """(D, P, H) from the weights, checking the ten shapes against each other."""
+    if len(weights) != len(KEYS):
+        raise ValueError(f"sgk.torch: weights must be the {len(KEYS)} tensors "
+                         f"{', '.join(KEYS)}; got {len(weights)}")
+    g, w1, w2 = weights[0], weights[6], weights[8]
+    if g.dim() != 1 or w1.dim() != 2 or w2.dim() != 2:
+        raise ValueError("sgk.torch: norm.weight must be (D), rel_mlp.0.weight (P, P) and "
+                         f"rel_mlp.2.weight (H, P); got {tuple(g.shape)}, {tuple(w1.shape)}, "
+                         f"{tuple(w2.shape)}")
+    sizes = {"D": g.shape[0], "P": w1.shape[1], "H": w2.shape[0]}
+    for key, w in zip(KEYS, weights):
+        want = tuple(sizes[d] for d in WEIGHTS[key][1])
+        if tuple(w.shape) != want:
+            named = ", ".join(f"{d}={sizes[d]}" for d in WEIGHTS[key][1])
+            raise ValueError(f"sgk.torch: {key} must have shape ({named}) = {want}, "
+                             f"got {tuple(w.shape)}")
+    return sizes["D"], sizes["P"], sizes["H"]
+
+
+def _check_weights(weights):
+    """(D, P, H) of the weights after checking their shapes, dtypes and
+    devices against each other."""
+    D, P, H = _shapes(weights)
+    dev = weights[0].device
+    for key, w in zip(KEYS, weights):
+        if w.dtype != torch.float32:
+            raise TypeError(f"sgk.torch: {key} has dtype {w.dtype}: sgk runs torch.float32 "
+                            "(bf16 and fp16 are not supported yet)")
+        if w.device != dev:
+            raise ValueError(f"sgk.torch: {key} is on {w.device} but {KEYS[0]} on {dev}: "
+                             "every tensor must be on one device")
+    return D, P, H
+
+
+def _check_inputs(nodes, pair_feats, edge_mask, D, P, H, wdevice):
+    """(B, N) after checking the inputs against the weights' sizes and device."""
+    if nodes.dim() != 3 or nodes.shape[2] != D:
+        raise ValueError(f"sgk.torch: nodes must be (B, N, D={D}), got {tuple(nodes.shape)}")
+    B, N = nodes.shape[0], nodes.shape[1]
+    if pair_feats.shape != (B, N, N, P):
+        raise ValueError(f"sgk.torch: pair_feats must be (B, N, N, P) = {(B, N, N, P)} to match "
+                         f"nodes {tuple(nodes.shape)}, got {tuple(pair_feats.shape)}")
+    if edge_mask.shape != (B, N, N):
+        raise ValueError(f"sgk.torch: edge_mask must be (B, N, N) = {(B, N, N)} to match "
+                         f"nodes {tuple(nodes.shape)}, got {tuple(edge_mask.shape)}")
+    if nodes.dtype != torch.float32 or pair_feats.dtype != torch.float32:
+        name, t = ("nodes", nodes) if nodes.dtype != torch.float32 else ("pair_feats", pair_feats)
+        raise TypeError(f"sgk.torch: {name} has dtype {t.dtype}: sgk runs torch.float32 "
+                        "(bf16 and fp16 are not supported yet)")
+    if edge_mask.dtype not in _MASKS:
+        raise TypeError(f"sgk.torch: edge_mask has dtype {edge_mask.dtype}: must be "
+                        "torch.float32, torch.uint8 or torch.bool (nonzero is an edge)")
+    dev = nodes.device
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"sgk.torch: nodes is on {dev}: sgk runs CPU tensors (cpu "
+                         "backend) and CUDA tensors (cuda backend)")
+    if pair_feats.device != dev or edge_mask.device != dev or wdevice != dev:
+        name, where = _odd_device(pair_feats, edge_mask, wdevice, dev)
+        raise ValueError(f"sgk.torch: {name} is on {where} but nodes on {dev}: "
+                         "every tensor must be on one device")
+    return B, N
+
+
+def _odd_device(pair_feats, edge_mask, wdevice, dev):
+    for name, where in (("pair_feats", pair_feats.device), ("edge_mask", edge_mask.device),
+                        ("norm.weight", wdevice)):
+        if where != dev:
+            return name, where
+
+
+def _check(nodes, pair_feats, edge_mask, weights):
+    """Everything the operator refuses, said before anything runs."""
+    D, P, H = _check_weights(weights)
+    return _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device)
+
+
+class _Bound:
+    """One sgk layer on one device, and what its weights were packed from."""
+
+    def __init__(self, layer, eps):
+        self.layer, self.eps = layer, eps
+        self.handle = layer._handle()
+        self.packed_from = None  # _versions() of the weights last packed
+        self.workspace = {}      # (B, N) -> bytes
+
+
+class _State:
+    """A module's sgk layers (one per device) and its settings. Operator
+    calls find it by its id in _STATES; it lives as long as its module."""
+
+    _ids = itertools.count()
+
+    def __init__(self, repack_in_graphs=True, always_repack=False, cpu_threads=0):
+        self.id = next(self._ids)
+        self.cpu_threads = cpu_threads
+        self.repack_in_graphs = repack_in_graphs
+        self.always_repack = always_repack
+        self.variant = None
+        self.bound = {}  # device -> _Bound
+        self.lock = threading.Lock()
+        _STATES[self.id] = self
+
+    def set_variant(self, name):
+        with self.lock:
+            for b in self.bound.values():
+                b.layer.set_variant(name)
+                b.workspace.clear()  # sizes are the variant's
+            self.variant = name
+
+
+_STATES = weakref.WeakValueDictionary()
+# The layers of operator calls made without a module (layer_id -1): one per
+# device, stream and shape, repacked on every call.
+_SHARED = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _state_for(layer_id, nodes, weights, eps):
+    if layer_id >= 0:
+        state = _STATES.get(layer_id)
+        if state is None:
+            raise ValueError(f"sgk.torch: layer_id {layer_id} names no live RelationUpdate; "
+                             "pass -1 to run without a module")
+        return state
+    stream = _stream(nodes.device) if nodes.is_cuda else 0
+    key = (str(nodes.device), stream, tuple(weights[0].shape), tuple(weights[8].shape), eps)
+    with _SHARED_LOCK:
+        state = _SHARED.get(key)
+        if state is None:
+            state = _SHARED[key] = _State(always_repack=True)
+    return state
+
+
+def _stream(device):
+    """The raw current CUDA stream of device, as an int."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get is not None:
+        return get(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _versions(weights):
+    """(identity, data_ptr, version) of each weight; an inference tensor, which keeps no
+    version, counts as changed on every call."""
+    try:
+        return tuple((id(w), w.data_ptr(), w._version) for w in weights)
+    except RuntimeError:
+        return None
+
+
+def _bind(state, nodes, weights, eps):
+    """state's layer for nodes' device, made on first use from the weights."""
+    dev = nodes.device
+    b = state.bound.get(dev)
+    if b is not None and b.eps == eps:
+        return b
+    if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"sgk.torch: the sgk layer for {dev} is made on the module's first "
+                           "call there, which copies weights and cannot happen during CUDA-graph "
+                           "capture: run the module once on that device before capturing")
+    host = {k: w.detach().to("cpu").contiguous().numpy() for k, w in zip(KEYS, weights)}
+    backend = "cuda" if dev.type == "cuda" else "cpu"
+    index = (dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 0
+    layer = Layer(backend, host, device=index, eps=eps, cpu_threads=state.cpu_threads)
+    if state.variant is not None:
+        layer.set_variant(state.variant)
+    old = state.bound.get(dev)
+    b = state.bound[dev] = _Bound(layer, eps)
+    if old is not None:
+        old.layer.close()
+    return b
+
+
+def _repack(lib, b, weights, stream):
+    desc = _lib.LayerDesc()
+    lib.sgk_layer_desc_init(ctypes.byref(desc))
+    desc.dim, desc.pair_dim, desc.heads = b.layer.dim, b.layer.pair_dim, b.layer.heads
+    desc.eps = b.eps
+    desc.dtype = _lib.DTYPE_F32
+    for field, w in zip(FIELDS, weights):
+        setattr(desc, field, w.data_ptr())
+    _lib.check(lib.sgk_layer_set_weights_device(b.handle, ctypes.byref(desc), stream))
+
+
+def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
+    """The operator's real implementation (CPU and CUDA tensors)."""
+    state = _state_for(layer_id, nodes, weights, eps)
+    lib = _lib.lib()
+    cuda = nodes.is_cuda
+    with state.lock:
+        now = _versions(weights)
+        b = state.bound.get(nodes.device)
+        fresh = (b is not None and b.eps == eps and now is not None and now == b.packed_from
+                 and not state.always_repack)
+        if fresh:
+            # The same weight tensors, unchanged since they were checked and packed.
+            L = b.layer
+            B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, nodes.device)
+        else:
+            D, P, H = _check_weights(weights)
+            B, N = _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device)
+            weights = [w.contiguous() for w in weights]
+            if b is None or b.eps != eps:
+                b = _bind(state, nodes, weights, eps)  # packed from these weights
+                b.packed_from = now
+                fresh = not state.always_repack
+        stream = _stream(nodes.device) if cuda else 0
+        if not fresh or (cuda and state.repack_in_graphs and torch.cuda.is_current_stream_capturing()):
+            _repack(lib, b, weights, stream)
+            b.packed_from = now
+        nodes, pair_feats, edge_mask = nodes.contiguous(), pair_feats.contiguous(), edge_mask.contiguous()
+        mask_type = _MASKS[edge_mask.dtype]
+        ws = b.workspace.get((B, N))
+        if ws is None:
+            size = ctypes.c_size_t()
+            _lib.check(lib.sgk_workspace_size(b.handle, B, N, ctypes.byref(size)))
+            ws = b.workspace[(B, N)] = size.value
+        out = torch.empty_like(nodes, memory_format=torch.contiguous_format)
+        work = torch.empty(ws, dtype=torch.uint8, device=nodes.device) if ws else None
+        _lib.check(lib.sgk_forward_device(b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
+                                          edge_mask.data_ptr(), mask_type, out.data_ptr(),
+                                          work.data_ptr() if ws else None, ws, stream or None))
+    return out
+
+
+@torch.library.custom_op("sgk::relation_update", mutates_args=())
+def relation_update(nodes: torch.Tensor, pair_feats: torch.Tensor, edge_mask: torch.Tensor,
+                    weights: list[torch.Tensor], eps: float = 1e-5,
+                    layer_id: int = -1) -> torch.Tensor:
+    """out = nodes + attention(LayerNorm(nodes), pair bias, edge_mask) Wo^T
+    (SPEC section 1), computed by sgk.
+
+    weights: the ten tensors in state-dict order (norm.weight, norm.bias,
+    q_proj.weight, k_proj.weight, v_proj.weight, out_proj.weight,
+    rel_mlp.0.weight, rel_mlp.0.bias, rel_mlp.2.weight, rel_mlp.2.bias).
+    layer_id: a RelationUpdate's, whose sgk layer is reused and repacked
+    only when a weight changed; -1 (a call without a module) repacks on
+    every call. Tensors must be torch.float32 (the mask float32, uint8 or
+    bool) on one CPU or CUDA device; non-contiguous ones are copied to
+    contiguous first. CUDA work goes on the current stream.
+    """
+    return _run(nodes, pair_feats, edge_mask, weights, eps, layer_id)
+
+
+@relation_update.register_fake
+def _(nodes, pair_feats, edge_mask, weights, eps=1e-5, layer_id=-1):
+    _check(nodes, pair_feats, edge_mask, weights)
+    return torch.empty_like(nodes, memory_format=torch.contiguous_format)
+
+
+_REFERENCE = {}
+
+
+def _reference_forward(nodes, pair_feats, edge_mask, weights, eps):
+    """sgk.torch.reference's forward with these tensors as its parameters."""
+    D, P, H = weights[0].shape[0], weights[6].shape[1], weights[8].shape[0]
+    m = _REFERENCE.get((D, P, H))
+    if m is None:
+        with torch.device("meta"):
+            m = _REFERENCE[(D, P, H)] = reference.RelationUpdate(D, P, H)
+    m.norm.eps = eps
+    return torch.func.functional_call(m, dict(zip(KEYS, weights)), (nodes, pair_feats, edge_mask))
+
+
+def _setup_context(ctx, inputs, output):
+    nodes, pair_feats, edge_mask, weights, eps, _ = inputs
+    ctx.save_for_backward(nodes, pair_feats, edge_mask, *weights)
+    ctx.eps = eps
+
+
+def _backward(ctx, grad):
+    # The slow path until sgk has its own backward: recompute the forward
+    # with PyTorch ops and differentiate that.
+    nodes, pair_feats, edge_mask, *weights = ctx.saved_tensors
+    with torch.enable_grad():
+        xs = [t.detach().requires_grad_(True) for t in [nodes, pair_feats] + weights]
+        out = _reference_forward(xs[0], xs[1], edge_mask, xs[2:], ctx.eps)
+        grads = torch.autograd.grad(out, xs, grad)
+    return grads[0], grads[1], None, list(grads[2:]), None, None
+
+
+relation_update.register_autograd(_backward, setup_context=_setup_context)
+
+
+class RelationUpdate(reference.RelationUpdate):
+    """RelationUpdate(dim, pair_dim, num_heads, *, repack_in_graphs=True, cpu_threads=0)
+
+    sgk.torch.reference.RelationUpdate, with its parameters (same names,
+    shapes and initialisation, so load_state_dict of a trained reference
+    model works unchanged), whose forward runs sgk: the cpu backend on CPU
+    tensors, the cuda backend on CUDA tensors of their own device, zero-copy
+    on PyTorch's current stream.
+
+    forward(nodes (B,N,D), pair_feats (B,N,N,P), edge_mask (B,N,N)) ->
+    (B,N,D). torch.float32 only for now; edge_mask float32, uint8 or bool.
+    Wrong dtypes, shapes or devices raise TypeError or ValueError before
+    anything runs; sgk's own errors raise sgk.Error. Non-contiguous inputs
+    are copied to contiguous ones.
+
+    The sgk layer for a device is made on the first call there (so, with
+    CUDA graphs, run the module once before capturing). Weight changes are
+    picked up by the next call: no rebuild, no host copy. Under CUDA-graph
+    capture the repack is captured too, so that replays follow in-place
+    updates of the weights; repack_in_graphs=False leaves it out of
+    captures (weights fixed once captured).
+
+    cpu_threads: the cpu backend's OpenMP threads (0: OpenMP's default).
+    For inference, call under torch.no_grad() or torch.inference_mode():
+    the call then skips autograd's bookkeeping, which costs more than the
+    layer itself at small shapes.
+
+    Backward is the slow path: it recomputes the layer with PyTorch ops
+    (sgk.torch.reference) and differentiates that, so gradients are right
+    but cost what PyTorch's own module costs, plus the saved inputs.
+    """
+
+    def __init__(self, dim, pair_dim, num_heads, *, repack_in_graphs=True, cpu_threads=0):
+        super().__init__(dim, pair_dim, num_heads)
+        self._sgk = _State(repack_in_graphs=repack_in_graphs, cpu_threads=cpu_threads)
+
+    def _weights(self):
+        # Through the module dicts, not attribute access: this runs every call.
+        m = self._modules
+        norm, mlp = m["norm"]._parameters, m["rel_mlp"]._modules
+        w1, w2 = mlp["0"]._parameters, mlp["2"]._parameters
+        return [norm["weight"], norm["bias"], m["q_proj"]._parameters["weight"],
+                m["k_proj"]._parameters["weight"], m["v_proj"]._parameters["weight"],
+                m["out_proj"]._parameters["weight"], w1["weight"], w1["bias"], w2["weight"],
+                w2["bias"]]
+
+    def forward(self, nodes, pair_feats, edge_mask):
+        weights = self._weights()
+        if (torch.compiler.is_compiling() or torch.is_grad_enabled() and
+                (nodes.requires_grad or pair_feats.requires_grad or
+                 any(w.requires_grad for w in weights))):
+            return relation_update(nodes, pair_feats, edge_mask, weights, self.norm.eps, self._sgk.id)
+        # Nothing to record for autograd or a compiler: the operator's own
+        # implementation, without the dispatcher's cost per call.
+        return _run(nodes, pair_feats, edge_mask, weights, self.norm.eps, self._sgk.id)
+
+    def set_variant(self, name):
+        """Force an sgk kernel variant by name (sgk.Layer.set_variant) on every
+        device, now and for layers made later; None restores the automatic
+        choice."""
+        self._sgk.set_variant(name)
+
+    def sgk_layer(self, device):
+        """The sgk.Layer this module runs on device (None before its first
+        call there): for variants() and variant_for()."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        b = self._sgk.bound.get(device)
+        return None if b is None else b.layer
