@@ -228,8 +228,15 @@ def mode_wheel(a, tmp):
             return SKIP
     out = os.path.join(tmp, 'dist')
     os.mkdir(out)
-    name = run([sys.executable, '-c', BUILD_WHEEL, out, os.path.join(tmp, 'build')],
-               cwd=a.source_root).strip().splitlines()[-1]
+    # meson-python 0.12 writes its native file into the source tree.
+    native_file = os.path.join(a.source_root, '.mesonpy-native-file.ini')
+    left = os.path.exists(native_file)
+    try:
+        name = run([sys.executable, '-c', BUILD_WHEEL, out, os.path.join(tmp, 'build')],
+                   cwd=a.source_root).strip().splitlines()[-1]
+    finally:
+        if not left and os.path.exists(native_file):
+            os.remove(native_file)
     wheel = os.path.join(out, name)
     check(name.startswith('sgk-%s-' % a.version), 'the wheel %s has the version of meson.build' % name)
 
