@@ -6,8 +6,8 @@
         out = layer.forward(nodes, pair_feats, edge_mask)
 
 libsgk is loaded on first use from $SGK_LIBRARY when that is set (and from
-nowhere else then); otherwise from libsgk.so beside this package, then
-build/api/libsgk.so of the clone this package sits in, then
+nowhere else then); otherwise from _native/libsgk.so inside this package
+(where pip install puts it), then the system's,
 ctypes.util.find_library('sgk'). Failing that, sgk.Error names each place.
 """
 import ctypes

@@ -69,21 +69,17 @@ class LayerDesc(ctypes.Structure):
 
 
 def _candidates():
-    """(place, path) pairs in the order they are tried."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = []
+    """(place, path) pairs in the order they are tried, before the system's
+    libsgk (ctypes.util.find_library), which lib() tries last."""
     env = os.environ.get("SGK_LIBRARY")
     if env:
         # Set on purpose: a wrong path is an error, not a reason to load
         # some other libsgk.
         return [("SGK_LIBRARY", env)]
-    # A wheel ships the library inside the package.
-    for name in ("libsgk.so", "libsgk.so.0"):
-        out.append(("beside the package", os.path.join(here, name)))
-    # Run from a clone: python/sgk -> repository root -> build/api.
-    root = os.path.dirname(os.path.dirname(here))
-    out.append(("the build tree", os.path.join(root, "build", "api", "libsgk.so")))
-    return out
+    # pip install puts libsgk in sgk/_native, its plugins in _native/sgk,
+    # where libsgk looks for them (sgk/ beside its own file).
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [("inside the package", os.path.join(here, "_native", "libsgk.so"))]
 
 
 def _declare(lib):

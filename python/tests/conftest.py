@@ -1,5 +1,5 @@
 """Lets the tests import sgk from this clone without installing it. libsgk
-comes from $SGK_LIBRARY (meson test sets it) or the clone's build/ tree."""
+comes from $SGK_LIBRARY (meson test sets it to the build tree's)."""
 import os
 import sys
 

@@ -1,5 +1,10 @@
-"""sgk.Layer against a float64 numpy transcription of SPEC section 1, and
-the Python-side checks of bad input. numpy only."""
+"""sgk.Layer against a float64 numpy transcription of SPEC section 1, the
+Python-side checks of bad input, and where libsgk is loaded from. numpy only."""
+import os
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -203,3 +208,73 @@ def test_bad_eps_is_a_c_error(rng):
     with pytest.raises(sgk.Error) as e:
         sgk.Layer("cpu", make_weights(rng, D, P, H), eps=-1.0)
     assert e.value.status == "SGK_ERR_INVALID_ARGUMENT" and "eps" in e.value.message
+
+
+# Where libsgk comes from: a fresh interpreter each time, since the library
+# is loaded once per process. These need the libsgk meson test names in
+# SGK_LIBRARY.
+PACKAGE = os.path.dirname(os.path.abspath(sgk.__file__))
+PROBE = """
+import ctypes.util, sgk, sgk._lib
+try:
+    print("loaded", sgk._lib.lib()._name)
+    print("version", sgk.version())
+    print("opencl", [b.reason for b in sgk.backends() if b.name == "opencl"][0])
+except sgk.Error as e:
+    print("error", e.message)
+print("system", ctypes.util.find_library("sgk"))
+"""
+
+
+def probe(package_parent, library=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SGK_LIBRARY", "LD_LIBRARY_PATH", "SGK_BACKEND_PATH")}
+    env["PYTHONPATH"] = package_parent
+    if library is not None:
+        env["SGK_LIBRARY"] = library
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, check=True,
+                         stdout=subprocess.PIPE, universal_newlines=True).stdout
+    return dict(line.split(" ", 1) for line in out.splitlines())
+
+
+def built_library():
+    path = os.environ.get("SGK_LIBRARY")
+    if not path or not os.path.exists(path):
+        pytest.skip("SGK_LIBRARY does not name the libsgk built (meson test sets it)")
+    return path
+
+
+def test_sgk_library_set_is_the_only_place(tmp_path):
+    missing = str(tmp_path / "nowhere" / "libsgk.so")
+    got = probe(os.path.dirname(PACKAGE), missing)
+    assert "loaded" not in got
+    assert f"SGK_LIBRARY: {missing} (not there)" in got["error"]
+    assert "find_library" not in got["error"]
+
+
+def test_bundled_library_before_the_system_one(tmp_path):
+    """A copy of the package with libsgk in _native/, as pip installs it:
+    that libsgk loads, and it looks for its plugins in _native/sgk."""
+    shutil.copytree(PACKAGE, tmp_path / "sgk", ignore=shutil.ignore_patterns("__pycache__"))
+    native = tmp_path / "sgk" / "_native"
+    native.mkdir()
+    shutil.copy(built_library(), native / "libsgk.so")
+    got = probe(str(tmp_path))
+    assert got["loaded"] == str(native / "libsgk.so")
+    assert got["version"] == sgk.version()
+    assert str(native / "sgk") in got["opencl"] and "not found" in got["opencl"]
+
+
+def test_without_a_bundled_library_the_system_one(tmp_path):
+    """This clone's package has no _native/: the system's libsgk next, and
+    failing that an error naming both places."""
+    shutil.copytree(PACKAGE, tmp_path / "sgk", ignore=shutil.ignore_patterns("__pycache__"))
+    got = probe(str(tmp_path))
+    bundled = str(tmp_path / "sgk" / "_native" / "libsgk.so")
+    if got["system"] != "None":
+        assert got["loaded"] == got["system"]
+    else:
+        assert "loaded" not in got
+        assert f"inside the package: {bundled} (not there)" in got["error"]
+        assert "ctypes.util.find_library('sgk') (found nothing)" in got["error"]
+        assert "SGK_LIBRARY" in got["error"]

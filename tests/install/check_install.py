@@ -13,6 +13,12 @@
   subproject  a meson parent project using sgk through
               dependency('sgk', fallback : 'sgk'): it builds and runs, and the
               subproject defines neither sgk-bench nor any test.
+  wheel       the wheel `pip install .` builds (pyproject.toml), made offline
+              through meson-python's build hook with this python, without
+              the cuda and hip plugins (whose place is the opencl plugin's);
+              it holds the package, libsgk and the plugins and nothing for C
+              users; installed with pip --target, it loads its own libsgk
+              and plugins and runs the README's Python example.
 
 Exits 0 on success, 77 (skip) when a tool a mode needs is missing, 1 otherwise.
 """
@@ -24,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIP = 77
@@ -193,9 +200,83 @@ def mode_subproject(a, tmp):
     return 0
 
 
+# meson-python's PEP 517 hook, as pip calls it, with config settings as lists
+# (pip before 23.1 keeps only the last of several -C values of one key).
+BUILD_WHEEL = """
+import sys, mesonpy
+print(mesonpy.build_wheel(sys.argv[1], {'builddir': sys.argv[2],
+                                        'setup-args': ['-Dcuda=disabled', '-Dhip=disabled']}))
+"""
+
+WHEEL_PROBE = """
+import importlib.metadata, sgk, sgk._lib
+print(sgk._lib.lib()._name)
+print(sgk.version())
+print(importlib.metadata.version('sgk'))
+print([b.reason for b in sgk.backends() if b.name == 'opencl'][0])
+"""
+
+
+def mode_wheel(a, tmp):
+    for module, package in [('mesonpy', 'python3-mesonpy'), ('pip', 'python3-pip'),
+                            ('numpy', 'python3-numpy')]:
+        try:
+            __import__(module)
+        except ImportError as e:
+            print('skip: %s is not importable by %s (%s; Debian: %s)'
+                  % (module, sys.executable, e, package))
+            return SKIP
+    out = os.path.join(tmp, 'dist')
+    os.mkdir(out)
+    # meson-python 0.12 writes its native file into the source tree.
+    native_file = os.path.join(a.source_root, '.mesonpy-native-file.ini')
+    left = os.path.exists(native_file)
+    try:
+        name = run([sys.executable, '-c', BUILD_WHEEL, out, os.path.join(tmp, 'build')],
+                   cwd=a.source_root).strip().splitlines()[-1]
+    finally:
+        if not left and os.path.exists(native_file):
+            os.remove(native_file)
+    wheel = os.path.join(out, name)
+    check(name.startswith('sgk-%s-' % a.version), 'the wheel %s has the version of meson.build' % name)
+
+    with zipfile.ZipFile(wheel) as z:
+        files = z.namelist()
+    print('wheel: ' + ' '.join(sorted(files)))
+    want = ['sgk/__init__.py', 'sgk/_lib.py', 'sgk/layer.py', 'sgk/torch/reference.py',
+            'sgk/_native/libsgk.so']
+    if a.opencl_built == '1':
+        want.append('sgk/_native/sgk/libsgk-opencl.so')
+    check(all(f in files for f in want), 'the wheel holds ' + ', '.join(want))
+    meta = 'sgk-%s.dist-info/' % a.version
+    stray = [f for f in files if not (f.startswith('sgk/') or f.startswith(meta))
+             or f.endswith(('.h', '.pc', '.cmake'))]
+    check(stray == [], 'nothing else: no headers, pkg-config, CMake files or programs %s' % stray)
+
+    site = os.path.join(tmp, 'site')
+    run([sys.executable, '-m', 'pip', 'install', '--quiet', '--no-deps', '--no-index',
+         '--target', site, wheel])
+    env = {k: v for k, v in clean_env(PYTHONPATH=site).items() if k != 'SGK_LIBRARY'}
+    loaded, version, dist_version, opencl = run(
+        [sys.executable, '-c', WHEEL_PROBE], env=env, cwd=tmp).splitlines()[-4:]
+    check(loaded == os.path.join(site, 'sgk', '_native', 'libsgk.so'),
+          'sgk loads the libsgk inside the package: ' + loaded)
+    check(version == dist_version == a.version,
+          'sgk.version() %s, the installed distribution %s, meson.build %s'
+          % (version, dist_version, a.version))
+    if a.opencl_built == '1':
+        print('opencl: ' + (opencl or 'available'))
+        check('not found' not in opencl and 'dlopen' not in opencl,
+              'libsgk loads the opencl plugin from sgk/_native/sgk')
+    sys.stdout.write(run([sys.executable, os.path.join(a.source_root, 'tests', 'check_readme_example.py'),
+                          '--python', os.path.join(a.source_root, 'README.md')], env=env, cwd=tmp))
+    check(True, "the README's Python example runs on the installed package")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('mode', choices=['plugins', 'consumers', 'subproject'])
+    p.add_argument('mode', choices=['plugins', 'consumers', 'subproject', 'wheel'])
     p.add_argument('--source-root', required=True)
     p.add_argument('--cc', required=True)
     p.add_argument('--meson', default='')
@@ -207,8 +288,10 @@ def main():
     p.add_argument('--sanitize', default='none')
     p.add_argument('--pkg-config', default='')
     p.add_argument('--cmake', default='')
+    p.add_argument('--version', default='')
     a = p.parse_args()
-    mode = {'plugins': mode_plugins, 'consumers': mode_consumers, 'subproject': mode_subproject}
+    mode = {'plugins': mode_plugins, 'consumers': mode_consumers, 'subproject': mode_subproject,
+            'wheel': mode_wheel}
     tmp = os.path.realpath(tempfile.mkdtemp(prefix='sgk-install-'))
     try:
         return mode[a.mode](a, tmp)
