@@ -430,7 +430,8 @@ def main():
                     help="comma list of seed, mid, large, xl, s01 .. s14 and the groups presets, sweep, "
                          "all (default: presets)")
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
-    ap.add_argument("--lib", help="path of libsgk.so (default: as the sgk package finds it)")
+    ap.add_argument("--lib", help="path of libsgk.so (default: $SGK_LIBRARY, else this clone's "
+                    "build/api/libsgk.so, else as the sgk package finds it)")
     ap.add_argument("--sgk-variants", help="comma list of sgk variants (default: every supported one)")
     ap.add_argument("--torch-variants", default=",".join(TORCH_VARIANTS),
                     help=f"comma list of {', '.join(TORCH_VARIANTS)} (default: all)")
@@ -483,8 +484,9 @@ def main():
     if a.threads:
         torch.set_num_threads(a.threads)
 
-    if a.lib:
-        os.environ["SGK_LIBRARY"] = os.path.abspath(a.lib)
+    built = os.path.join(REPO, "build", "api", "libsgk.so")
+    if a.lib or (not os.environ.get("SGK_LIBRARY") and os.path.exists(built)):
+        os.environ["SGK_LIBRARY"] = os.path.abspath(a.lib or built)
     sys.path.insert(0, os.path.join(REPO, "python"))  # this clone's sgk package
     import sgk
     try:

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""Writes the starting corpus of fuzz_api (tests/fuzz/corpus/seed-*): short
+"""Writes the starting corpus of fuzz_api (the seed-* inputs): short
 programs in fuzz_api.c's input format, one per kind of call, from which
-libFuzzer mutates. Usage: make_seeds.py CORPUS_DIR"""
+libFuzzer mutates; and moves a corpus between folder and packed form
+(tests/fuzz/corpus.txt: a line per input, its name and its bytes in hex).
+
+usage: make_seeds.py DIR                 write the seeds into DIR
+       make_seeds.py --unpack FILE DIR   write each input of a packed corpus into DIR
+       make_seeds.py --pack DIR FILE     pack every file of DIR into FILE"""
 import os
 import sys
 
@@ -59,8 +64,38 @@ def seeds():
     yield "bad-contexts", bytes([0, 3, 0, 0, 0, 0x36, 0xff, 0, 1, 0, 0, 0xc1, 0, 0, 0, 0xf1]) + end()
 
 
+HEADER = """# The fuzz corpus of fuzz_api, one input a line: its name, then its bytes in hex.
+# fuzz_replay runs this file; make_seeds.py --unpack writes the inputs out as files
+# for libFuzzer, and --pack folds a corpus folder back into this form.
+"""
+
+
+def unpack(path, out):
+    os.makedirs(out, exist_ok=True)
+    with open(path) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                name, data = line.split()
+                with open(os.path.join(out, name), "wb") as g:
+                    g.write(bytes.fromhex(data))
+
+
+def pack(folder, path):
+    with open(path, "w") as f:
+        f.write(HEADER)
+        for name in sorted(os.listdir(folder)):
+            with open(os.path.join(folder, name), "rb") as g:
+                f.write(f"{name} {g.read().hex()}\n")
+
+
 def main():
-    out = sys.argv[1]
+    args = sys.argv[1:]
+    if len(args) == 3 and args[0] in ("--unpack", "--pack"):
+        (unpack if args[0] == "--unpack" else pack)(args[1], args[2])
+        return
+    if len(args) != 1 or args[0].startswith("-"):
+        sys.exit(__doc__)
+    out = args[0]
     os.makedirs(out, exist_ok=True)
     for name, data in seeds():
         with open(os.path.join(out, "seed-" + name), "wb") as f:
