@@ -15,13 +15,25 @@ nodes (B,N,D) f32, pair_feats (B,N,N,P) f32, edge_mask (B,N,N) f32 or u8,
 ln_gamma, ln_beta (D) f32, wq, wk, wv, wo (D,D) f32, w1 (P,P), b1 (P),
 w2 (H,P), b2 (H) f32, then the expected output (B,N,D) f64.
 golden.txt lists one case per line: name B N D H P mask eps file.
+
+The backward cases are all in backward.bin: the magic b"SGKBWD01", the
+number of cases (i64), then per case a header (name, 32 bytes NUL-padded;
+B N D H P as i64; mask type as i64, 0 f32 and 1 u8; eps f64), the inputs and
+weights as above, d_out (B,N,D) f32, then in f64: the output (B,N,D), the
+softmax statistics row_max and row_sum (B,H,N) (over the edges j of row
+(b,h,i): the largest score, and the sum of exp(score - row_max); -inf and 0
+for a row without edges), and autograd's gradients of sum(d_out * out) for
+nodes, pair_feats and the ten weights, in the order and shapes above.
 """
 import argparse
 import importlib.util
+import math
 import os
+import struct
 import sys
 
 import torch
+import torch.nn.functional as F
 
 # name, B, N, D, H, P, mask kind
 CASES = [
@@ -31,6 +43,18 @@ CASES = [
     ("odd_values", 2, 9, 32, 4, 6, "odd_values"),
     ("head_dim_1", 2, 6, 4, 4, 2, "random"),
 ]
+
+# the same for backward.bin
+BACKWARD_CASES = [
+    ("bwd_masked_row", 2, 5, 8, 2, 3, "random_one_empty_row"),
+    ("bwd_u8_mask", 2, 4, 12, 3, 4, "random_u8"),
+    ("bwd_odd_values", 1, 6, 16, 4, 5, "odd_values"),
+    ("bwd_head_dim_1", 2, 3, 4, 4, 2, "random"),
+]
+
+WEIGHTS = ("norm.weight", "norm.bias", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+           "out_proj.weight", "rel_mlp.0.weight", "rel_mlp.0.bias", "rel_mlp.2.weight",
+           "rel_mlp.2.bias")
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,7 +91,16 @@ def make_mask(kind, B, N, g):
     return m, m, "f32"
 
 
-def write_case(Model, out_dir, name, B, N, D, H, P, kind, seed):
+def f32(t):
+    return t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+
+
+def f64(t):
+    return t.detach().to(torch.float64).contiguous().numpy().astype("<f8").tobytes()
+
+
+def draw_case(Model, B, N, D, H, P, kind, seed):
+    """A module with drawn weights, float32 inputs and the mask of one case."""
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = Model(D, P, H)
@@ -78,29 +111,79 @@ def write_case(Model, out_dir, name, B, N, D, H, P, kind, seed):
     nodes = torch.randn(B, N, D, generator=g)
     pair = torch.randn(B, N, N, P, generator=g)
     mask_stored, mask_f, mask_type = make_mask(kind, B, N, g)
+    return model, g, nodes, pair, mask_stored, mask_f, mask_type
 
-    model64 = model.double()
-    with torch.no_grad():
-        out = model64(nodes.double(), pair.double(), mask_f.double())
-    assert torch.isfinite(out).all(), name
 
+def input_bytes(model, nodes, pair, mask_stored, mask_type):
     sd = model.state_dict()
-    f32 = lambda t: t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
     parts = [f32(nodes), f32(pair)]
     if mask_type == "u8":
         parts.append(mask_stored.contiguous().numpy().astype("u1").tobytes())
     else:
         parts.append(f32(mask_stored))
-    for key in ("norm.weight", "norm.bias", "q_proj.weight", "k_proj.weight", "v_proj.weight",
-                "out_proj.weight", "rel_mlp.0.weight", "rel_mlp.0.bias", "rel_mlp.2.weight",
-                "rel_mlp.2.bias"):
-        parts.append(f32(sd[key]))
-    parts.append(out.contiguous().numpy().astype("<f8").tobytes())
+    return parts + [f32(sd[key]) for key in WEIGHTS]
+
+
+def write_case(Model, out_dir, name, B, N, D, H, P, kind, seed):
+    model, _, nodes, pair, mask_stored, mask_f, mask_type = draw_case(
+        Model, B, N, D, H, P, kind, seed)
+    parts = input_bytes(model, nodes, pair, mask_stored, mask_type)
+    model64 = model.double()
+    with torch.no_grad():
+        out = model64(nodes.double(), pair.double(), mask_f.double())
+    assert torch.isfinite(out).all(), name
+    parts.append(f64(out))
     fname = name + ".bin"
     with open(os.path.join(out_dir, fname), "wb") as f:
         f.write(b"".join(parts))
     eps = model.norm.eps
     return f"{name} {B} {N} {D} {H} {P} {mask_type} {eps:g} {fname}\n"
+
+
+def softmax_stats(model64, nodes, pair, edge_mask, H):
+    """row_max, row_sum (B,H,N) of the scores, from the weights alone (the
+    module keeps no statistics), and the output they give."""
+    sd = {k: v.double() for k, v in model64.state_dict().items()}
+    B, N, D = nodes.shape
+    hd = D // H
+    x = F.layer_norm(nodes, (D,), sd["norm.weight"], sd["norm.bias"], model64.norm.eps)
+    split = lambda t: t.view(B, N, H, hd).transpose(1, 2)
+    q, k, v = (split(F.linear(x, sd[n + "_proj.weight"])) for n in ("q", "k", "v"))
+    bias = F.linear(F.silu(F.linear(pair, sd["rel_mlp.0.weight"], sd["rel_mlp.0.bias"])),
+                    sd["rel_mlp.2.weight"], sd["rel_mlp.2.bias"]).permute(0, 3, 1, 2)
+    edge = (edge_mask != 0).unsqueeze(1).expand(B, H, N, N)
+    s = (q @ k.transpose(-1, -2) / math.sqrt(hd) + bias).masked_fill(~edge, float("-inf"))
+    has = edge.any(-1)
+    row_max = torch.where(has, s.amax(-1), torch.full((), float("-inf"), dtype=s.dtype))
+    e = torch.where(edge, torch.exp(s - torch.where(has, row_max, 0.0).unsqueeze(-1)), 0.0)
+    row_sum = e.sum(-1)
+    attn = torch.where(has.unsqueeze(-1), e / torch.where(has, row_sum, 1.0).unsqueeze(-1), 0.0)
+    ctx = (attn @ v).transpose(1, 2).reshape(B, N, D)
+    return row_max, row_sum, nodes + F.linear(ctx, sd["out_proj.weight"])
+
+
+def backward_case(Model, name, B, N, D, H, P, kind, seed):
+    """One case of backward.bin, as bytes."""
+    model, g, nodes, pair, mask_stored, mask_f, mask_type = draw_case(
+        Model, B, N, D, H, P, kind, seed)
+    parts = input_bytes(model, nodes, pair, mask_stored, mask_type)
+    d_out = torch.randn(B, N, D, generator=g)
+    model64 = model.double()
+    nodes64 = nodes.double().requires_grad_()
+    pair64 = pair.double().requires_grad_()
+    out = model64(nodes64, pair64, mask_f.double())
+    assert torch.isfinite(out).all(), name
+    out.backward(d_out.double())
+    with torch.no_grad():
+        row_max, row_sum, out_again = softmax_stats(model64, nodes64, pair64, mask_f.double(), H)
+    # the statistics are those of the module's own softmax
+    assert torch.allclose(out_again, out, rtol=0, atol=1e-12), name
+    params = dict(model64.named_parameters())
+    parts += [f32(d_out), f64(out), f64(row_max), f64(row_sum), f64(nodes64.grad), f64(pair64.grad)]
+    parts += [f64(params[key].grad) for key in WEIGHTS]
+    header = name.encode("ascii").ljust(32, b"\0")
+    header += struct.pack("<6qd", B, N, D, H, P, 1 if mask_type == "u8" else 0, model.norm.eps)
+    return header + b"".join(parts)
 
 
 def main():
@@ -117,7 +200,13 @@ def main():
         lines.append(write_case(Model, args.out, name, B, N, D, H, P, kind, 1000 + idx))
     with open(os.path.join(args.out, "golden.txt"), "w") as f:
         f.writelines(lines)
-    print("wrote %d cases to %s" % (len(CASES), args.out), file=sys.stderr)
+    blob = [b"SGKBWD01", struct.pack("<q", len(BACKWARD_CASES))]
+    for idx, (name, B, N, D, H, P, kind) in enumerate(BACKWARD_CASES):
+        blob.append(backward_case(Model, name, B, N, D, H, P, kind, 2000 + idx))
+    with open(os.path.join(args.out, "backward.bin"), "wb") as f:
+        f.write(b"".join(blob))
+    print("wrote %d cases and %d backward cases to %s"
+          % (len(CASES), len(BACKWARD_CASES), args.out), file=sys.stderr)
 
 
 if __name__ == "__main__":
