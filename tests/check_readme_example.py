@@ -9,7 +9,8 @@
       interpreter and environment: as written (cpu), then on opencl where
       sgk.backends() says it is available. Its last line prints what its
       comment says it prints, and the run must print that line last. Exits 77
-      when numpy is missing.
+      when numpy is missing. Then the PyTorch example (the block that
+      imports torch), the same way, where torch is importable.
 """
 import os
 import re
@@ -48,13 +49,12 @@ def check_python(readme):
         print("skip: numpy is not importable by %s (%s)" % (sys.executable, e))
         sys.exit(77)
     blocks = re.findall(r"^```python\n(.*?)^```$", readme, re.S | re.M)
-    if len(blocks) != 1:
-        sys.exit("README.md has %d ```python blocks, expected the one example" % len(blocks))
-    code = blocks[0]
-    last = code.rstrip().splitlines()[-1]
-    if "#" not in last:
-        sys.exit("the last line of the README's Python example has no comment saying what it prints")
-    want = last.split("#", 1)[1].strip()
+    torch_blocks = [b for b in blocks if "import torch" in b]
+    if len(blocks) != 2 or len(torch_blocks) != 1:
+        sys.exit("README.md has %d ```python blocks, %d of them importing torch; expected the "
+                 "numpy example and the PyTorch example" % (len(blocks), len(torch_blocks)))
+    code = [b for b in blocks if b not in torch_blocks][0]
+    want = printed(code)
     cpu_call = 'sgk.Layer("cpu"'
     if code.count(cpu_call) != 1:
         sys.exit("the README's Python example must make one layer with %s" % cpu_call)
@@ -67,6 +67,21 @@ def check_python(readme):
         run_example(code.replace(cpu_call, 'sgk.Layer("opencl"'), want)
     else:
         print("opencl: not run (%s)" % (opencl[0].reason if opencl else "no such backend"))
+    try:
+        import torch  # noqa: F401
+    except ImportError as e:
+        print("PyTorch example: not run (torch is not importable: %s)" % e)
+        return
+    print("== the PyTorch example")
+    run_example(torch_blocks[0], printed(torch_blocks[0]))
+
+
+def printed(code):
+    """What the example's last line says, in its comment, that it prints."""
+    last = code.rstrip().splitlines()[-1]
+    if "#" not in last:
+        sys.exit("the last line of a README Python example has no comment saying what it prints")
+    return last.split("#", 1)[1].strip()
 
 
 if __name__ == "__main__":
