@@ -1,5 +1,7 @@
-/* Layers: a descriptor checked once, weights handed to the backend once. */
+/* Layers: a descriptor checked once, weights handed to the backend at
+ * creation and whenever the caller replaces them. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +45,24 @@ static sgk_status check_dtype(sgk_dtype dtype)
                          (int)dtype);
 }
 
+static const char *dtype_name(sgk_dtype dtype)
+{
+    switch (dtype) {
+    case SGK_DTYPE_F32: return "SGK_DTYPE_F32";
+    case SGK_DTYPE_BF16: return "SGK_DTYPE_BF16";
+    case SGK_DTYPE_F16: return "SGK_DTYPE_F16";
+    }
+    return "not an sgk_dtype";
+}
+
+static sgk_status check_eps(float eps)
+{
+    if (!isfinite(eps) || eps < 0.0f)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT, "desc->eps must be finite and >= 0, got %g",
+                             (double)eps);
+    return SGK_OK;
+}
+
 static sgk_status check_dims(const sgk_layer_desc *desc)
 {
     const struct { const char *name; int64_t value; } dims[] = {
@@ -56,10 +76,7 @@ static sgk_status check_dims(const sgk_layer_desc *desc)
         return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                              "desc->dim (%lld) is not divisible by desc->heads (%lld)",
                              (long long)desc->dim, (long long)desc->heads);
-    if (!isfinite(desc->eps) || desc->eps < 0.0f)
-        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT, "desc->eps must be finite and >= 0, got %g",
-                             (double)desc->eps);
-    return SGK_OK;
+    return check_eps(desc->eps);
 }
 
 static sgk_status check_weights(const sgk_layer_desc *desc)
@@ -129,6 +146,8 @@ SGK_EXPORT sgk_status sgk_layer_create(sgk_context *ctx, const sgk_layer_desc *d
     layer->D = desc->dim;
     layer->H = desc->heads;
     layer->P = desc->pair_dim;
+    layer->dtype = desc->dtype;
+    layer->eps = desc->eps;
     layer->forced = -1;
     uint64_t serial = sgk_error_serial();
     st = sgk_backend_result(ctx->ops->layer_create(ctx->bctx, desc, &layer->blayer), serial,
@@ -149,4 +168,94 @@ SGK_EXPORT void sgk_layer_destroy(sgk_layer *layer)
         return;
     layer->ops->layer_destroy(layer->blayer);
     free(layer);
+}
+
+/* ---- new weights for a layer ------------------------------------------- */
+
+/* desc against the layer it is to replace the weights of: the same shape
+ * and dtype, a valid eps (the layer's own for the device form), no NULL
+ * weight, and for the device form float-aligned pointers. */
+static sgk_status check_replacement(const sgk_layer *layer, const sgk_layer_desc *d, int device)
+{
+    const char *call = device ? "sgk_layer_set_weights_device" : "sgk_layer_set_weights";
+    const struct { const char *name; int64_t got, have; } dims[] = {
+        { "dim", d->dim, layer->D }, { "heads", d->heads, layer->H },
+        { "pair_dim", d->pair_dim, layer->P },
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].got != dims[i].have)
+            return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "desc->%s (%lld) differs from the layer's %s (%lld): %s keeps "
+                                 "the layer's shape (create a new layer for another)",
+                                 dims[i].name, (long long)dims[i].got, dims[i].name,
+                                 (long long)dims[i].have, call);
+    if (d->dtype != layer->dtype)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "desc->dtype (%d, %s) differs from the layer's dtype (%d, %s): %s "
+                             "keeps the layer's dtype",
+                             (int)d->dtype, dtype_name(d->dtype), (int)layer->dtype,
+                             dtype_name(layer->dtype), call);
+    sgk_status st = check_eps(d->eps);
+    if (st != SGK_OK)
+        return st;
+    /* eps reaches the kernels as an argument, which a CUDA graph keeps as
+     * captured: a repack enqueued on a stream cannot change it for them. */
+    if (device && d->eps != layer->eps)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "desc->eps (%.9g) differs from the layer's eps (%.9g): "
+                             "sgk_layer_set_weights_device keeps eps, since forward calls "
+                             "captured in a CUDA graph hold it; change eps with "
+                             "sgk_layer_set_weights",
+                             (double)d->eps, (double)layer->eps);
+    st = check_weights(d);
+    if (st != SGK_OK || !device)
+        return st;
+    const struct { const char *name; const void *ptr; } w[] = {
+        { "ln_gamma", d->ln_gamma }, { "ln_beta", d->ln_beta },
+        { "wq", d->wq }, { "wk", d->wk }, { "wv", d->wv }, { "wo", d->wo },
+        { "w1", d->w1 }, { "b1", d->b1 }, { "w2", d->w2 }, { "b2", d->b2 },
+    };
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if ((uintptr_t)w[i].ptr % _Alignof(float) != 0)
+            return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                                 "desc->%s (%p) is not aligned to %zu bytes: device weights must "
+                                 "be aligned to alignof(float)",
+                                 w[i].name, w[i].ptr, (size_t)_Alignof(float));
+    return SGK_OK;
+}
+
+static sgk_status set_weights(sgk_layer *layer, const sgk_layer_desc *desc, int device,
+                              void *stream)
+{
+    if (layer == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
+    if (desc == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "desc is NULL");
+    sgk_layer_desc d;
+    sgk_status st = read_desc(desc, &d);
+    if (st == SGK_OK)
+        st = check_replacement(layer, &d, device);
+    if (st != SGK_OK)
+        return st;
+    const sgk_backend_ops *ops = layer->ops;
+    uint64_t serial = sgk_error_serial();
+    if (device)
+        return sgk_backend_result(ops->layer_set_weights_device(layer->blayer, &d, stream), serial,
+                                  ops, "layer_set_weights_device");
+    st = sgk_backend_result(ops->layer_set_weights(layer->blayer, &d), serial, ops,
+                            "layer_set_weights");
+    if (st == SGK_OK)
+        layer->eps = d.eps;
+    return st;
+}
+
+SGK_EXPORT sgk_status sgk_layer_set_weights(sgk_layer *layer, const sgk_layer_desc *desc)
+{
+    return set_weights(layer, desc, 0, NULL);
+}
+
+SGK_EXPORT sgk_status sgk_layer_set_weights_device(sgk_layer *layer, const sgk_layer_desc *desc,
+                                                   void *stream)
+{
+    return set_weights(layer, desc, 1, stream);
 }

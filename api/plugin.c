@@ -65,6 +65,8 @@ int sgk_ops_usable(const sgk_backend_ops *ops, const char *name, const char *ori
     else if (!ops->variant_supports) missing = "variant_supports";
     else if (!ops->workspace_size) missing = "workspace_size";
     else if (!ops->forward) missing = "forward";
+    else if (!ops->layer_set_weights) missing = "layer_set_weights";
+    else if (!ops->layer_set_weights_device) missing = "layer_set_weights_device";
     else if (!ops->host_memory) {
         if (!ops->mem_alloc) missing = "mem_alloc";
         else if (!ops->mem_free) missing = "mem_free";

@@ -13,8 +13,9 @@
  * Threading: the registry is built once, safely, on first use. Contexts and
  * layers may be shared between threads: sgk_forward and sgk_forward_device
  * may run concurrently on one layer as long as each call has its own output
- * and workspace buffers. sgk_layer_set_variant and the _destroy calls must not
- * run concurrently with any other call on the same object.
+ * and workspace buffers. sgk_layer_set_variant, sgk_layer_set_weights,
+ * sgk_layer_set_weights_device and the _destroy calls must not run
+ * concurrently with any other call on the same object.
  *
  * Lifetimes: a layer belongs to its context; destroy every layer of a
  * context before the context itself.
@@ -148,7 +149,8 @@ SGK_EXPORT sgk_status sgk_context_native(sgk_context *ctx, sgk_native_kind kind,
 
 /* Weights are host pointers in PyTorch nn.Linear layout (weight[out][in]),
  * so a state dict loads without transposes. They are copied and packed at
- * sgk_layer_create; the caller may free them afterwards. */
+ * sgk_layer_create (and sgk_layer_set_weights); the caller may free them
+ * afterwards. */
 typedef struct sgk_layer_desc {
     size_t struct_size; /* sizeof(sgk_layer_desc), set by _init (versioning: see above) */
     int64_t dim;        /* D */
@@ -170,6 +172,40 @@ typedef struct sgk_layer sgk_layer;
 SGK_EXPORT sgk_status sgk_layer_create(sgk_context *ctx, const sgk_layer_desc *desc,
                                        sgk_layer **out);
 SGK_EXPORT void sgk_layer_destroy(sgk_layer *layer); /* NULL is a no-op */
+
+/* New weights for a layer, so that a training step or a loaded state dict
+ * reaches it without building it again. desc is read as at
+ * sgk_layer_create; its dim, heads, pair_dim and dtype must be the layer's
+ * (SGK_ERR_INVALID_ARGUMENT naming the field and both values otherwise).
+ * No device address of the layer changes, so forward calls captured in a
+ * CUDA graph before stay valid. On an argument error the layer keeps its
+ * weights; a failure of the device itself may leave them partly replaced.
+ *
+ * Host pointers, as at sgk_layer_create; eps may change. Synchronous: when
+ * it returns, every later forward call sees the new weights. Forward calls
+ * the caller enqueued with sgk_forward_device on streams of its own must be
+ * complete first, as before changing any buffer they read. eps is a kernel
+ * argument that a CUDA graph keeps as captured: a graph captured before a
+ * call that changes eps goes on with the old eps (its weights are the new
+ * ones); capture it again. */
+SGK_EXPORT sgk_status sgk_layer_set_weights(sgk_layer *layer, const sgk_layer_desc *desc);
+
+/* The same from device pointers of the layer's device (host pointers on the
+ * cpu backend; cl_mem handles cast to void* on opencl, in the context's
+ * cl_context), each holding its weight's elements and aligned to
+ * alignof(float), enqueued on stream (as for sgk_forward_device; NULL for
+ * the backend's default). Allocates nothing, copies nothing from the host
+ * and does not synchronise; it can be captured into a CUDA graph. Forward
+ * calls enqueued after it on the same stream see the new weights; the
+ * caller orders other streams with events, and must not change the
+ * sources until the copy has run. desc->eps must equal the layer's eps
+ * (SGK_ERR_INVALID_ARGUMENT otherwise): forward calls captured in a graph
+ * hold eps as captured, and this call cannot reach them; change eps with
+ * sgk_layer_set_weights. SGK_ERR_UNSUPPORTED (reason in the message) where
+ * the backend cannot repack this layer on the device; every layer of sgk's
+ * test table can. */
+SGK_EXPORT sgk_status sgk_layer_set_weights_device(sgk_layer *layer, const sgk_layer_desc *desc,
+                                                   void *stream);
 
 /* ---- forward ---------------------------------------------------------- */
 

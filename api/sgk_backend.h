@@ -42,9 +42,16 @@
  * would break C's aliasing rules.
  *
  * ABI 2 introduced the plan: under ABI 1 variant_supports, workspace_size
- * and forward each planned the call again from (B, N). ABI 3 added
- * variant_prefers, so that a variant can run a shape when forced (and be
- * listed as supporting it) without being the automatic choice there.
+ * and forward each planned the call again from (B, N).
+ *
+ * ABI 3 added layer_set_weights and layer_set_weights_device (new weights
+ * for a layer, from host or device pointers), both required. A backend
+ * repacks into the buffers it packed at layer_create, so no device address
+ * changes. kernels/plan.h builds a repack map of any packer that gathers
+ * (sgk_repack_map_build), which backends run for the device form. ABI 3
+ * also added variant_prefers (optional), so that a variant can run a shape
+ * when forced (and be listed as supporting it) without being the
+ * automatic choice there.
  */
 #ifndef SGK_BACKEND_H
 #define SGK_BACKEND_H
@@ -140,6 +147,19 @@ typedef struct sgk_backend_ops {
     sgk_status (*synchronize)(void *bctx);
     /* sgk_context_native; NULL means SGK_ERR_UNSUPPORTED for every kind. */
     sgk_status (*native)(void *bctx, sgk_native_kind kind, void **out);
+
+    /* ABI 3. desc has been validated against the layer: its dim, heads,
+     * pair_dim and dtype are the layer's, its weight pointers are not NULL.
+     * layer_set_weights: host pointers, as at layer_create, and an eps
+     * that may differ; returns once later forward calls see the weights.
+     * layer_set_weights_device: device pointers (aligned to
+     * alignof(float)) enqueued on stream, desc->eps equal to the layer's;
+     * allocates nothing, copies nothing from the host, does not
+     * synchronise. Each leaves the weights as they were on any error it
+     * finds before it starts writing them. */
+    sgk_status (*layer_set_weights)(void *blayer, const sgk_layer_desc *desc);
+    sgk_status (*layer_set_weights_device)(void *blayer, const sgk_layer_desc *desc,
+                                           void *stream);
     /* Whether the automatic choice should take a variant that supports
      * (B, N), given the plan variant_supports just filled: 0 where another
      * variant later in the order is known to be faster. NULL: always. */

@@ -102,6 +102,8 @@ struct sgk_layer {
     const sgk_backend_ops *ops;
     void *blayer;
     int64_t D, H, P;
+    sgk_dtype dtype;
+    float eps; /* as last set, by sgk_layer_create or sgk_layer_set_weights */
     int variant_count;
     int forced; /* variant index forced by sgk_layer_set_variant, -1 = automatic */
 };

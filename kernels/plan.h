@@ -1,5 +1,6 @@
 /* Host side of the generated kernels, shared by every backend that runs them:
- * how weights are packed, and how a shape maps onto groups, tiles and local
+ * how weights are packed (and repacked: the repack maps below serve every
+ * backend's packer), and how a shape maps onto groups, tiles and local
  * memory for the two variants of kernels/relation.sgk.
  *
  *   "small": one `fused` group per batch entry; the entry's Q/K/V stay in
@@ -61,6 +62,67 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
  * copy it into and out of the call's sgk_backend_plan. */
 void sgk_plan_store(const sgk_plan *plan, sgk_backend_plan *out);
 void sgk_plan_load(const sgk_backend_plan *in, sgk_plan *plan);
+
+/* ---- repack maps (repack.c) ---------------------------------------------
+ *
+ * The device form of sgk_layer_set_weights rebuilds a layer's packed
+ * weights from weights already on the device, where no host packer can
+ * run. Every packer sgk has is a gather: each packed float is one weight
+ * element times a constant, or zero whatever the weights. A repack map says
+ * which, found by running the packer on probe weights at layer creation and
+ * checked by running it again: applying the map must give the packer's
+ * bits, on the layer's own weights and on random ones. */
+
+/* The weights of an sgk_layer_desc, in its order: the sources of a map. */
+enum { SGK_SRC_GAMMA, SGK_SRC_BETA, SGK_SRC_WQ, SGK_SRC_WK, SGK_SRC_WV, SGK_SRC_WO,
+       SGK_SRC_W1, SGK_SRC_B1, SGK_SRC_W2, SGK_SRC_B2, SGK_SRC_COUNT };
+
+/* Packed floats dst .. dst + len - 1 are elements src, src + stride, ... of
+ * source seg, copied bit for bit (scale 0) or times the map's scales[scale]
+ * (one fp32 multiply). Runs are in order of dst; packed floats no run
+ * covers are +0 for any weights and are never written by a repack. */
+typedef struct sgk_repack_run {
+    int64_t dst, src;
+    int32_t len, stride;
+    int32_t seg, scale;
+} sgk_repack_run;
+
+#define SGK_REPACK_SCALES 4
+
+typedef struct sgk_repack_map {
+    sgk_repack_run *runs; /* NULL when the packer is not a gather (reason says why) */
+    size_t count;         /* runs */
+    size_t covered;       /* packed floats the runs write */
+    float scales[SGK_REPACK_SCALES]; /* scales[0] = 1, a copy */
+    int nscales;
+    char reason[192];
+} sgk_repack_map;
+
+/* Packs desc's weights (host pointers) into dst of the packer's size. */
+typedef void (*sgk_packer_fn)(const sgk_layer_desc *desc, float *dst, void *user);
+
+/* Element count of each source of a (D, H, P) layer. */
+void sgk_repack_sources(int64_t D, int64_t H, int64_t P, size_t count[SGK_SRC_COUNT]);
+/* desc's weight pointers, in source order. */
+void sgk_repack_pointers(const sgk_layer_desc *desc, const void *src[SGK_SRC_COUNT]);
+
+/* The map of pack (total floats) for layers shaped as desc, whose weights
+ * pack gave packed. should_fail (may be NULL) is asked before every host
+ * allocation. Returns 0 with map filled, its runs NULL and reason set when
+ * the packer is not a gather; -1 when an allocation failed (nothing held).
+ * Free with sgk_repack_map_free. */
+int sgk_repack_map_build(const sgk_layer_desc *desc, sgk_packer_fn pack, void *user,
+                         size_t total, const float *packed, int (*should_fail)(void),
+                         sgk_repack_map *map);
+void sgk_repack_map_free(sgk_repack_map *map);
+/* Runs map on host sources (desc's pointers) into dst. */
+void sgk_repack_apply(const sgk_repack_map *map, const sgk_layer_desc *desc, float *dst);
+/* 1 when every run is a plain copy of consecutive elements (scale 0,
+ * stride 1): what a backend that repacks by buffer copies can run. */
+int sgk_repack_copies_only(const sgk_repack_map *map);
+
+/* sgk_pack_weights as an sgk_packer_fn (user unused). */
+void sgk_pack_weights_fn(const sgk_layer_desc *desc, float *dst, void *user);
 
 #ifdef __cplusplus
 }

@@ -66,6 +66,27 @@ static int hip_h2d(void *d, const void *h, size_t n) { return hp.copy(d, h, n, 1
 static int hip_d2h(void *h, const void *d, size_t n) { return hp.copy(h, d, n, 2); }
 static int hip_sync(void) { return hp.sync(); }
 
+/* OpenCL through the ICD loader: buffers of the sgk context's cl_context,
+ * blocking copies on its default queue. */
+static struct {
+    void *context, *queue;
+    void *(*create_buffer)(void *, uint64_t, size_t, void *, int32_t *);
+    int32_t (*release)(void *);
+    int32_t (*write)(void *, void *, uint32_t, size_t, size_t, const void *, uint32_t, const void *, void *);
+    int32_t (*read)(void *, void *, uint32_t, size_t, size_t, void *, uint32_t, const void *, void *);
+    int32_t (*finish)(void *);
+} cl;
+static int cl_alloc(void **p, size_t n)
+{
+    int32_t err = 0;
+    *p = cl.create_buffer(cl.context, 1u /* CL_MEM_READ_WRITE */, n ? n : 1, NULL, &err);
+    return *p && err == 0 ? 0 : -1;
+}
+static void cl_release(void *p) { cl.release(p); }
+static int cl_h2d(void *d, const void *h, size_t n) { return n ? cl.write(cl.queue, d, 1, 0, n, h, 0, NULL, NULL) : 0; }
+static int cl_d2h(void *h, const void *d, size_t n) { return n ? cl.read(cl.queue, (void *)d, 1, 0, n, h, 0, NULL, NULL) : 0; }
+static int cl_sync(void) { return cl.finish(cl.queue); }
+
 #define SYM(lib, dst, name)                                                                        \
     do {                                                                                           \
         *(void **)&(dst) = dlsym(lib, name);                                                       \
@@ -147,6 +168,68 @@ int devmem_open(const char *backend, int ordinal, devmem *m, char *why, size_t w
     }
     snprintf(why, why_len, "%s takes no device pointers this test can offset", backend);
     return -1;
+}
+
+int devmem_open_context(sgk_context *ctx, devmem *m, char *why, size_t why_len)
+{
+    const char *backend = sgk_context_backend(ctx);
+    if (strcmp(backend, "opencl") != 0) {
+        void *ordinal = NULL;
+        if (strcmp(backend, "cpu") != 0 && sgk_context_native(ctx, SGK_NATIVE_DEVICE_ORDINAL, &ordinal) != SGK_OK) {
+            snprintf(why, why_len, "sgk_context_native: %s", sgk_last_error());
+            return -1;
+        }
+        return devmem_open(backend, (int)(intptr_t)ordinal, m, why, why_len);
+    }
+    const char *lib_name = "libOpenCL.so.1";
+    void *lib = dlopen(lib_name, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(why, why_len, "dlopen %s: %s", lib_name, dlerror());
+        return -1;
+    }
+    SYM(lib, cl.create_buffer, "clCreateBuffer");
+    SYM(lib, cl.release, "clReleaseMemObject");
+    SYM(lib, cl.write, "clEnqueueWriteBuffer");
+    SYM(lib, cl.read, "clEnqueueReadBuffer");
+    SYM(lib, cl.finish, "clFinish");
+    if (sgk_context_native(ctx, SGK_NATIVE_CL_CONTEXT, &cl.context) != SGK_OK ||
+        sgk_context_native(ctx, SGK_NATIVE_CL_QUEUE, &cl.queue) != SGK_OK) {
+        snprintf(why, why_len, "sgk_context_native: %s", sgk_last_error());
+        return -1;
+    }
+    *m = (devmem){"clCreateBuffer", cl_alloc, cl_release, cl_h2d, cl_d2h, cl_sync};
+    return 0;
+}
+
+int devmem_weights(const devmem *m, const sgkt_weights *w, sgk_layer_desc *desc, void *bufs[10])
+{
+    const size_t d = (size_t)w->D, h = (size_t)w->H, p = (size_t)w->P;
+    const float *src[10] = {w->ln_gamma, w->ln_beta, w->wq, w->wk, w->wv, w->wo, w->w1, w->b1, w->w2, w->b2};
+    const size_t n[10] = {d, d, d * d, d * d, d * d, d * d, p * p, p, h * p, h};
+    memset(bufs, 0, 10 * sizeof *bufs);
+    for (int i = 0; i < 10; i++)
+        if (m->alloc(&bufs[i], n[i] * sizeof(float)) != 0 || m->h2d(bufs[i], src[i], n[i] * sizeof(float)) != 0) {
+            devmem_weights_free(m, bufs);
+            return -1;
+        }
+    desc->dim = w->D;
+    desc->heads = w->H;
+    desc->pair_dim = w->P;
+    desc->eps = w->eps;
+    const void **dst[10] = {&desc->ln_gamma, &desc->ln_beta, &desc->wq, &desc->wk, &desc->wv,
+                            &desc->wo, &desc->w1, &desc->b1, &desc->w2, &desc->b2};
+    for (int i = 0; i < 10; i++)
+        *dst[i] = bufs[i];
+    return 0;
+}
+
+void devmem_weights_free(const devmem *m, void *bufs[10])
+{
+    for (int i = 0; i < 10; i++) {
+        if (bufs[i])
+            m->release(bufs[i]);
+        bufs[i] = NULL;
+    }
 }
 
 /* CU_STREAM_NON_BLOCKING, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL */

@@ -1,4 +1,6 @@
-/* The documented errors of sgk.h, on the cpu backend (always built in).
+/* The documented errors of sgk.h, on the cpu backend (always built in),
+ * and the repack maps of kernels/repack.c, which the tests build into this
+ * program from source.
  *
  * Every failing call must return the specific status, leave a message in
  * sgk_last_error() that names the offending argument, and leave the output
@@ -17,6 +19,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "plan.h"
 #include "sgk_testing.h"
 
 #define SEED 0x415049ull /* "API" */
@@ -785,6 +788,139 @@ static void test_last_error_thread_local(void **state)
     assert_null(strstr(sgk_last_error(), "other-thread-backend"));
 }
 
+/* ---- new weights ------------------------------------------------------- */
+
+/* A refused call names the field and both values, and keeps the weights;
+ * an accepted one takes them, eps included. */
+static void test_set_weights_errors(void **state)
+{
+    fixture *f = *state;
+    sgk_layer_desc d;
+    sgk_layer_desc_init(&d);
+    sgkt_weights_to_desc(&f->p.w, &d);
+    float *before = malloc(f->out_bytes), *after = malloc(f->out_bytes);
+    assert_non_null(before);
+    assert_non_null(after);
+    const sgkt_inputs *in = &f->p.in;
+    assert_int_equal(sgk_forward(f->layer, in->B, in->N, in->nodes, in->pair_feats, in->edge_mask,
+                                 in->mask_type, before), SGK_OK);
+    d.dim = 32;
+    expect_err_words(__LINE__, sgk_layer_set_weights(f->layer, &d), SGK_ERR_INVALID_ARGUMENT,
+                     "desc->dim (32)", "layer's dim (16)", NULL);
+    d.dim = 16;
+    d.pair_dim = 5;
+    expect_err_words(__LINE__, sgk_layer_set_weights_device(f->layer, &d, NULL),
+                     SGK_ERR_INVALID_ARGUMENT, "desc->pair_dim (5)", "layer's pair_dim (4)", NULL);
+    d.pair_dim = 4;
+    d.eps = 0.125f;
+    expect_err_words(__LINE__, sgk_layer_set_weights_device(f->layer, &d, NULL),
+                     SGK_ERR_INVALID_ARGUMENT, "desc->eps (0.125)", "layer's eps (9.99999975e-06)",
+                     "sgk_layer_set_weights", NULL);
+    assert_int_equal(sgk_forward(f->layer, in->B, in->N, in->nodes, in->pair_feats, in->edge_mask,
+                                 in->mask_type, after), SGK_OK);
+    assert_memory_equal(before, after, f->out_bytes);
+    /* eps 0.125 through the host form, then the device form with it */
+    assert_int_equal(sgk_layer_set_weights(f->layer, &d), SGK_OK);
+    assert_int_equal(sgk_layer_set_weights_device(f->layer, &d, NULL), SGK_OK);
+    assert_int_equal(sgk_forward(f->layer, in->B, in->N, in->nodes, in->pair_feats, in->edge_mask,
+                                 in->mask_type, after), SGK_OK);
+    assert_memory_not_equal(before, after, f->out_bytes);
+    free(before);
+    free(after);
+}
+
+/* The repack map builder (kernels/repack.c) on packers of its own: gathers
+ * with scales and zero padding get a map that gives their bits; anything
+ * else gets none, with the reason. */
+typedef struct toy {
+    int kind;
+    size_t total;
+} toy;
+
+enum { TOY_GATHER, TOY_SUM, TOY_ONE_PAD, TOY_SQUARE, TOY_SCALES };
+
+static void toy_pack(const sgk_layer_desc *d, float *dst, void *user)
+{
+    const toy *t = user;
+    const float *wq = d->wq, *w1 = d->w1, *b2 = d->b2, *gamma = d->ln_gamma;
+    const size_t D = (size_t)d->dim;
+    memset(dst, 0, t->total * sizeof(float));
+    for (size_t i = 0; i < D * D; i++) /* wq transposed, a gap of zeros after each row */
+        dst[(i % D) * (D + 3) + i / D] = wq[i];
+    float *tail = dst + D * (D + 3);
+    for (int i = 0; i < (int)(d->pair_dim * d->pair_dim); i++)
+        tail[i] = w1[i] * -1.4426950408889634f;
+    tail[16] = b2[1] * 0.75f;
+    tail[17] = gamma[D - 1];
+    switch (t->kind) {
+    case TOY_SUM: tail[18] = gamma[0] + gamma[1]; break;
+    case TOY_ONE_PAD: tail[18] = 1.0f; break;
+    case TOY_SQUARE: tail[18] = gamma[2] * gamma[2]; break;
+    case TOY_SCALES: tail[18] = gamma[0] * 3.0f, tail[19] = gamma[1] * 5.0f; break;
+    default: break;
+    }
+}
+
+static void test_repack_map(void **state)
+{
+    (void)state;
+    sgkt_weights w;
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, SEED);
+    assert_int_equal(sgkt_weights_alloc(&w, 8, 2, 2), 0);
+    sgkt_weights_random(&w, &rng);
+    sgk_layer_desc d;
+    sgk_layer_desc_init(&d);
+    sgkt_weights_to_desc(&w, &d);
+    static const char *const reasons[] = {
+        [TOY_SUM] = "not one weight element", [TOY_ONE_PAD] = "the probed map gives",
+        [TOY_SQUARE] = "", [TOY_SCALES] = "distinct constants",
+    };
+    toy t = {TOY_GATHER, 8 * 11 + 24};
+    float *packed = malloc(t.total * sizeof(float)), *got = malloc(t.total * sizeof(float));
+    assert_non_null(packed);
+    assert_non_null(got);
+    for (t.kind = TOY_GATHER; t.kind <= TOY_SCALES; t.kind++) {
+        toy_pack(&d, packed, &t);
+        sgk_repack_map m;
+        assert_int_equal(sgk_repack_map_build(&d, toy_pack, &t, t.total, packed, NULL, &m), 0);
+        if (t.kind != TOY_GATHER) {
+            if (m.runs != NULL || !strstr(m.reason, reasons[t.kind]))
+                fail_msg("toy packer %d: a map (%zu runs) or the wrong reason: \"%s\"", t.kind,
+                         m.count, m.reason);
+            continue;
+        }
+        if (m.runs == NULL)
+            fail_msg("the gathering toy packer got no map: %s", m.reason);
+        /* two constants besides 1; 8 rows of wq, 4 of w1, b2, gamma */
+        assert_int_equal(m.nscales, 3);
+        assert_int_equal(m.count, 8 + 1 + 2);
+        assert_int_equal(m.covered, 64 + 4 + 2);
+        assert_false(sgk_repack_copies_only(&m));
+        sgkt_weights_random(&w, &rng); /* other weights, same pointers */
+        toy_pack(&d, packed, &t);
+        memset(got, 0, t.total * sizeof(float));
+        sgk_repack_apply(&m, &d, got);
+        assert_memory_equal(got, packed, t.total * sizeof(float));
+        sgk_repack_map_free(&m);
+    }
+    /* sgk_pack_weights: ten plain copies */
+    const sgk_packed o = sgk_packed_layout(8, 2, 2);
+    float *gen = realloc(packed, o.total * sizeof(float));
+    assert_non_null(gen);
+    sgk_pack_weights(&d, gen);
+    sgk_repack_map m;
+    assert_int_equal(sgk_repack_map_build(&d, sgk_pack_weights_fn, NULL, o.total, gen, NULL, &m), 0);
+    assert_non_null(m.runs);
+    assert_int_equal(m.count, 10);
+    assert_int_equal(m.covered, o.total);
+    assert_true(sgk_repack_copies_only(&m));
+    sgk_repack_map_free(&m);
+    free(gen);
+    free(got);
+    sgkt_weights_free(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -803,6 +939,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_variant_errors, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_out_of_memory, fixture_setup, fixture_teardown),
         cmocka_unit_test_setup_teardown(test_forward_ok, fixture_setup, fixture_teardown),
+        cmocka_unit_test_setup_teardown(test_set_weights_errors, fixture_setup, fixture_teardown),
+        cmocka_unit_test(test_repack_map),
     };
     return cmocka_run_group_tests_name("api", tests, NULL, NULL);
 }

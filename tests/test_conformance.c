@@ -1,5 +1,7 @@
 /* Conformance: every case of the table, on every device tested and every
- * kernel variant of the backend, against the double-precision reference.
+ * kernel variant of the backend, against the double-precision reference;
+ * and new weights for a layer (sgk_layer_set_weights and its device form)
+ * bitwise equal to a layer created with them.
  *
  * Usage: test_conformance BACKEND (or SGK_TEST_BACKEND); SGK_TEST_SKIP_THREADS=1
  * leaves out the concurrent-callers test; SGK_TEST_DEVICE adds
@@ -23,6 +25,7 @@
 
 #include <cmocka.h>
 
+#include "devmem.h"
 #include "harness.h"
 
 #define MAX_VARIANTS 32
@@ -39,6 +42,10 @@ static uint64_t base_seed;
 static sgk_context *ctx;
 static variant_stats stats[MAX_VARIANTS];
 static int n_stats;
+/* The backend's device memory, for sgk_layer_set_weights_device. */
+static devmem mem;
+static char mem_why[256];
+static int mem_ok;
 
 static variant_stats *stats_for(const char *name)
 {
@@ -158,6 +165,93 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- new weights for a layer -------------------------------------------- */
+
+/* got (given new weights) and fresh (created with them) run variant
+ * (NULL: the automatic choice) on in: 1 when both succeed with the same
+ * bits; prints FAIL otherwise. */
+static int same_bits(const char *what, const char *name, uint64_t seed, const sgkt_inputs *in,
+                     sgk_layer *got, sgk_layer *fresh, const char *variant)
+{
+    const size_t n = (size_t)(in->B * in->N * in->D);
+    sgk_status sv = sgk_layer_set_variant(got, variant);
+    if (sv == SGK_OK)
+        sv = sgk_layer_set_variant(fresh, variant);
+    sgkt_run a = sgkt_run_forward(got, in, 0), b = sgkt_run_forward(fresh, in, 0);
+    int ok = sv == SGK_OK && a.status == SGK_OK && b.status == SGK_OK && a.guard_ok &&
+             memcmp(a.out, b.out, n * sizeof(float)) == 0;
+    if (!ok)
+        printf("FAIL backend=%s device=%d variant=%s case=%s seed=0x%016llx: forward after %s "
+               "is not bitwise that of a layer created with the new weights (statuses %s, %s: "
+               "%s)\n",
+               backend, device, variant ? variant : "auto", name, (unsigned long long)seed, what,
+               sgk_status_string(a.status), sgk_status_string(b.status),
+               a.status == SGK_OK && b.status == SGK_OK ? "bits differ" : sgk_last_error());
+    sgkt_run_free(&a);
+    sgkt_run_free(&b);
+    sgk_layer_set_variant(got, NULL);
+    sgk_layer_set_variant(fresh, NULL);
+    return ok;
+}
+
+/* Random weights of the case's shape from seed, with eps. */
+static void new_weights(sgkt_weights *w, const sgkt_case *c, uint64_t seed, float eps)
+{
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, seed);
+    assert_int_equal(sgkt_weights_alloc(w, c->D, c->H, c->P), 0);
+    sgkt_weights_random(w, &rng);
+    w->eps = eps;
+}
+
+/* Replaces layer's weights with w (device form when device, on the
+ * backend's default stream) and compares each of variants (count of them;
+ * 0: the automatic choice only) with a layer created with w. */
+static int replace_and_compare(const sgkt_case *c, uint64_t seed, const sgkt_inputs *in,
+                               sgk_layer *layer, const sgkt_weights *w, int device_form,
+                               const char *const *variants, int count)
+{
+    const char *what = device_form ? "sgk_layer_set_weights_device" : "sgk_layer_set_weights";
+    if (device_form && !mem_ok) {
+        printf("FAIL backend=%s case=%s: no device memory for %s: %s\n", backend, c->name, what,
+               mem_why);
+        return 0;
+    }
+    void *bufs[10] = {NULL};
+    sgk_layer_desc d;
+    sgk_layer_desc_init(&d);
+    sgk_status st;
+    if (device_form) {
+        if (devmem_weights(&mem, w, &d, bufs) != 0) {
+            printf("FAIL backend=%s case=%s: copying weights to device memory failed\n", backend,
+                   c->name);
+            return 0;
+        }
+        st = sgk_layer_set_weights_device(layer, &d, NULL);
+        if (st == SGK_OK && mem.sync() != 0)
+            st = SGK_ERR_BACKEND;
+    } else {
+        sgkt_weights_to_desc(w, &d);
+        st = sgk_layer_set_weights(layer, &d);
+    }
+    sgk_layer *fresh = NULL;
+    int ok = st == SGK_OK;
+    if (!ok)
+        printf("FAIL backend=%s device=%d case=%s seed=0x%016llx: %s: %s: %s\n", backend, device,
+               c->name, (unsigned long long)seed, what, sgk_status_string(st), sgk_last_error());
+    if (ok && sgkt_layer_from_weights(ctx, w, &fresh) != SGK_OK) {
+        printf("FAIL case=%s: sgk_layer_create: %s\n", c->name, sgk_last_error());
+        ok = 0;
+    }
+    if (ok && count == 0)
+        ok = same_bits(what, c->name, seed, in, layer, fresh, NULL);
+    for (int v = 0; ok && v < count; v++)
+        ok = same_bits(what, c->name, seed, in, layer, fresh, variants[v]);
+    sgk_layer_destroy(fresh);
+    devmem_weights_free(&mem, bufs);
+    return ok;
+}
+
 static void test_case(void **state)
 {
     const sgkt_case *c = *state;
@@ -231,6 +325,13 @@ static void test_case(void **state)
         if (!chosen_ok || variant_selected(chosen))
             all_ok &= run_variant(c, &p, layer, NULL);
     }
+    /* Every shape of the table takes new weights on the device. */
+    if (st == SGK_OK) {
+        sgkt_weights w2;
+        new_weights(&w2, c, seed ^ 0x5e7ull, p.w.eps);
+        all_ok &= replace_and_compare(c, seed, &p.in, layer, &w2, 1, NULL, 0);
+        sgkt_weights_free(&w2);
+    }
 
     sgk_layer_destroy(layer);
     sgkt_prepared_free(&p);
@@ -239,6 +340,93 @@ static void test_case(void **state)
     if (!all_ok)
         fail_msg("case %s failed (seed 0x%016llx); see FAIL lines above", c->name,
                  (unsigned long long)seed);
+}
+
+/* New weights for a layer on every variant, at shapes where CUDA packs
+ * weights its own ways (the seed shape's thread-order images, eight heads
+ * at P <= 16 and at P = 32, head groups that do not split) and a few
+ * others: from device weights with the layer's eps, then from host
+ * weights with another eps, then from device weights again with that one.
+ * A device call with an eps the layer no longer has is refused and leaves
+ * the weights; on opencl so is a source buffer too small. */
+static void test_set_weights(void **state)
+{
+    (void)state;
+    static const sgkt_case cases[] = {
+        {"repack_seed", 4, 24, 96, 4, 16, SGKT_MASK_RANDOM, 0.7, SGK_MASK_F32, 0},
+        {"repack_heads_8_pair_16", 2, 21, 256, 8, 16, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0},
+        {"repack_heads_8_pair_32", 1, 40, 256, 8, 32, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
+        {"repack_odd_sizes", 3, 13, 30, 5, 7, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
+        {"repack_pair_dim_128", 1, 24, 64, 4, 128, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+        {"repack_head_dim_1", 2, 9, 8, 8, 3, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
+    };
+    static const float host_eps[] = {1e-3f, 0.0f, 0.25f};
+    int all_ok = 1;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const sgkt_case *c = &cases[k];
+        const uint64_t seed = sgkt_seed_mix(base_seed, 0x5e70 + k);
+        sgkt_prepared p;
+        assert_int_equal(sgkt_prepare(&p, c, seed), 0);
+        sgk_layer *layer = NULL;
+        assert_int_equal(sgkt_layer_from_weights(ctx, &p.w, &layer), SGK_OK);
+        const char *all[MAX_VARIANTS], *names[MAX_VARIANTS];
+        int supported[MAX_VARIANTS], count = 0, n = 0;
+        assert_int_equal(sgk_layer_variants(layer, c->B, c->N, all, supported, MAX_VARIANTS, &count),
+                         SGK_OK);
+        for (int v = 0; v < count; v++)
+            if (supported[v] && variant_selected(all[v]))
+                names[n++] = all[v];
+        sgkt_weights b, h;
+        new_weights(&b, c, seed + 1, p.w.eps);
+        new_weights(&h, c, seed + 2, host_eps[k % 3]);
+        int ok = replace_and_compare(c, seed, &p.in, layer, &b, 1, names, n);
+        ok = ok && replace_and_compare(c, seed, &p.in, layer, &h, 0, names, n);
+        if (ok) {
+            /* eps is h's now: the device form refuses the old one */
+            void *bufs[10];
+            sgk_layer_desc d;
+            sgk_layer_desc_init(&d);
+            sgk_layer *fresh = NULL;
+            ok = devmem_weights(&mem, &b, &d, bufs) == 0;
+            sgk_status st = ok ? sgk_layer_set_weights_device(layer, &d, NULL) : SGK_ERR_BACKEND;
+            if (st != SGK_ERR_INVALID_ARGUMENT || !strstr(sgk_last_error(), "desc->eps")) {
+                printf("FAIL backend=%s case=%s: sgk_layer_set_weights_device with the layer's "
+                       "old eps gave %s (%s), not SGK_ERR_INVALID_ARGUMENT naming desc->eps\n",
+                       backend, c->name, sgk_status_string(st), sgk_last_error());
+                ok = 0;
+            }
+            if (ok && strcmp(backend, "opencl") == 0) {
+                void *small = NULL, *wq = (void *)d.wq;
+                ok = mem.alloc(&small, sizeof(float)) == 0;
+                d.wq = small;
+                d.eps = h.eps;
+                st = ok ? sgk_layer_set_weights_device(layer, &d, NULL) : SGK_ERR_BACKEND;
+                if (st != SGK_ERR_INVALID_ARGUMENT || !strstr(sgk_last_error(), "desc->wq")) {
+                    printf("FAIL backend=opencl case=%s: a 4-byte cl_mem as desc->wq gave %s (%s), "
+                           "not SGK_ERR_INVALID_ARGUMENT naming desc->wq\n",
+                           c->name, sgk_status_string(st), sgk_last_error());
+                    ok = 0;
+                }
+                if (small)
+                    mem.release(small);
+                d.wq = wq;
+            }
+            if (ok && sgkt_layer_from_weights(ctx, &h, &fresh) == SGK_OK)
+                ok = same_bits("refused calls", c->name, seed, &p.in, layer, fresh, NULL);
+            sgk_layer_destroy(fresh);
+            devmem_weights_free(&mem, bufs);
+        }
+        b.eps = h.eps;
+        ok = ok && replace_and_compare(c, seed, &p.in, layer, &b, 1, names, n);
+        printf("set_weights: backend=%s case=%s variants=%d %s\n", backend, c->name, n,
+               ok ? "bitwise equal to fresh layers" : "FAILED");
+        all_ok &= ok;
+        sgkt_weights_free(&b);
+        sgkt_weights_free(&h);
+        sgk_layer_destroy(layer);
+        sgkt_prepared_free(&p);
+    }
+    assert_true(all_ok);
 }
 
 /* NaN and Inf in one batch entry never reach another. */
@@ -389,6 +577,8 @@ static int group_setup(void **state)
     (void)state;
     n_stats = 0;
     ctx = sgkt_open_context(backend, device);
+    if (ctx)
+        mem_ok = devmem_open_context(ctx, &mem, mem_why, sizeof mem_why) == 0;
     return ctx ? 0 : -1;
 }
 
@@ -411,7 +601,7 @@ int main(int argc, char **argv)
     printf("conformance: backend=%s base seed 0x%016llx (set SGK_TEST_SEED to change)\n",
            backend, (unsigned long long)base_seed);
 
-    struct CMUnitTest *tests = calloc((size_t)sgkt_case_count + 3, sizeof *tests);
+    struct CMUnitTest *tests = calloc((size_t)sgkt_case_count + 4, sizeof *tests);
     if (!tests)
         return 1;
     size_t n = 0;
@@ -425,6 +615,8 @@ int main(int argc, char **argv)
     struct CMUnitTest iso = {"nan_isolation", test_nan_isolation, NULL, NULL, NULL};
     struct CMUnitTest conc = {"concurrent_forward", test_concurrent_forward, NULL, NULL, NULL};
     struct CMUnitTest sum = {"summary", test_summary, NULL, NULL, NULL};
+    struct CMUnitTest repack = {"set_weights", test_set_weights, NULL, NULL, NULL};
+    tests[n++] = repack;
     tests[n++] = iso;
     tests[n++] = conc;
     tests[n++] = sum;

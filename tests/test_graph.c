@@ -9,7 +9,10 @@
  * replays (default 100000 for the variant sgk picks at seed, a tenth of
  * that for every other variant and case) with the output compared bit for
  * bit every 1000, and a tenth as many direct calls; free device memory must
- * not drop over the soak. Usage: test_graph cuda. Exits 77 (skip) where
+ * not drop over the soak. Then new weights: a forward captured before
+ * sgk_layer_set_weights_device sees them at its next replay, and the call
+ * captured in a graph reads its buffers at each replay (repack_variant).
+ * Usage: test_graph cuda. Exits 77 (skip) where
  * the backend or the CUDA driver cannot run. */
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +28,10 @@
 #define CHECK_EVERY 1000
 
 static const char *const case_names[] = {"preset_seed", "preset_mid", "odd_sizes", "pair_dim_33"};
+/* New weights reaching graphs: the seed shape, eight heads at P <= 16 and
+ * at P = 32 (where CUDA packs its own layouts), and another. */
+static const char *const repack_names[] = {"preset_seed", "heads_8_dim_256_n21", "heads_8_dim_256_dense_n40",
+                                           "odd_sizes"};
 
 typedef struct bufs {
     void *nodes, *pair, *mask, *out, *ws;
@@ -157,6 +164,115 @@ static int run_variant(const devmem *m, sgk_layer *layer, const sgkt_case *c, co
     return why == NULL;
 }
 
+/* out of one graph replay (or, exec NULL, of one direct call) into host */
+static int replay(const devmem *m, sgk_layer *layer, const sgkt_inputs *in, const bufs *b, void *exec, void *stream,
+                  float *host)
+{
+    if (exec ? devmem_cuda_graph_launch(exec, stream) != 0 : call(layer, in, b, stream) != SGK_OK)
+        return -1;
+    return devmem_cuda_stream_sync(stream) || m->d2h(host, b->out, b->out_bytes) ? -1 : 0;
+}
+
+/* New weights and graphs, for one variant: a forward captured before
+ * sgk_layer_set_weights_device, replayed after it on the graph's stream,
+ * gives the bits of a layer created with the new weights; and
+ * sgk_layer_set_weights_device captured with a forward takes whatever its
+ * device buffers hold at each replay. */
+static int repack_variant(const devmem *m, sgk_context *ctx, sgk_layer *layer, const sgkt_case *c,
+                          const sgkt_prepared *p, const char *variant)
+{
+    const sgkt_inputs *in = &p->in;
+    const size_t n = p->n_out;
+    sgkt_weights nw;
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, p->seed ^ 0x5e7ull);
+    if (sgkt_weights_alloc(&nw, c->D, c->H, c->P) != 0)
+        return 0;
+    sgkt_weights_random(&nw, &rng);
+    nw.eps = p->w.eps;
+    float *before = malloc(n * sizeof(float)), *expect = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    void *wa[10] = {NULL}, *wb[10] = {NULL}, *stream = NULL, *g1 = NULL, *g2 = NULL;
+    sgk_layer_desc da, db;
+    sgk_layer_desc_init(&da);
+    sgk_layer_desc_init(&db);
+    sgk_layer *fresh = NULL;
+    size_t ws = 0;
+    bufs b;
+    memset(&b, 0, sizeof b);
+    const char *why = NULL;
+    sgk_status st = SGK_OK;
+    if (!before || !expect || !got || sgk_workspace_size(layer, in->B, in->N, &ws) != SGK_OK ||
+        bufs_make(m, &b, in, ws) != 0 || devmem_cuda_stream_create(&stream) || devmem_weights(m, &p->w, &da, wa) ||
+        devmem_weights(m, &nw, &db, wb) || sgkt_layer_from_weights(ctx, &nw, &fresh) != SGK_OK ||
+        sgk_layer_set_variant(fresh, variant) != SGK_OK)
+        why = "setup (memory, stream, device weights, the fresh layer) failed";
+    /* the fresh layer's bits, and the layer's own before new weights */
+    if (!why && (replay(m, fresh, in, &b, NULL, stream, expect) || replay(m, layer, in, &b, NULL, stream, before)))
+        why = "a direct call failed";
+    if (!why && memcmp(before, expect, b.out_bytes) == 0)
+        why = "the two weight sets give the same bits: the test could not tell them apart";
+    if (!why) {
+        int e = devmem_cuda_capture_begin(stream);
+        st = e ? SGK_OK : call(layer, in, &b, stream);
+        e = e ? e : devmem_cuda_capture_end(stream, &g1);
+        if (e || st != SGK_OK)
+            why = "capturing the forward failed";
+    }
+    if (!why && (st = sgk_layer_set_weights_device(layer, &db, stream)) != SGK_OK)
+        why = "sgk_layer_set_weights_device on the graph's stream failed";
+    if (!why && replay(m, layer, in, &b, g1, stream, got))
+        why = "replaying the graph captured before the new weights failed";
+    else if (!why && memcmp(got, expect, b.out_bytes) != 0)
+        why = "the graph captured before the new weights does not give their bits";
+    /* a graph of set_weights_device from da's buffers, then forward */
+    if (!why) {
+        int e = devmem_cuda_capture_begin(stream);
+        st = e ? SGK_OK : sgk_layer_set_weights_device(layer, &da, stream);
+        if (!e && st == SGK_OK)
+            st = call(layer, in, &b, stream);
+        e = e ? e : devmem_cuda_capture_end(stream, &g2);
+        if (e || st != SGK_OK)
+            why = "capturing sgk_layer_set_weights_device and a forward failed";
+    }
+    if (!why && replay(m, layer, in, &b, g2, stream, got))
+        why = "replaying the graph of new weights and a forward failed";
+    else if (!why && memcmp(got, before, b.out_bytes) != 0)
+        why = "the captured sgk_layer_set_weights_device did not bring the layer's first weights back";
+    /* the same graph after its source buffers took the new weights' values */
+    const size_t d = (size_t)c->D, h = (size_t)c->H, pp = (size_t)c->P;
+    const float *src[10] = {nw.ln_gamma, nw.ln_beta, nw.wq, nw.wk, nw.wv, nw.wo, nw.w1, nw.b1, nw.w2, nw.b2};
+    const size_t cnt[10] = {d, d, d * d, d * d, d * d, d * d, pp * pp, pp, h * pp, h};
+    for (int i = 0; i < 10 && !why; i++)
+        if (m->h2d(wa[i], src[i], cnt[i] * sizeof(float)))
+            why = "overwriting the captured weight buffers failed";
+    if (!why && replay(m, layer, in, &b, g2, stream, got))
+        why = "replaying the graph after its buffers changed failed";
+    else if (!why && memcmp(got, expect, b.out_bytes) != 0)
+        why = "the captured sgk_layer_set_weights_device did not read its buffers at the replay";
+    if (why)
+        printf("FAIL repack variant=%s case=%s seed=0x%016llx: %s (%s: %s)\n", variant, c->name,
+               (unsigned long long)p->seed, why, sgk_status_string(st), st ? sgk_last_error() : "");
+    else
+        printf("ok repack variant=%s case=%s: graphs see new weights, bitwise a fresh layer's\n", variant, c->name);
+    if (g1)
+        devmem_cuda_graph_destroy(g1);
+    if (g2)
+        devmem_cuda_graph_destroy(g2);
+    if (stream) {
+        devmem_cuda_stream_sync(stream);
+        devmem_cuda_stream_destroy(stream);
+    }
+    devmem_weights_free(m, wa);
+    devmem_weights_free(m, wb);
+    bufs_free(m, &b);
+    sgk_layer_destroy(fresh);
+    sgkt_weights_free(&nw);
+    free(before);
+    free(expect);
+    free(got);
+    return why == NULL;
+}
+
 int main(int argc, char **argv)
 {
     const char *backend = sgkt_backend_arg(argc, argv);
@@ -224,6 +340,37 @@ int main(int argc, char **argv)
             first = 0;
         }
         sgk_layer_destroy(layer);
+        sgkt_prepared_free(&p);
+    }
+    for (size_t k = 0; k < sizeof repack_names / sizeof repack_names[0]; k++) {
+        const sgkt_case *c = sgkt_find_case(repack_names[k]);
+        sgkt_prepared p;
+        if (!c || sgkt_prepare(&p, c, sgkt_seed_mix(base_seed, 0x5e70 + k)) != 0) {
+            printf("FAIL case %s: not in the table, or out of memory\n", repack_names[k]);
+            failed++;
+            continue;
+        }
+        const char *names[MAX_VARIANTS];
+        int supported[MAX_VARIANTS], count = 0;
+        for (int v = 0;; v++) {
+            /* a layer for each variant: each run leaves new weights in it */
+            sgk_layer *layer = NULL;
+            sgk_status st = sgkt_layer_from_weights(ctx, &p.w, &layer);
+            if (st == SGK_OK && v == 0)
+                st = sgk_layer_variants(layer, c->B, c->N, names, supported, MAX_VARIANTS, &count);
+            if (st != SGK_OK) {
+                printf("FAIL case %s: layer or variants: %s %s\n", c->name, sgk_status_string(st), sgk_last_error());
+                failed++;
+            }
+            if (st == SGK_OK && v < count && v < MAX_VARIANTS && supported[v] &&
+                sgk_layer_set_variant(layer, names[v]) == SGK_OK) {
+                runs++;
+                failed += !repack_variant(&m, ctx, layer, c, &p, names[v]);
+            }
+            sgk_layer_destroy(layer);
+            if (st != SGK_OK || v + 1 >= count || v + 1 >= MAX_VARIANTS)
+                break;
+        }
         sgkt_prepared_free(&p);
     }
     sgk_context_destroy(ctx);

@@ -88,7 +88,7 @@ harness)
   python3 kernels/sgkgen.py --target cuda kernels/relation.sgk "$H/relation_cuda.cu"
   F="-O3 -std=c++17 -arch=sm_90 -lineinfo -Ibackends/cuda -Ikernels -Iapi -I$H"
   nvcc $F -Xcompiler -fopenmp backends/cuda/dev/harness.cu backends/cuda/variants.cu backends/cuda/generic.cu backends/cuda/tc.cu \
-      -x cu kernels/plan.c -o "$H/harness" -lgomp > "$O/harness-build.txt" 2>&1 ||
+      -x cu kernels/plan.c kernels/repack.c -o "$H/harness" -lgomp > "$O/harness-build.txt" 2>&1 ||
       { tail -40 "$O/harness-build.txt"; exit 1; }
   stamp "harness built"
   "$H/harness" validate > "$O/harness-validate.txt" 2>&1

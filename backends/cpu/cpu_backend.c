@@ -34,6 +34,7 @@ typedef struct cpu_layer {
     float eps;
     sgk_packed off;
     float *w;
+    sgk_repack_map map; /* sgk_pack_weights' map, for set_weights_device */
 } cpu_layer;
 
 static int cpu_probe(char *reason, size_t len)
@@ -109,6 +110,13 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc, void 
                                  bytes);
     }
     sgk_pack_weights(desc, l->w);
+    if (sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, l->off.total, l->w,
+                             g_host->alloc_should_fail, &l->map) != 0) {
+        free(l->w);
+        free(l);
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "cpu: cannot allocate the memory to map the packed weights");
+    }
     *out = l;
     return SGK_OK;
 }
@@ -116,9 +124,32 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc, void 
 static void cpu_layer_destroy(void *bl)
 {
     cpu_layer *l = bl;
-    if (l)
+    if (l) {
         free(l->w);
+        sgk_repack_map_free(&l->map);
+    }
     free(l);
+}
+
+/* The packed weights are read only by forward calls, which the caller
+ * keeps from running meanwhile (sgk.h), so they are written in place. */
+static sgk_status cpu_set_weights(void *bl, const sgk_layer_desc *desc)
+{
+    cpu_layer *l = bl;
+    sgk_pack_weights(desc, l->w);
+    l->eps = desc->eps;
+    return SGK_OK;
+}
+
+static sgk_status cpu_set_weights_device(void *bl, const sgk_layer_desc *desc, void *stream)
+{
+    (void)stream;
+    cpu_layer *l = bl;
+    if (l->map.runs == NULL)
+        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no repack map for this layer: %s",
+                                 l->map.reason);
+    sgk_repack_apply(&l->map, desc, l->w);
+    return SGK_OK;
 }
 
 static int cpu_variant_count(void *bl) { (void)bl; return V_COUNT; }
@@ -236,6 +267,8 @@ static const sgk_backend_ops k_ops = {
     .copy_to_host = cpu_copy,
     .synchronize = cpu_synchronize,
     .native = NULL,
+    .layer_set_weights = cpu_set_weights,
+    .layer_set_weights_device = cpu_set_weights_device,
 };
 
 const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host)

@@ -22,12 +22,14 @@
  * a warp of 2 rows and 8 heads gets: shared-memory wavefronts, not FMAs,
  * bounded that layout (ncu: L1 data pipe 65-72 % busy).
  *
- * At PCAP = 16 (xl) the MLP's weights are kernel parameters, read by the
- * FFMAs from uniform registers (sgkc_mlp_cregs), which takes the weights'
- * shared-memory wavefronts off the L1 pipe, which limits xl. At
- * PCAP = 32 they stay in shared memory: 5 KB is past what the constant
- * cache serves at full rate, and even b1 and W2 alone as constants made
- * mid and large slower.
+ * The MLP's weights are staged from the layer's device memory into shared
+ * memory (sgkc_mlp_stage) at every PCAP. Kernel parameters read by the
+ * FFMAs from uniform registers took their wavefronts off the L1 pipe,
+ * which limits xl, but a parameter is a copy that a forward captured in a
+ * CUDA graph keeps: new weights (sgk_layer_set_weights_device) would not
+ * reach it. At PCAP = 32 constants lost anyway: 5 KB is past what the
+ * constant cache serves at full rate, and even b1 and W2 alone as
+ * constants made mid and large slower.
  *
  * DM (the tuned-tiled-dmma variant, compute capability 9.x): the relation MLP
  * runs on the FP64 tensor cores instead (mlp_dmma.cuh), in groups of 16
@@ -68,11 +70,10 @@
 /* A key group's floats: its Q, K and V tiles and its B buffers */
 #define SGKC_AR_GF ((SGKC_AR_BQ + 2 * SGKC_AR_BK) * SGKC_AR_D + (SGKC_AR_NT / 64) * SGKC_AR_BLD)
 
-/* cw: the MLP's weights come as kernel parameters, so none are staged;
- * dm: the MLP runs on DMMA (mlp_dmma.cuh), its weights staged as fp64 */
-__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks, bool cw, bool dm)
+/* dm: the MLP runs on DMMA (mlp_dmma.cuh), its weights staged as fp64 */
+__host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks, bool dm)
 {
-    return (size_t)ks * SGKC_AR_GF + (cw ? 0 : dm ? 2 * sgkc_dm_doubles(pcap) : sgkc_mlp_floats(pcap, 8));
+    return (size_t)ks * SGKC_AR_GF + (dm ? 2 * sgkc_dm_doubles(pcap) : sgkc_mlp_floats(pcap, 8));
 }
 
 /* Where 16-byte chunk c (0..63; head c/8) of a row sits, as a float offset:
@@ -82,67 +83,9 @@ __host__ __device__ constexpr size_t sgkc_ar_smem_floats(int pcap, int ks, bool 
 __device__ __forceinline__ int sgkc_ar_q(int c) { return ((c & ~7) | ((c ^ (c >> 3)) & 7)) * 4; }
 __device__ __forceinline__ int sgkc_ar_k(int row, int c) { return ((c & ~7) | ((c ^ row) & 7)) * 4; }
 
-/* sgkc_mlp_regs with the weights as constants (kernel parameters, W's
- * w1t [PCAP r][PCAP j], b1, w2 [PCAP j][8] in sgkc_mlp_stage's layout and
- * scaling): the FFMAs take each weight from a uniform register that ULDC
- * fills, so the MLP reads no shared memory and leaves the L1 pipe to Q.K
- * and P.V. Every loop is unrolled so that each weight has a fixed offset.
- * The FMAs are sgkc_mlp_regs' in the same order: the same bits. The
- * kernel takes it at PCAP = 16 (sgkc_mlp_c16); at PCAP = 32 the 5 KB of
- * weights are past what the constant cache serves at full rate, and the
- * loop ran several times slower than from shared memory. */
-template <int PCAP, int NP, int JC, class CW>
-__device__ __forceinline__ void sgkc_mlp_cregs(const float4 (&x)[NP][PCAP / 4], const CW &W, float (&acc)[NP][8])
+template <int PCAP, int KS, bool DM>
+__global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS) sgkc_attn_rows_kernel(sgkc_attn_args a)
 {
-    static_assert(PCAP % JC == 0, "whole chunks");
-#pragma unroll
-    for (int j0 = 0; j0 < PCAP; j0 += JC) {
-        float hs[NP][JC];
-#pragma unroll
-        for (int s = 0; s < NP; s++)
-#pragma unroll
-            for (int u = 0; u < JC; u++)
-                hs[s][u] = W.b1[j0 + u];
-#pragma unroll
-        for (int r = 0; r < PCAP; r++)
-#pragma unroll
-            for (int s = 0; s < NP; s++) {
-                const float4 xq = x[s][r / 4];
-                const float xv = (r & 3) == 0 ? xq.x : (r & 3) == 1 ? xq.y : (r & 3) == 2 ? xq.z : xq.w;
-#pragma unroll
-                for (int u = 0; u < JC; u++)
-                    hs[s][u] = fmaf(xv, W.w1t[r * PCAP + j0 + u], hs[s][u]);
-            }
-#pragma unroll
-        for (int u = 0; u < JC; u++)
-#pragma unroll
-            for (int s = 0; s < NP; s++) {
-                const float hv = sgkc_mlp_fold(PCAP) ? sgkc_silu_u(hs[s][u]) : sgkc_silu_fast(hs[s][u]);
-#pragma unroll
-                for (int h = 0; h < 8; h++)
-                    acc[s][h] = fmaf(W.w2[(j0 + u) * 8 + h], hv, acc[s][h]);
-            }
-    }
-}
-
-/* The kernel's second parameter: the MLP's weights where CW (PCAP = 16),
- * nothing otherwise. */
-struct sgkc_ar_nocw {
-};
-template <int PCAP, bool CW> struct sgkc_ar_cw {
-    using type = sgkc_ar_nocw;
-};
-template <> struct sgkc_ar_cw<16, true> {
-    using type = sgkc_mlp_c16;
-};
-#define SGKC_AR_CW_JC 4 /* hidden units a pass of sgkc_mlp_cregs */
-
-template <int PCAP, int KS, bool CW, bool DM>
-__global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
-    sgkc_attn_rows_kernel(sgkc_attn_args a, const __grid_constant__ typename sgkc_ar_cw<PCAP, CW>::type cw)
-{
-    static_assert(!CW || PCAP == 16, "constant MLP weights at PCAP = 16 only");
-    static_assert(!(CW && DM), "one place for the MLP's weights");
     constexpr int NT = SGKC_AR_NT, BQ = SGKC_AR_BQ, BK = SGKC_AR_BK, D = SGKC_AR_D, RS = SGKC_AR_BRS;
     static_assert(KS == 1 || KS == 2, "one or two key groups");
     constexpr int R4 = PCAP / 4;
@@ -160,7 +103,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     float *Ks = Qs + BQ * D;           /* [BK][D] */
     float *Vs = Ks + BK * D;           /* [BK][D] */
     float *Bb = Vs + BK * D;           /* per warp pair [8 heads][RS]: row r at 32 r */
-    float *W1t = smem + KS * SGKC_AR_GF; /* sgkc_mlp_stage; none at CW */
+    float *W1t = smem + KS * SGKC_AR_GF; /* sgkc_mlp_stage */
     double *Wd = reinterpret_cast<double *>(W1t); /* sgkc_dm_stage at DM */
     const float4 *b2s = reinterpret_cast<const float4 *>(W1t + sgkc_mlp_floats(PCAP, 8) - 8);
 
@@ -174,7 +117,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     /* ---- prologue: MLP weights, Q tile, K/V tile 0 ---- */
     if constexpr (DM)
         sgkc_dm_stage<PCAP>(Wd, a, threadIdx.x, KS * NT);
-    else if constexpr (!CW)
+    else
         sgkc_mlp_stage<PCAP, 8>(W1t, a, 0, 8, threadIdx.x, KS * NT);
     sgkc_grid_wait(); /* qkv is the previous kernel's output */
     for (int i = tid; i < BQ * (D / 4); i += NT) {
@@ -252,8 +195,7 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
     float *b_lane = Bp + h * RS + t; /* row r, key t + 8u at + 32r + 8u */
     float O[4][4] = {}; /* row r, columns h*32 + 4t + c */
     float mrow[4] = {SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF}, lrow[4] = {};
-    if constexpr (!CW)
-        __syncthreads(); /* MLP weights in shared memory */
+    __syncthreads(); /* MLP weights in shared memory */
 
     /* P == PCAP with aligned rows: whole float4s, no checks */
     const bool pfull = a.pvec && P == PCAP;
@@ -391,22 +333,12 @@ __global__ void __launch_bounds__(SGKC_AR_NT * KS, 2 / KS)
              * registers, from the CTA id each time). */
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                if constexpr (CW) {
-#pragma unroll
-                    for (int hh = 0; hh < 8; hh++)
-                        acc[r][hh] = cw.b2[hh];
-                } else {
-                    const float4 u = b2s[0], v = b2s[1];
-                    acc[r][0] = u.x; acc[r][1] = u.y; acc[r][2] = u.z; acc[r][3] = u.w;
-                    acc[r][4] = v.x; acc[r][5] = v.y; acc[r][6] = v.z; acc[r][7] = v.w;
-                }
+                const float4 u = b2s[0], v = b2s[1];
+                acc[r][0] = u.x; acc[r][1] = u.y; acc[r][2] = u.z; acc[r][3] = u.w;
+                acc[r][4] = v.x; acc[r][5] = v.y; acc[r][6] = v.z; acc[r][7] = v.w;
             }
-            if (__any_sync(0xffffffffu, edge[0] || edge[1])) {
-                if constexpr (CW)
-                    sgkc_mlp_cregs<16, 2, SGKC_AR_CW_JC>(x, cw, acc);
-                else
-                    sgkc_mlp_regs<PCAP, 8, 2>(x, W1t, acc);
-            }
+            if (__any_sync(0xffffffffu, edge[0] || edge[1]))
+                sgkc_mlp_regs<PCAP, 8, 2>(x, W1t, acc);
             if constexpr (STASH) {
                 asm volatile("" ::: "memory");
                 reload_o();

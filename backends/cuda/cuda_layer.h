@@ -15,20 +15,25 @@
 #include "plan.h"
 #include "sgk_backend.h"
 
-/* The relation MLP's weights at P <= 16 and H = 8 as attn_rows.cuh takes
- * them in kernel parameters (constant memory), in sgkc_mlp_stage's layout
- * and scaling (attn_tiled.cuh): w1t[r][j] = w1[j][r] * -log2(e), b1[j] *
- * -log2(e), w2[j][h] = w2[h][j] * -ln(2), zero past P. */
-struct sgkc_mlp_c16 {
-    float w1t[16 * 16], b1[16], w2[16 * 8], b2[8];
-};
-
 struct sgkc_layer {
     int device;
     int D, H, P, hd;
     float eps;
-    /* One device allocation holds every packed array below. */
+    /* One device allocation holds every packed array below (block_floats
+     * floats), then the repack map. Kernels take weights only from here,
+     * never by value, so that forwards captured in a CUDA graph see
+     * weights replaced later; eps is the one kernel argument that is not
+     * (sgk.h). */
     void *block;
+    size_t block_floats;
+    /* The packing's repack map (kernels/plan.h) in the block: its runs and
+     * the floats written before each (map_count + 1 of them); NULL where
+     * the packing is not a gather, map_reason saying why. */
+    const sgk_repack_run *map_runs;
+    const int64_t *map_first;
+    int64_t map_count, map_covered;
+    float map_scales[SGK_REPACK_SCALES];
+    char map_reason[192];
     const float *gamma, *beta; /* (D) */
     const float *wqkv_t;       /* (D, 3D): [k][n], n < D -> Wq row n, then Wk, then Wv */
     const float *wo_t;         /* (D, D): [k][n] = Wo[n][k] */
@@ -41,10 +46,7 @@ struct sgkc_layer {
     /* Its compiled-in shape's Q/K/V and Wo slices in thread order
      * (sgkc_fs_rw_pack); NULL unless the layer has that shape. */
     const float *fs_rw, *fs_rwo;
-    /* The MLP's weights for attn_rows' kernel parameters, filled where
-     * P <= 16 and H = 8 (the only layers attn_rows takes at PCAP = 16). */
-    sgkc_mlp_c16 mlpc;
-    /* The same weights as the generated kernels take them (kernels/plan.h);
+    /* The weights as the generated kernels take them (kernels/plan.h);
      * gemm_dmma.cuh reads its Wq | Wk | Wv and Wo there ([n][k], as given). */
     const float *gen;
     sgk_packed gen_off;
@@ -125,6 +127,13 @@ extern const int sgkc_variant_count;
  * without allocating. L->device must be current. Fills every field of L. */
 cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
                             int (*alloc_fail)(void));
+/* New host weights (validated, L's shape) packed as sgkc_layer_pack did,
+ * into the same block; returns once later work on any stream reads them.
+ * alloc_fail as above. L->device must be current. */
+cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc, int (*alloc_fail)(void));
+/* The same from device weights of L's device, enqueued on s by the repack
+ * map (L->map_runs not NULL); allocates and synchronises nothing. */
+cudaError_t sgkc_layer_repack_device(const sgkc_layer *L, const sgk_layer_desc *desc, cudaStream_t s);
 void sgkc_layer_release(sgkc_layer *L);
 
 #endif

@@ -202,6 +202,33 @@ static void sgkc_layer_destroy(void *blayer)
     free(L);
 }
 
+static sgk_status sgkc_set_weights(void *blayer, const sgk_layer_desc *desc)
+{
+    sgkc_layer *L = (sgkc_layer *)blayer;
+    DeviceScope scope(L->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    const cudaError_t e = sgkc_layer_repack_host(L, desc, g_host->alloc_should_fail);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "packing the layer's new weights");
+    return SGK_OK;
+}
+
+static sgk_status sgkc_set_weights_device(void *blayer, const sgk_layer_desc *desc, void *stream)
+{
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    if (!L->map_runs)
+        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cuda: no device repack for this layer: %s",
+                                 L->map_reason);
+    DeviceScope scope(L->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    const cudaError_t e = sgkc_layer_repack_device(L, desc, (cudaStream_t)stream);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "repacking the layer's weights on the device");
+    return SGK_OK;
+}
+
 static int sgkc_variant_count_fn(void *blayer)
 {
     (void)blayer;
@@ -357,6 +384,8 @@ static const sgk_backend_ops g_ops = {
     sgkc_copy_to_host,
     sgkc_synchronize,
     sgkc_native,
+    sgkc_set_weights,
+    sgkc_set_weights_device,
     sgkc_variant_prefers,
 };
 

@@ -1,5 +1,6 @@
 /* The CUDA variants of the sgk layer, in order of preference, and the
- * packing of a layer's weights. To add a variant: write its plan (and
+ * packing of a layer's weights (at creation, and again from new host or
+ * device weights). To add a variant: write its plan (and
  * prefer, if any), workspace and launch functions and add a row to
  * sgkc_variants below (cuda_layer.h says what each does). */
 #include "cuda_layer.h"
@@ -423,14 +424,6 @@ struct tiled_cfg {
     size_t smem_rows;
 };
 
-/* whether attn_rows at this PCAP, with its MLP on DMMA or not, reads the
- * MLP's weights as kernel parameters (sgkc_mlp_c16) and stages none in
- * shared memory */
-static constexpr bool rows_cw(int pcap, bool dm)
-{
-    return pcap == 16 && !dm;
-}
-
 /* dm: tuned-tiled-dmma, which is attn_rows with its MLP on DMMA and the
  * projections of gemm_dmma.cuh, nothing else: a shape attn_rows does not
  * take, or a device other than compute capability 9.x, has no plan. */
@@ -456,14 +449,13 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     /* Eight heads of 32 with P <= 32 (mid, large, xl) go to attn_rows.cuh
      * whatever the grid: it is faster than attn_tiled.cuh and
      * attn_tiled16.cuh at each of them, most at xl. */
-    const bool cw = rows_cw(c->pcap, dm);
-    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, cw, dm) * sizeof(float);
+    c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, dm) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
     /* Two key groups a block where the grid gives each block an SM of its
      * own and there are two key tiles to share (mid): twice the warps an
      * SM. Larger grids already hold 16 warps an SM. */
     const int64_t blocks_rows = B * ((N + SGKC_AR_BQ - 1) / SGKC_AR_BQ);
-    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, cw, dm) * sizeof(float);
+    const size_t smem_ks2 = sgkc_ar_smem_floats(c->pcap, 2, dm) * sizeof(float);
     c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
@@ -529,12 +521,7 @@ template <int PCAP, int KS, bool DM>
 static cudaError_t rows_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
                              cudaStream_t s)
 {
-    constexpr bool CW = rows_cw(PCAP, DM);
-    typename sgkc_ar_cw<PCAP, CW>::type cw{};
-    if constexpr (CW)
-        cw = L->mlpc;
-    return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS, CW, DM>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a,
-                        cw);
+    return launch_after(L, sgkc_attn_rows_kernel<PCAP, KS, DM>, dim3(blocks), SGKC_AR_NT * KS, smem, s, 0, a);
 }
 
 /* the attn_rows instance for the plan's PCAP and key groups */
@@ -790,14 +777,10 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_tiled16_kernel<16, 8>, (const void *)sgkc_attn_tiled16_kernel<16, 16>,
         (const void *)sgkc_attn_tiled16_kernel<32, 8>, (const void *)sgkc_attn_tiled16_kernel<32, 16>,
         (const void *)sgkc_attn_tiled16_kernel<64, 8>, (const void *)sgkc_attn_tiled16_kernel<64, 16>,
-        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16, false), false>,
-        (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32, false), false>,
-        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16, false), false>,
-        (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32, false), false>,
-        (const void *)sgkc_attn_rows_kernel<16, 1, rows_cw(16, true), true>,
-        (const void *)sgkc_attn_rows_kernel<32, 1, rows_cw(32, true), true>,
-        (const void *)sgkc_attn_rows_kernel<16, 2, rows_cw(16, true), true>,
-        (const void *)sgkc_attn_rows_kernel<32, 2, rows_cw(32, true), true>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, false>, (const void *)sgkc_attn_rows_kernel<32, 1, false>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, false>, (const void *)sgkc_attn_rows_kernel<32, 2, false>,
+        (const void *)sgkc_attn_rows_kernel<16, 1, true>,  (const void *)sgkc_attn_rows_kernel<32, 1, true>,
+        (const void *)sgkc_attn_rows_kernel<16, 2, true>,  (const void *)sgkc_attn_rows_kernel<32, 2, true>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKV>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_QKVW>,
         (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT>, (const void *)sgkc_gemm_panel_kernel<SGKC_GP_OUT2>,
         (const void *)sgkc_gemm_dmma_kernel<true, false>, (const void *)sgkc_gemm_dmma_kernel<false, true>,
@@ -883,21 +866,121 @@ static size_t up64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
+/* Where each packed array sits in a layer's device block, in floats, from
+ * the layer's shape and device alone: packing at creation and packing new
+ * weights follow the same layout, so no device address moves. */
+struct pack_layout {
+    int Ch;    /* tuned-fused-small's head groups, 0 where it has no images */
+    bool seed; /* and its compiled-in shape's thread-order copies */
+    sgkc_fs_layout lay;
+    sgk_packed gen;
+    size_t img, wo_img, rw, rwo; /* floats of a head group's images */
+    size_t o_gamma, o_beta, o_qkv, o_wo, o_w1, o_b1, o_w2, o_b2, o_gen, o_img, o_woimg, o_rw, o_rwo;
+    size_t total;
+};
+
+static pack_layout layout_of(const sgkc_layer *L)
+{
+    pack_layout p;
+    memset(&p, 0, sizeof p);
+    const int D = L->D, H = L->H, P = L->P;
+    const size_t d = (size_t)D;
+    p.o_gamma = 0;
+    p.o_beta = p.o_gamma + up64(d);
+    p.o_qkv = p.o_beta + up64(d);
+    p.o_wo = p.o_qkv + up64(3 * d * d);
+    p.o_w1 = p.o_wo + up64(d * d);
+    p.o_b1 = p.o_w1 + up64((size_t)P * P);
+    p.o_w2 = p.o_b1 + up64(P);
+    p.o_b2 = p.o_w2 + up64((size_t)P * H);
+    p.o_gen = p.o_b2 + up64(H);
+    p.gen = sgk_packed_layout(D, H, P);
+    /* tuned-fused-small's images: only on Hopper and for layers it can take at
+     * some N (its shared memory at N = 1 is the least it needs) */
+    int Ch = L->cc_major >= 9 && P <= 64 && H <= 16 && D % 4 == 0 ? fused_heads(D, H) : 0;
+    p.lay = sgkc_fs_plan(1, D, H, P, Ch ? Ch : 1, 1, fused_pcap(P), fused_hmax(H));
+    if (p.lay.total * sizeof(float) > L->smem_optin)
+        Ch = 0;
+    p.Ch = Ch;
+    p.img = Ch ? p.lay.mb - p.lay.gb : 0;
+    p.wo_img = Ch ? d * p.lay.ldw : 0;
+    p.o_img = p.o_gen + up64(p.gen.total);
+    p.o_woimg = p.o_img + up64(Ch * p.img);
+    p.seed = Ch && fused_seed_layer(D, H, P, Ch);
+    p.rw = p.seed ? d * 3 * (D / Ch) : 0; /* a head group's */
+    p.rwo = p.seed ? d * (D / Ch) : 0;
+    p.o_rw = p.o_woimg + up64(Ch * p.wo_img);
+    p.o_rwo = p.o_rw + up64(Ch * p.rw);
+    p.total = p.o_rwo + up64(Ch * p.rwo);
+    return p;
+}
+
+/* desc's host weights (PyTorch layout, F32) into h, p.total floats. */
+static void pack_host(const pack_layout &p, const sgk_layer_desc *desc, float *h)
+{
+    const int D = (int)desc->dim, H = (int)desc->heads, P = (int)desc->pair_dim;
+    const float *wq = (const float *)desc->wq, *wk = (const float *)desc->wk;
+    const float *wv = (const float *)desc->wv, *wo = (const float *)desc->wo;
+    const float *w2 = (const float *)desc->w2;
+    const size_t d = (size_t)D;
+    memset(h, 0, p.total * sizeof(float));
+    memcpy(h + p.o_gamma, desc->ln_gamma, d * sizeof(float));
+    memcpy(h + p.o_beta, desc->ln_beta, d * sizeof(float));
+    for (size_t n = 0; n < d; n++)
+        for (size_t k = 0; k < d; k++) {
+            h[p.o_qkv + k * 3 * d + n] = wq[n * d + k];
+            h[p.o_qkv + k * 3 * d + d + n] = wk[n * d + k];
+            h[p.o_qkv + k * 3 * d + 2 * d + n] = wv[n * d + k];
+            h[p.o_wo + k * d + n] = wo[n * d + k];
+        }
+    memcpy(h + p.o_w1, desc->w1, (size_t)P * P * sizeof(float));
+    memcpy(h + p.o_b1, desc->b1, (size_t)P * sizeof(float));
+    for (int j = 0; j < P; j++)
+        for (int hh = 0; hh < H; hh++)
+            h[p.o_w2 + (size_t)j * H + hh] = w2[(size_t)hh * P + j];
+    memcpy(h + p.o_b2, desc->b2, (size_t)H * sizeof(float));
+    sgk_pack_weights(desc, h + p.o_gen);
+    for (int hg = 0; hg < p.Ch; hg++) {
+        float *gi = h + p.o_img + hg * p.img, *go = h + p.o_woimg + hg * p.wo_img;
+        fused_pack_images(gi, go, desc, p.lay, p.Ch, hg);
+        if (p.seed) {
+            sgkc_fs_rw_pack(h + p.o_rw + hg * p.rw, gi + (p.lay.wc - p.lay.gb), p.lay.ldw, D, 3 * (D / p.Ch));
+            sgkc_fs_rw_pack(h + p.o_rwo + hg * p.rwo, go, p.lay.ldw, D, D / p.Ch);
+        }
+    }
+}
+
+static void pack_fn(const sgk_layer_desc *desc, float *dst, void *user)
+{
+    pack_host(*(const pack_layout *)user, desc, dst);
+}
+
+/* The repack map on the device after the weights: the runs, then first[r],
+ * the floats the runs before r write (first[count]: all of them), which
+ * the gather's threads search for their run. */
+static size_t map_table_bytes(const sgk_repack_map &m)
+{
+    return m.count * sizeof(sgk_repack_run) + (m.count + 1) * sizeof(int64_t);
+}
+
+static void map_table_fill(const sgk_repack_map &m, unsigned char *t)
+{
+    memcpy(t, m.runs, m.count * sizeof(sgk_repack_run));
+    int64_t *first = (int64_t *)(t + m.count * sizeof(sgk_repack_run));
+    first[0] = 0;
+    for (size_t r = 0; r < m.count; r++)
+        first[r + 1] = first[r] + m.runs[r].len;
+}
+
 cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
                             int (*alloc_fail)(void))
 {
-    const int D = (int)desc->dim, H = (int)desc->heads, P = (int)desc->pair_dim;
-    const float *gamma = (const float *)desc->ln_gamma, *beta = (const float *)desc->ln_beta;
-    const float *wq = (const float *)desc->wq, *wk = (const float *)desc->wk;
-    const float *wv = (const float *)desc->wv, *wo = (const float *)desc->wo;
-    const float *w1 = (const float *)desc->w1, *b1 = (const float *)desc->b1;
-    const float *w2 = (const float *)desc->w2, *b2 = (const float *)desc->b2;
     memset(L, 0, sizeof *L);
     L->device = device;
-    L->D = D;
-    L->H = H;
-    L->P = P;
-    L->hd = D / H;
+    L->D = (int)desc->dim;
+    L->H = (int)desc->heads;
+    L->P = (int)desc->pair_dim;
+    L->hd = L->D / L->H;
     L->eps = desc->eps;
 
     cudaDeviceProp prop;
@@ -912,103 +995,156 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     SGKC_RETURN_IF(sgkc_tc_prepare(L));
     L->clusters16 = fused_clusters16(L);
 
-    const size_t d = (size_t)D;
-    const size_t o_gamma = 0, o_beta = o_gamma + up64(d), o_qkv = o_beta + up64(d);
-    const size_t o_wo = o_qkv + up64(3 * d * d), o_w1 = o_wo + up64(d * d);
-    const size_t o_b1 = o_w1 + up64((size_t)P * P), o_w2 = o_b1 + up64(P);
-    const size_t o_b2 = o_w2 + up64((size_t)P * H), o_gen = o_b2 + up64(H);
-    const sgk_packed gen = sgk_packed_layout(D, H, P);
-    /* tuned-fused-small's images: only on Hopper and for layers it can take at
-     * some N (its shared memory at N = 1 is the least it needs) */
-    int Ch = L->cc_major >= 9 && P <= 64 && H <= 16 && D % 4 == 0 ? fused_heads(D, H) : 0;
-    const sgkc_fs_layout lay = sgkc_fs_plan(1, D, H, P, Ch ? Ch : 1, 1, fused_pcap(P), fused_hmax(H));
-    if (lay.total * sizeof(float) > L->smem_optin)
-        Ch = 0;
-    const size_t img = Ch ? lay.mb - lay.gb : 0, wo_img = Ch ? d * lay.ldw : 0;
-    const size_t o_img = o_gen + up64(gen.total), o_woimg = o_img + up64(Ch * img);
-    const bool seed = Ch && fused_seed_layer(D, H, P, Ch);
-    const size_t rw = seed ? d * 3 * (D / Ch) : 0, rwo = seed ? d * (D / Ch) : 0; /* a head group's */
-    const size_t o_rw = o_woimg + up64(Ch * wo_img), o_rwo = o_rw + up64(Ch * rw);
-    const size_t total = o_rwo + up64(Ch * rwo);
-
+    const pack_layout p = layout_of(L);
     if (alloc_fail && alloc_fail())
         return cudaErrorMemoryAllocation;
-    float *h = (float *)malloc(total * sizeof(float));
+    float *h = (float *)malloc(p.total * sizeof(float));
     if (!h)
         return cudaErrorMemoryAllocation;
-    memset(h, 0, total * sizeof(float));
-    memcpy(h + o_gamma, gamma, d * sizeof(float));
-    memcpy(h + o_beta, beta, d * sizeof(float));
-    for (size_t n = 0; n < d; n++)
-        for (size_t k = 0; k < d; k++) {
-            h[o_qkv + k * 3 * d + n] = wq[n * d + k];
-            h[o_qkv + k * 3 * d + d + n] = wk[n * d + k];
-            h[o_qkv + k * 3 * d + 2 * d + n] = wv[n * d + k];
-            h[o_wo + k * d + n] = wo[n * d + k];
-        }
-    memcpy(h + o_w1, w1, (size_t)P * P * sizeof(float));
-    memcpy(h + o_b1, b1, (size_t)P * sizeof(float));
-    for (int p = 0; p < P; p++)
-        for (int hh = 0; hh < H; hh++)
-            h[o_w2 + (size_t)p * H + hh] = w2[(size_t)hh * P + p];
-    memcpy(h + o_b2, b2, (size_t)H * sizeof(float));
-    sgk_pack_weights(desc, h + o_gen);
-    static_assert(sgkc_mlp_fold(16), "the scaling below is sgkc_mlp_stage's at PCAP = 16");
-    if (P <= 16 && H == 8) { /* as sgkc_mlp_stage<16, 8> stages them */
-        sgkc_mlp_c16 *c = &L->mlpc;
-        for (int r = 0; r < 16; r++)
-            for (int j = 0; j < 16; j++)
-                c->w1t[r * 16 + j] = r < P && j < P ? w1[(size_t)j * P + r] * SGKC_MLP_U : 0.0f;
-        for (int j = 0; j < 16; j++) {
-            c->b1[j] = j < P ? b1[j] * SGKC_MLP_U : 0.0f;
-            for (int hh = 0; hh < 8; hh++)
-                c->w2[j * 8 + hh] = j < P ? w2[(size_t)hh * P + j] * SGKC_MLP_W2 : 0.0f;
-        }
-        memcpy(c->b2, b2, 8 * sizeof(float));
+    pack_host(p, desc, h);
+    sgk_repack_map map;
+    if (sgk_repack_map_build(desc, pack_fn, (void *)&p, p.total, h, alloc_fail, &map) != 0) {
+        free(h);
+        return cudaErrorMemoryAllocation;
     }
-    for (int hg = 0; hg < Ch; hg++) {
-        float *gi = h + o_img + hg * img, *go = h + o_woimg + hg * wo_img;
-        fused_pack_images(gi, go, desc, lay, Ch, hg);
-        if (seed) {
-            sgkc_fs_rw_pack(h + o_rw + hg * rw, gi + (lay.wc - lay.gb), lay.ldw, D, 3 * (D / Ch));
-            sgkc_fs_rw_pack(h + o_rwo + hg * rwo, go, lay.ldw, D, D / Ch);
-        }
-    }
-
+    snprintf(L->map_reason, sizeof L->map_reason, "%s", map.reason);
+    const size_t weights = up64(p.total) * sizeof(float), table = map.runs ? map_table_bytes(map) : 0;
+    unsigned char *t = NULL;
     cudaError_t err = cudaSuccess;
-    if (alloc_fail && alloc_fail())
+    if (table && ((alloc_fail && alloc_fail()) || !(t = (unsigned char *)malloc(table))))
         err = cudaErrorMemoryAllocation;
-    else
-        err = cudaMalloc(&L->block, total * sizeof(float));
     if (err == cudaSuccess) {
-        err = cudaMemcpy(L->block, h, total * sizeof(float), cudaMemcpyHostToDevice);
-        if (err != cudaSuccess) {
-            cudaFree(L->block);
+        if (t)
+            map_table_fill(map, t);
+        if (alloc_fail && alloc_fail())
+            err = cudaErrorMemoryAllocation;
+        else
+            err = cudaMalloc(&L->block, weights + table);
+        if (err != cudaSuccess)
             L->block = NULL;
-        }
-    } else {
+    }
+    if (err == cudaSuccess)
+        err = cudaMemcpy(L->block, h, p.total * sizeof(float), cudaMemcpyHostToDevice);
+    if (err == cudaSuccess && t)
+        err = cudaMemcpy((unsigned char *)L->block + weights, t, table, cudaMemcpyHostToDevice);
+    if (err != cudaSuccess && L->block) {
+        cudaFree(L->block);
         L->block = NULL;
     }
+    free(t);
     free(h);
-    if (err != cudaSuccess)
+    if (err != cudaSuccess) {
+        sgk_repack_map_free(&map);
         return err;
+    }
     const float *base = (const float *)L->block;
-    L->gamma = base + o_gamma;
-    L->beta = base + o_beta;
-    L->wqkv_t = base + o_qkv;
-    L->wo_t = base + o_wo;
-    L->w1 = base + o_w1;
-    L->b1 = base + o_b1;
-    L->w2t = base + o_w2;
-    L->b2 = base + o_b2;
-    L->gen = base + o_gen;
-    L->fs_img = Ch ? base + o_img : NULL;
-    L->fs_wo = Ch ? base + o_woimg : NULL;
-    L->fs_img_floats = (int)img;
-    L->fs_rw = seed ? base + o_rw : NULL;
-    L->fs_rwo = seed ? base + o_rwo : NULL;
-    L->gen_off = gen;
+    L->gamma = base + p.o_gamma;
+    L->beta = base + p.o_beta;
+    L->wqkv_t = base + p.o_qkv;
+    L->wo_t = base + p.o_wo;
+    L->w1 = base + p.o_w1;
+    L->b1 = base + p.o_b1;
+    L->w2t = base + p.o_w2;
+    L->b2 = base + p.o_b2;
+    L->gen = base + p.o_gen;
+    L->fs_img = p.Ch ? base + p.o_img : NULL;
+    L->fs_wo = p.Ch ? base + p.o_woimg : NULL;
+    L->fs_img_floats = (int)p.img;
+    L->fs_rw = p.seed ? base + p.o_rw : NULL;
+    L->fs_rwo = p.seed ? base + p.o_rwo : NULL;
+    L->gen_off = p.gen;
+    L->block_floats = p.total;
+    if (map.runs) {
+        L->map_runs = (const sgk_repack_run *)((const unsigned char *)L->block + weights);
+        L->map_first = (const int64_t *)(L->map_runs + map.count);
+        L->map_count = (int64_t)map.count;
+        L->map_covered = (int64_t)map.covered;
+        memcpy(L->map_scales, map.scales, sizeof L->map_scales);
+    }
+    sgk_repack_map_free(&map);
     return cudaSuccess;
+}
+
+cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc, int (*alloc_fail)(void))
+{
+    const pack_layout p = layout_of(L);
+    if (alloc_fail && alloc_fail())
+        return cudaErrorMemoryAllocation;
+    float *h = (float *)malloc(p.total * sizeof(float));
+    if (!h)
+        return cudaErrorMemoryAllocation;
+    pack_host(p, desc, h);
+    /* From pageable memory cudaMemcpy may return before the copy has
+     * landed; the legacy stream's synchronisation waits for it, so that a
+     * forward on any stream after this call reads the new weights. */
+    cudaError_t e = cudaMemcpy(L->block, h, p.total * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(0);
+    free(h);
+    if (e == cudaSuccess)
+        L->eps = desc->eps;
+    return e;
+}
+
+/* The device repack: packed float first[r] + i of run r is source
+ * runs[r].seg's element src + i * stride (times a scale). A thread a
+ * packed float, found by a binary search over first. */
+struct sgkc_repack_args {
+    const float *src[SGK_SRC_COUNT];
+    float *dst;
+    const sgk_repack_run *runs;
+    const int64_t *first;
+    int64_t count;
+    float scales[SGK_REPACK_SCALES];
+};
+
+__global__ void __launch_bounds__(256) sgkc_repack_kernel(const __grid_constant__ sgkc_repack_args a)
+{
+    const int64_t n = a.first[a.count];
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t lo = 0, hi = a.count - 1;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi + 1) >> 1;
+            if (__ldg(a.first + mid) <= t)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        const sgk_repack_run u = a.runs[lo];
+        const int64_t i = t - __ldg(a.first + lo);
+        const float x = __ldg(a.src[u.seg] + u.src + i * u.stride);
+        a.dst[u.dst + i] = u.scale ? __fmul_rn(x, a.scales[u.scale]) : x;
+    }
+}
+
+/* Launched (without programmatic serialisation) after the repack: the next
+ * call's first kernel may start early after the kernel before it on the
+ * stream (launch_after) and reads weights before its grid wait, which
+ * only sees that kernel's writes once it has finished. Behind this empty
+ * kernel, which starts only once the repack has finished, it reads the
+ * new weights. */
+__global__ void sgkc_repack_fence_kernel() {}
+
+cudaError_t sgkc_layer_repack_device(const sgkc_layer *L, const sgk_layer_desc *desc, cudaStream_t s)
+{
+    sgkc_repack_args a;
+    memset(&a, 0, sizeof a);
+    const void *src[SGK_SRC_COUNT];
+    sgk_repack_pointers(desc, src);
+    for (int i = 0; i < SGK_SRC_COUNT; i++)
+        a.src[i] = (const float *)src[i];
+    a.dst = (float *)L->block;
+    a.runs = L->map_runs;
+    a.first = L->map_first;
+    a.count = L->map_count;
+    memcpy(a.scales, L->map_scales, sizeof a.scales);
+    const int64_t blocks = (L->map_covered + 255) / 256, cap = (int64_t)L->sm_count * 16;
+    if (blocks > 0) {
+        sgkc_repack_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s>>>(a);
+        SGKC_RETURN_IF(cudaGetLastError());
+    }
+    sgkc_repack_fence_kernel<<<1, 32, 0, s>>>();
+    return cudaGetLastError();
 }
 
 void sgkc_layer_release(sgkc_layer *L)

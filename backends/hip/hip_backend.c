@@ -340,6 +340,8 @@ static const sgk_backend_ops k_ops = {
     .copy_to_host = hip_copy_to_host,
     .synchronize = hip_synchronize,
     .native = hip_native,
+    .layer_set_weights = sgk_hip_set_weights,
+    .layer_set_weights_device = sgk_hip_set_weights_device,
 };
 
 SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host)

@@ -63,5 +63,9 @@ size_t sgk_hip_workspace_size(void *blayer, int variant, int64_t B, int64_t N,
                               const sgk_backend_plan *plan);
 sgk_status sgk_hip_forward(void *blayer, int variant, const sgk_backend_plan *plan,
                            const sgk_fwd *args);
+/* New weights: host ones packed and copied (synchronous); device ones
+ * copied by the repack map's runs on the stream. */
+sgk_status sgk_hip_set_weights(void *blayer, const sgk_layer_desc *desc);
+sgk_status sgk_hip_set_weights_device(void *blayer, const sgk_layer_desc *desc, void *stream);
 
 #endif

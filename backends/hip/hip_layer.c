@@ -1,7 +1,7 @@
-/* Layers of the hip backend: weights packed once into device memory, the
- * variants of kernels/plan.h sized to the context's device, and forward,
- * which only enqueues the generated kernels on the caller's stream: no
- * allocation, no copy, no synchronisation. */
+/* Layers of the hip backend: weights packed into device memory (at
+ * creation and when replaced), the variants of kernels/plan.h sized to the
+ * context's device, and forward, which only enqueues the generated kernels
+ * on the caller's stream: no allocation, no copy, no synchronisation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +24,9 @@ typedef struct hip_layer {
     float eps;
     sgk_packed off;
     float *w; /* device memory: every weight, packed as plan.h lays them out */
+    /* sgk_pack_weights' map, run as device copies by set_weights_device;
+     * no runs (map.reason says why) where copies cannot run it */
+    sgk_repack_map map;
 } hip_layer;
 
 static const sgk_host *host(void) { return sgk_hip_host; }
@@ -49,6 +52,19 @@ sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **o
                                  bytes);
     }
     sgk_pack_weights(desc, packed);
+    if (sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, l->off.total, packed,
+                             host()->alloc_should_fail, &l->map) != 0) {
+        free(packed);
+        free(l);
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "hip: cannot allocate the host memory to map the packed weights");
+    }
+    if (l->map.runs && !sgk_repack_copies_only(&l->map)) {
+        sgk_repack_map_free(&l->map);
+        snprintf(l->map.reason, sizeof l->map.reason,
+                 "the packed layout is not plain copies of the weights, and hip repacks by "
+                 "copying");
+    }
 
     char where[400];
     snprintf(where, sizeof where, " for %zu bytes of packed weights on device %d \"%s\"", bytes,
@@ -72,10 +88,74 @@ sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **o
     }
     free(packed);
     if (st != SGK_OK) {
+        sgk_repack_map_free(&l->map);
         free(l);
         return st;
     }
     *out = l;
+    return SGK_OK;
+}
+
+sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc)
+{
+    hip_layer *l = bl;
+    const sgk_hip_ctx *c = l->ctx;
+    const size_t bytes = l->off.total * sizeof(float);
+    float *packed = sgk_hip_host_alloc(bytes);
+    if (packed == NULL)
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "hip: cannot allocate %zu bytes of host memory to pack the "
+                                 "weights",
+                                 bytes);
+    sgk_pack_weights(desc, packed);
+    char where[400];
+    snprintf(where, sizeof where, " writing %zu bytes of packed weights on device %d \"%s\"",
+             bytes, c->device, c->label);
+    sgk_hip_guard g;
+    sgk_status st = sgk_hip_enter(c->device, &g);
+    if (st == SGK_OK) {
+        /* hipMemcpy from pageable memory may return before the copy lands;
+         * the null stream's synchronisation waits for it. */
+        hipError_t err = hipMemcpy(l->w, packed, bytes, hipMemcpyHostToDevice);
+        if (err == hipSuccess)
+            err = hipStreamSynchronize(NULL);
+        if (err != hipSuccess)
+            st = sgk_hip_fail(SGK_ERR_BACKEND, "hipMemcpy", err, where);
+        sgk_hip_leave(&g);
+    }
+    free(packed);
+    if (st == SGK_OK)
+        l->eps = desc->eps;
+    return st;
+}
+
+sgk_status sgk_hip_set_weights_device(void *bl, const sgk_layer_desc *desc, void *stream)
+{
+    hip_layer *l = bl;
+    const sgk_hip_ctx *c = l->ctx;
+    if (l->map.runs == NULL)
+        return host()->set_error(SGK_ERR_UNSUPPORTED, "hip: no device repack for this layer: %s",
+                                 l->map.reason);
+    const void *src[SGK_SRC_COUNT];
+    sgk_repack_pointers(desc, src);
+    sgk_hip_guard g;
+    sgk_status st = sgk_hip_enter(c->device, &g);
+    if (st != SGK_OK)
+        return st;
+    hipError_t err = hipSuccess;
+    for (size_t r = 0; r < l->map.count && err == hipSuccess; r++) {
+        const sgk_repack_run *u = &l->map.runs[r];
+        err = hipMemcpyAsync(l->w + u->dst, (const float *)src[u->seg] + u->src,
+                             (size_t)u->len * sizeof(float), hipMemcpyDeviceToDevice,
+                             (hipStream_t)stream);
+    }
+    sgk_hip_leave(&g);
+    if (err != hipSuccess) {
+        char where[400];
+        snprintf(where, sizeof where, " copying new weights on device %d \"%s\"", c->device,
+                 c->label);
+        return sgk_hip_fail(SGK_ERR_BACKEND, "hipMemcpyAsync", err, where);
+    }
     return SGK_OK;
 }
 
@@ -89,6 +169,7 @@ void sgk_hip_layer_destroy(void *bl)
         (void)hipFree(l->w);
         sgk_hip_leave(&g);
     }
+    sgk_repack_map_free(&l->map);
     free(l);
 }
 

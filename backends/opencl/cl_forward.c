@@ -1,7 +1,9 @@
 /* Forward on device buffers: the caller's cl_mem handles and queue are
  * checked (context, device, size), then the variant's kernels are enqueued.
- * Nothing here waits for the device; the core's host path synchronises. */
+ * Nothing here waits for the device; the core's host path synchronises.
+ * New weights for a layer too, which write the layer's own buffers. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cl_internal.h"
@@ -181,4 +183,96 @@ sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *pla
     st = enqueue(l, &p, a, q, in_order);
     pthread_mutex_unlock(&c->lock);
     return st;
+}
+
+/* ---- new weights ---------------------------------------------------------- */
+
+sgk_status sgk_cl_set_weights(void *blayer, const sgk_layer_desc *desc)
+{
+    sgk_cl_layer *l = blayer;
+    const sgk_cl_ctx *c = l->ctx;
+    const size_t bytes = l->off.total * sizeof(float);
+    if (host()->alloc_should_fail())
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "opencl: cannot allocate %zu bytes to pack the weights", bytes);
+    float *packed = malloc(bytes ? bytes : 1);
+    if (packed == NULL)
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "opencl: cannot allocate %zu bytes to pack the weights", bytes);
+    sgk_pack_weights(desc, packed);
+    sgk_status st = SGK_OK;
+    for (int i = 0; i < SGK_CL_W_COUNT && st == SGK_OK; i++) {
+        size_t at, end;
+        sgk_cl_weight_range(&l->off, i, &at, &end);
+        /* Blocking: the copy is done when the call returns. */
+        cl_int err = clEnqueueWriteBuffer(c->queue, l->w[i], CL_TRUE, 0,
+                                          (end - at) * sizeof(float), packed + at, 0, NULL, NULL);
+        if (err != CL_SUCCESS) {
+            char where[320];
+            snprintf(where, sizeof where, "writing the layer's weights on device \"%s\"",
+                     c->info.label);
+            st = sgk_cl_fail("clEnqueueWriteBuffer", err, where);
+        }
+    }
+    free(packed);
+    if (st == SGK_OK)
+        l->eps = desc->eps;
+    return st;
+}
+
+sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, void *stream)
+{
+    sgk_cl_layer *l = blayer;
+    const sgk_cl_ctx *c = l->ctx;
+    if (l->map.runs == NULL)
+        return host()->set_error(SGK_ERR_UNSUPPORTED, "opencl: no device repack for this layer: %s",
+                                 l->map.reason);
+    cl_command_queue q = stream ? (cl_command_queue)stream : c->queue;
+    int in_order = 1;
+    sgk_status st = check_queue(c, q, &in_order);
+    static const char *const names[SGK_SRC_COUNT] = {
+        "desc->ln_gamma", "desc->ln_beta", "desc->wq", "desc->wk", "desc->wv",
+        "desc->wo", "desc->w1", "desc->b1", "desc->w2", "desc->b2",
+    };
+    static const char *const sizes[SGK_SRC_COUNT] = {
+        "D floats", "D floats", "D*D floats", "D*D floats", "D*D floats",
+        "D*D floats", "P*P floats", "P floats", "H*P floats", "H floats",
+    };
+    const void *src[SGK_SRC_COUNT];
+    size_t count[SGK_SRC_COUNT];
+    sgk_repack_pointers(desc, src);
+    sgk_repack_sources(l->D, l->H, l->P, count);
+    for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK; s++)
+        st = check_buffer(c, src[s], names[s], sizes[s], count[s] * sizeof(float),
+                          SGK_ERR_INVALID_ARGUMENT);
+    if (st != SGK_OK)
+        return st;
+    /* On an out-of-order queue, barriers keep the copies after the work
+     * enqueued before and ahead of the work enqueued after. */
+    cl_int err = in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
+    const char *call = "clEnqueueBarrierWithWaitList";
+    for (size_t r = 0; r < l->map.count && err == CL_SUCCESS; r++) {
+        const sgk_repack_run *u = &l->map.runs[r];
+        int i = 0;
+        size_t at = 0, end = 0;
+        for (; i < SGK_CL_W_COUNT; i++) {
+            sgk_cl_weight_range(&l->off, i, &at, &end);
+            if ((size_t)u->dst >= at && (size_t)u->dst < end)
+                break;
+        }
+        call = "clEnqueueCopyBuffer";
+        err = clEnqueueCopyBuffer(q, mem(src[u->seg]), l->w[i], (size_t)u->src * sizeof(float),
+                                  ((size_t)u->dst - at) * sizeof(float),
+                                  (size_t)u->len * sizeof(float), 0, NULL, NULL);
+    }
+    if (err == CL_SUCCESS && !in_order) {
+        call = "clEnqueueBarrierWithWaitList";
+        err = clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
+    }
+    if (err != CL_SUCCESS) {
+        char where[320];
+        snprintf(where, sizeof where, "copying new weights on device \"%s\"", c->info.label);
+        return sgk_cl_fail(call, err, where);
+    }
+    return SGK_OK;
 }

@@ -95,8 +95,15 @@ typedef struct sgk_cl_layer {
     sgk_cl_ctx *ctx;
     int64_t D, H, P;
     float eps;
+    sgk_packed off;
     cl_mem w[SGK_CL_W_COUNT];
+    /* sgk_pack_weights' map, run as buffer copies by set_weights_device;
+     * no runs (map.reason says why) where copies cannot run it */
+    sgk_repack_map map;
 } sgk_cl_layer;
+
+/* Where weight buffer i begins and ends in the packed layout (floats). */
+void sgk_cl_weight_range(const sgk_packed *o, int i, size_t *at, size_t *end);
 
 /* In order of preference: small's one group per batch entry leaves most of
  * a device idle at the batch sizes robots use (README.md). */
@@ -107,5 +114,9 @@ enum { SGK_CL_V_TILED, SGK_CL_V_SMALL, SGK_CL_V_COUNT };
 /* Enqueues the plan that variant_supports made (an sgk_plan, plan.h). */
 sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *plan,
                           const sgk_fwd *args);
+/* New weights: host ones written with blocking writes on the context's
+ * queue; device ones (cl_mem) copied by the map's runs on stream. */
+sgk_status sgk_cl_set_weights(void *blayer, const sgk_layer_desc *desc);
+sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, void *stream);
 
 #endif

@@ -131,6 +131,14 @@ static sgk_status ensure_program(sgk_cl_ctx *c)
 
 /* ---- layers ------------------------------------------------------------- */
 
+void sgk_cl_weight_range(const sgk_packed *o, int i, size_t *at, size_t *end)
+{
+    const size_t a[SGK_CL_W_COUNT + 1] = { o->gamma, o->beta, o->wqkv, o->wo, o->w1,
+                                           o->b1, o->w2, o->b2, o->total };
+    *at = a[i];
+    *end = a[i + 1];
+}
+
 static void cl_layer_destroy(void *bl)
 {
     sgk_cl_layer *l = bl;
@@ -140,7 +148,33 @@ static void cl_layer_destroy(void *bl)
     for (int i = 0; i < SGK_CL_W_COUNT; i++)
         if (l->w[i])
             clReleaseMemObject(l->w[i]);
+    sgk_repack_map_free(&l->map);
     free(l);
+}
+
+/* The repack map as buffer copies: every run a plain copy inside one
+ * weight buffer; otherwise the layer has no device repack. */
+static void keep_copy_runs(sgk_cl_layer *l)
+{
+    sgk_repack_map *m = &l->map;
+    if (m->runs == NULL)
+        return;
+    int fits = sgk_repack_copies_only(m);
+    for (size_t r = 0; r < m->count && fits; r++) {
+        fits = 0;
+        for (int i = 0; i < SGK_CL_W_COUNT && !fits; i++) {
+            size_t at, end;
+            sgk_cl_weight_range(&l->off, i, &at, &end);
+            const size_t dst = (size_t)m->runs[r].dst;
+            fits = dst >= at && dst + (size_t)m->runs[r].len <= end;
+        }
+    }
+    if (!fits) {
+        sgk_repack_map_free(m);
+        snprintf(m->reason, sizeof m->reason,
+                 "the packed layout is not plain copies of the weights into the layer's "
+                 "buffers, and opencl repacks by copying buffers");
+    }
 }
 
 static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void **out)
@@ -158,6 +192,7 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
     l->P = desc->pair_dim;
     l->eps = desc->eps;
     const sgk_packed o = sgk_packed_layout(l->D, l->H, l->P);
+    l->off = o;
     float *packed = host_alloc(o.total * sizeof(float));
     if (packed == NULL) {
         free(l);
@@ -166,10 +201,16 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
                                       o.total * sizeof(float));
     }
     sgk_pack_weights(desc, packed);
-    const size_t at[SGK_CL_W_COUNT] = { o.gamma, o.beta, o.wqkv, o.wo, o.w1, o.b1, o.w2, o.b2 };
-    const size_t end[SGK_CL_W_COUNT] = { o.beta, o.wqkv, o.wo, o.w1, o.b1, o.w2, o.b2, o.total };
+    if (sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, o.total, packed,
+                             sgk_cl_host->alloc_should_fail, &l->map) != 0)
+        st = sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                    "opencl: cannot allocate the host memory to map the packed "
+                                    "weights");
+    keep_copy_runs(l);
     for (int i = 0; i < SGK_CL_W_COUNT && st == SGK_OK; i++) {
-        const size_t bytes = (end[i] - at[i]) * sizeof(float);
+        size_t at, end;
+        sgk_cl_weight_range(&o, i, &at, &end);
+        const size_t bytes = (end - at) * sizeof(float);
         if (sgk_cl_host->alloc_should_fail()) {
             st = sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
                                         "opencl: cannot allocate %zu bytes of weights on device "
@@ -179,7 +220,7 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
         }
         cl_int err = CL_SUCCESS;
         l->w[i] = clCreateBuffer(c->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
-                                 packed + at[i], &err);
+                                 packed + at, &err);
         if (l->w[i] == NULL || err != CL_SUCCESS) {
             l->w[i] = NULL;
             st = create_failed("weights", bytes, err, c);
@@ -352,6 +393,8 @@ static const sgk_backend_ops k_ops = {
     .copy_to_host = cl_copy_to_host,
     .synchronize = cl_synchronize,
     .native = cl_native,
+    .layer_set_weights = sgk_cl_set_weights,
+    .layer_set_weights_device = sgk_cl_set_weights_device,
 };
 
 SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host)

@@ -70,6 +70,28 @@ class Layer:
     def __init__(self, backend, weights, *, device=0, eps=1e-5, cpu_threads=0):
         self._layer = self._ctx = None
         self._lib = lib = _lib.lib()
+        desc, arrays, sizes = self._desc(weights, eps)
+        self.dim, self.pair_dim, self.heads = sizes["D"], sizes["P"], sizes["H"]
+        self.backend, self.device, self.eps = backend, device, eps
+
+        opts = _lib.ContextOptions()
+        lib.sgk_context_options_init(ctypes.byref(opts))
+        opts.cpu_threads = int(cpu_threads)
+        ctx = ctypes.c_void_p()
+        check(lib.sgk_context_create(str(backend).encode(), int(device), ctypes.byref(opts),
+                                     ctypes.byref(ctx)))
+        self._ctx = ctx
+        layer = ctypes.c_void_p()
+        try:
+            check(lib.sgk_layer_create(ctx, ctypes.byref(desc), ctypes.byref(layer)))
+        except Error:
+            self.close()
+            raise
+        self._layer = layer
+
+    def _desc(self, weights, eps):
+        """(sgk_layer_desc, the float32 arrays it points at, {D, P, H}) for
+        weights; the arrays must outlive every use of the descriptor."""
         extra = sorted(set(weights) - set(WEIGHTS))
         if extra:
             raise ValueError(f"weights has unknown keys {extra} (known: {', '.join(WEIGHTS)})")
@@ -86,31 +108,30 @@ class Layer:
                 named = "(" + ", ".join(f"{d}={sizes[d]}" for d in dims) + ")"
                 raise ValueError(f"weights[{key!r}] must have shape {named} = {want}, "
                                  f"got {arrays[key].shape}")
-        self.dim, self.pair_dim, self.heads = sizes["D"], sizes["P"], sizes["H"]
-        self.backend, self.device = backend, device
-
         desc = _lib.LayerDesc()
-        lib.sgk_layer_desc_init(ctypes.byref(desc))
-        desc.dim, desc.pair_dim, desc.heads = self.dim, self.pair_dim, self.heads
+        self._lib.sgk_layer_desc_init(ctypes.byref(desc))
+        desc.dim, desc.pair_dim, desc.heads = sizes["D"], sizes["P"], sizes["H"]
         desc.eps = eps
         desc.dtype = _lib.DTYPE_F32
         for key, (field, _) in WEIGHTS.items():
             setattr(desc, field, arrays[key].ctypes.data)
+        return desc, arrays, sizes
 
-        opts = _lib.ContextOptions()
-        lib.sgk_context_options_init(ctypes.byref(opts))
-        opts.cpu_threads = int(cpu_threads)
-        ctx = ctypes.c_void_p()
-        check(lib.sgk_context_create(str(backend).encode(), int(device), ctypes.byref(opts),
-                                     ctypes.byref(ctx)))
-        self._ctx = ctx
-        layer = ctypes.c_void_p()
-        try:
-            check(lib.sgk_layer_create(ctx, ctypes.byref(desc), ctypes.byref(layer)))
-        except Error:
-            self.close()
-            raise
-        self._layer = layer
+    def set_weights(self, weights, *, eps=None):
+        """Replace the layer's weights with weights (the state-dict mapping
+        of the constructor, numpy arrays or anything numpy.asarray takes),
+        without building the layer again: after a training step or
+        load_state_dict. dim, pair_dim and heads must be the layer's
+        (sgk.Error SGK_ERR_INVALID_ARGUMENT otherwise; the shapes among the
+        weights are checked here, as in the constructor). eps: None keeps
+        the layer's. On any error the layer keeps its weights. Runs through
+        sgk_layer_set_weights (host memory; synchronous)."""
+        layer = self._handle()
+        eps = self.eps if eps is None else eps
+        desc, arrays, _ = self._desc(weights, eps)
+        check(self._lib.sgk_layer_set_weights(layer, ctypes.byref(desc)))
+        del arrays  # held until the call has copied them
+        self.eps = eps
 
     def _handle(self):
         if self._layer is None:

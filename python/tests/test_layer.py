@@ -278,3 +278,41 @@ def test_without_a_bundled_library_the_system_one(tmp_path):
         assert f"inside the package: {bundled} (not there)" in got["error"]
         assert "ctypes.util.find_library('sgk') (found nothing)" in got["error"]
         assert "SGK_LIBRARY" in got["error"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_weights(backend, rng):
+    """New weights reach the layer: bit for bit what a layer made with them
+    gives; eps may change; a refused call keeps the old weights."""
+    D, P, H = 16, 4, 4
+    first, second = make_weights(rng, D, P, H), make_weights(rng, D, P, H)
+    nodes, pair, mask = make_inputs(rng, 2, 6, D, P)
+    with sgk.Layer(backend, first) as layer:
+        before = layer.forward(nodes, pair, mask)
+        layer.set_weights(second)
+        with sgk.Layer(backend, second) as fresh:
+            np.testing.assert_array_equal(layer.forward(nodes, pair, mask),
+                                          fresh.forward(nodes, pair, mask))
+        layer.set_weights(first, eps=1e-3)
+        assert layer.eps == 1e-3
+        out = layer.forward(nodes, pair, mask)
+        assert rel_l2(out, reference(first, nodes, pair, mask, eps=1e-3)) <= 1e-5
+        with sgk.Layer(backend, first, eps=1e-3) as fresh:
+            np.testing.assert_array_equal(out, fresh.forward(nodes, pair, mask))
+        layer.set_weights(first)  # eps stays 1e-3
+        np.testing.assert_array_equal(layer.forward(nodes, pair, mask), out)
+        layer.set_weights(first, eps=1e-5)
+        np.testing.assert_array_equal(layer.forward(nodes, pair, mask), before)
+
+        with pytest.raises(sgk.Error) as e:
+            layer.set_weights(make_weights(rng, 2 * D, P, H))
+        assert e.value.status == "SGK_ERR_INVALID_ARGUMENT"
+        assert f"desc->dim ({2 * D}) differs from the layer's dim ({D})" in e.value.message
+        with pytest.raises(sgk.Error, match="eps"):
+            layer.set_weights(second, eps=-1.0)
+        bad = dict(second)
+        bad["q_proj.weight"] = np.ones((D, D + 1), np.float32)
+        with pytest.raises(ValueError, match=r"weights\['q_proj.weight'\] must have shape"):
+            layer.set_weights(bad)
+        np.testing.assert_array_equal(layer.forward(nodes, pair, mask), before)
+        assert layer.eps == 1e-5

@@ -1,8 +1,9 @@
 /* libFuzzer target over sgk's public API on the cpu backend.
  *
  * The input is a little program: each step picks a call (context or layer
- * creation and destruction in any order, forward, forward_device, variants,
- * queries, the registry) and its arguments: sizes small enough to compute
+ * creation and destruction in any order, forward, forward_device, new
+ * weights from host or "device" pointers, variants, queries, the registry)
+ * and its arguments: sizes small enough to compute
  * or wild (0, negative, huge, overflowing), NULL and misaligned pointers,
  * aliasing outputs, mask types in and out of the enum, forced variants, and
  * an allocation failure injected into the next call. A model of sgk's rules
@@ -726,6 +727,90 @@ static void step_forward(state *s, int device_call)
     free_buffers(&b);
 }
 
+/* ---- new weights ------------------------------------------------------- */
+
+/* sgk_layer_set_weights (device = 0) or its device form (host pointers on
+ * the cpu backend) with at most one thing wrong; on success the slot's
+ * reference takes the new weights, which later forward calls are checked
+ * against. */
+static void step_set_weights(state *s, int device)
+{
+    int slot = u8(&s->in) % LAYER_SLOTS;
+    layer_slot *l = &s->layer[slot];
+    sgk_layer *layer = l->layer;
+    const uint8_t mode = u8(&s->in);
+    static const float epss[] = {1e-5f, 1e-3f, 0.5f, 0.0f, -1.0f, NAN, INFINITY, -0.0f};
+    const uint8_t e = u8(&s->in);
+    /* mostly the layer's own eps, which the device form requires */
+    float eps = layer && e < 160 ? l->w.eps : epss[e % 8];
+    const int64_t D = layer ? l->D : 4, H = layer ? l->H : 2, P = layer ? l->P : 2;
+    sgkt_weights w;
+    if (sgkt_weights_alloc(&w, D, H, P) != 0)
+        abort();
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, u64(&s->in));
+    sgkt_weights_random(&w, &rng);
+    w.eps = eps;
+    struct { sgk_layer_desc desc; unsigned char newer[8]; } wide;
+    memset(wide.newer, 0xa5, sizeof wide.newer);
+    sgk_layer_desc *const d = &wide.desc;
+    sgk_layer_desc_init(d);
+    sgkt_weights_to_desc(&w, d);
+    const void **ptrs[] = {&d->ln_gamma, &d->ln_beta, &d->wq, &d->wk, &d->wv,
+                           &d->wo, &d->w1, &d->b1, &d->w2, &d->b2};
+
+    allowed a = {0};
+    int bad = 0, null_desc = 0;
+    const uint8_t x = u8(&s->in);
+    switch (mode % 12) {
+    case 1: d->dim = D + 1 + x % 3; break;
+    case 2: d->heads = x % 2 ? H + 1 : wild_size(&s->in); break;
+    case 3: d->pair_dim = x % 2 ? P + 1 : wild_size(&s->in); break;
+    case 4: d->dtype = (sgk_dtype)(x % 4); break;
+    case 5: d->struct_size = 0; break;
+    case 6: d->struct_size = sizeof *d + 8; break;
+    case 7: *ptrs[x % 10] = NULL; break;
+    case 8:
+        if (device) /* the device form wants float-aligned weights */
+            *ptrs[x % 10] = (const char *)*ptrs[x % 10] + 1 + x / 10 % 3;
+        break;
+    case 9: null_desc = 1; break;
+    default: break;
+    }
+    if (!layer || null_desc) { allow(&a, SGK_ERR_NULL_POINTER); bad = 1; }
+    if (mode % 12 == 5 || (mode % 12 >= 1 && mode % 12 <= 4 &&
+                           (d->dim != D || d->heads != H || d->pair_dim != P || d->dtype != SGK_DTYPE_F32))) {
+        allow(&a, SGK_ERR_INVALID_ARGUMENT);
+        bad = 1;
+    }
+    if (mode % 12 == 6) { allow(&a, SGK_ERR_UNSUPPORTED); bad = 1; }
+    if (mode % 12 == 7) { allow(&a, SGK_ERR_NULL_POINTER); bad = 1; }
+    if (mode % 12 == 8 && device) { allow(&a, SGK_ERR_INVALID_ARGUMENT); bad = 1; }
+    if (!isfinite(eps) || eps < 0 || (device && layer && eps != l->w.eps)) {
+        allow(&a, SGK_ERR_INVALID_ARGUMENT);
+        bad = 1;
+    }
+    if (!bad) allow(&a, SGK_OK);
+    if (s->armed && !device) allow(&a, SGK_ERR_OUT_OF_MEMORY);
+
+    const sgk_layer_desc *arg = null_desc ? NULL : d;
+    sgk_status st = device ? sgk_layer_set_weights_device(layer, arg, NULL) : sgk_layer_set_weights(layer, arg);
+    check_status(device ? "sgk_layer_set_weights_device" : "sgk_layer_set_weights", st, &a);
+    if (device && st == SGK_OK && s->armed && sgk_testing_alloc_count() != 0)
+        finding("sgk_layer_set_weights_device allocated", st, &a);
+    if (st == SGK_OK) {
+        float *const from[] = {w.ln_gamma, w.ln_beta, w.wq, w.wk, w.wv, w.wo, w.w1, w.b1, w.w2, w.b2};
+        float *const to[] = {l->w.ln_gamma, l->w.ln_beta, l->w.wq, l->w.wk, l->w.wv, l->w.wo,
+                             l->w.w1, l->w.b1, l->w.w2, l->w.b2};
+        const size_t n[] = {(size_t)D, (size_t)D, (size_t)(D * D), (size_t)(D * D), (size_t)(D * D),
+                            (size_t)(D * D), (size_t)(P * P), (size_t)P, (size_t)(H * P), (size_t)H};
+        for (int i = 0; i < 10; i++)
+            memcpy(to[i], from[i], n[i] * sizeof(float));
+        l->w.eps = eps;
+    }
+    sgkt_weights_free(&w);
+}
+
 /* ---- the driver ---------------------------------------------------------- */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -752,6 +837,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 8: case 9: step_queries(&s); break;
         case 10: step_registry(&s); break;
         case 11: case 12: case 13: case 14: step_forward(&s, 1); break;
+        case 16: step_set_weights(&s, 0); break;
+        case 17: step_set_weights(&s, 1); break;
         default: step_forward(&s, 0); break;
         }
         if (s.armed) {

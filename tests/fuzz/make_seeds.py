@@ -34,13 +34,20 @@ def forward(device=False, B=1, N=2, mask=0, ptr=0x28, ws=0, mask_bits=None, pois
     return body + bytes([200]) + mask_bits + bytes([poison])
 
 
+def set_weights(device=False, mode=0, e=0, x=0):
+    # slot 0; mode picks what is wrong (0: nothing); e < 160 keeps the layer's eps
+    return bytes([17 if device else 16, 0, mode, e]) + SEED + bytes([x])
+
+
 def end():
     return bytes([0, 1, 1, 1])
 
 
 def seeds():
     base = ctx() + layer()
-    yield "basic", base + forward() + forward(device=True, B=0, N=3, mask=130) + end()
+    yield "basic", base + forward() + forward(device=True, B=0, N=3, mask=130) + \
+        set_weights() + forward() + set_weights(device=True) + forward(device=True) + \
+        set_weights(mode=1) + set_weights(device=True, e=200) + end()
     yield "variants", base + bytes([7, 0, 0]) + forward() + bytes([7, 0, 1]) + \
         forward(device=True) + bytes([7, 0, 100]) + forward() + end()
     yield "queries", base + bytes([8, 0, 2, 3, 0, 8, 0, 1, 1, 1, 8, 0, 230, 7, 3, 2]) + end()

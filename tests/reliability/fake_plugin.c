@@ -58,6 +58,8 @@ static sgk_status fake_mem_alloc(void *c, size_t n, void **p) { (void)c; (void)n
 static void fake_mem_free(void *c, void *p) { (void)c; (void)p; }
 static sgk_status fake_copy(void *c, void *d, const void *s, size_t n) { (void)c; (void)d; (void)s; (void)n; return refuse(); }
 static sgk_status fake_sync(void *c) { (void)c; return refuse(); }
+static sgk_status fake_set_weights(void *l, const sgk_layer_desc *d) { (void)l; (void)d; return refuse(); }
+static sgk_status fake_set_weights_device(void *l, const sgk_layer_desc *d, void *s) { (void)l; (void)d; (void)s; return refuse(); }
 
 static sgk_backend_ops g_ops = {
     .abi_version = FAKE_MODE == FAKE_ABI ? SGK_BACKEND_ABI + 1 : SGK_BACKEND_ABI,
@@ -81,6 +83,8 @@ static sgk_backend_ops g_ops = {
     .copy_to_device = fake_copy,
     .copy_to_host = fake_copy,
     .synchronize = fake_sync,
+    .layer_set_weights = fake_set_weights,
+    .layer_set_weights_device = fake_set_weights_device,
 };
 
 #if FAKE_MODE == FAKE_NO_ENTRY

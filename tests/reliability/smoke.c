@@ -1,7 +1,7 @@
 /* A short run through the whole public API on one backend (default cpu),
  * small enough for valgrind: registry, context, layer, every variant with
- * both mask types checked against the reference, one rejected call, and
- * teardown. Exits 0 when all is well. Usage: rel_smoke [BACKEND] */
+ * both mask types checked against the reference, new weights, rejected
+ * calls, and teardown. Exits 0 when all is well. Usage: rel_smoke [BACKEND] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +43,27 @@ static void run_mask(const char *backend, sgk_mask_type mask_type, uint64_t seed
                mask_type == SGK_MASK_U8 ? "u8" : "f32", e.rel_l2, e.max_abs);
         check(sgkt_error_ok(&e, SGKT_REL_L2_TOL, SGKT_MAX_ABS_TOL), "result off the reference");
     }
+    /* New weights: the same ones back through the host form (and, where
+     * device pointers are host pointers, the device form): same results. */
+    float *again = malloc(f.out_floats * sizeof(float));
+    check(again != NULL, "allocating outputs");
+    if (!again)
+        exit(1);
+    sgk_layer_desc desc;
+    sgk_layer_desc_init(&desc);
+    sgkt_weights_to_desc(&f.w, &desc);
+    check(sgk_layer_set_variant(f.layer, NULL) == SGK_OK, "set_variant(NULL)");
+    rel_forward_ok(f.layer, &f.in, out);
+    check(sgk_layer_set_weights(f.layer, &desc) == SGK_OK, "sgk_layer_set_weights");
+    if (strcmp(backend, "cpu") == 0)
+        check(sgk_layer_set_weights_device(f.layer, &desc, NULL) == SGK_OK,
+              "sgk_layer_set_weights_device");
+    rel_forward_ok(f.layer, &f.in, again);
+    check(rel_bitwise_equal(out, again, f.out_floats), "new weights changed the result");
+    desc.dim = 2 * f.w.D;
+    check(sgk_layer_set_weights(f.layer, &desc) == SGK_ERR_INVALID_ARGUMENT,
+          "new weights of another dim accepted");
+    free(again);
     check(sgk_forward(f.layer, 0, f.in.N, f.in.nodes, f.in.pair_feats, f.in.edge_mask,
                       mask_type, out) == SGK_ERR_INVALID_ARGUMENT, "B = 0 accepted");
     check(strstr(sgk_last_error(), "B") != NULL, "B = 0 message does not name B");

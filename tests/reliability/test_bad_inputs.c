@@ -581,6 +581,112 @@ static void test_layer(void **state)
 #undef LAYER_CASE
 }
 
+/* forward gives the bits of before: a refused sgk_layer_set_weights(_device)
+ * changed nothing. */
+static int weights_kept(const env *e, const float *before)
+{
+    float *now = malloc(e->out_bytes);
+    assert_non_null(now);
+    rel_forward_ok(e->f.layer, &e->f.in, now);
+    int same = memcmp(now, before, e->out_bytes) == 0;
+    free(now);
+    return same;
+}
+
+static void weights_row(env *e, int device, const char *what, sgk_status want, const char *needle,
+                        sgk_layer *layer, const sgk_layer_desc *desc)
+{
+    float *before = malloc(e->out_bytes);
+    assert_non_null(before);
+    rel_forward_ok(e->f.layer, &e->f.in, before);
+    sgk_status st = device ? sgk_layer_set_weights_device(layer, desc, NULL)
+                           : sgk_layer_set_weights(layer, desc);
+    row(device ? "sgk_layer_set_weights_device" : "sgk_layer_set_weights", what, want, needle, st,
+        weights_kept(e, before));
+    free(before);
+}
+
+/* Every rule of sgk_layer_set_weights and its device form. The weights
+ * given are host pointers, which the device form reads only on the cpu
+ * backend: elsewhere it runs only the rows refused before any is read. */
+static void test_set_weights(void **state)
+{
+    env *e = *state;
+    sgk_layer *L = e->f.layer;
+    sgk_layer_desc good;
+    sgk_layer_desc_init(&good);
+    sgkt_weights_to_desc(&e->f.w, &good);
+    sgk_layer_desc d;
+    for (int device = 0; device < 2; device++) {
+#define WEIGHTS_CASE(what, want, needle, change)                                               \
+    do {                                                                                       \
+        d = good;                                                                              \
+        change;                                                                                \
+        weights_row(e, device, what, want, needle, L, &d);                                     \
+    } while (0)
+        weights_row(e, device, "layer NULL", SGK_ERR_NULL_POINTER, "layer", NULL, &good);
+        weights_row(e, device, "desc NULL", SGK_ERR_NULL_POINTER, "desc", L, NULL);
+        WEIGHTS_CASE("struct_size 0", SGK_ERR_INVALID_ARGUMENT, "struct_size", d.struct_size = 0);
+        struct { sgk_layer_desc desc; unsigned char newer[16]; } wide = { .desc = good };
+        memset(wide.newer, 0xa5, sizeof wide.newer);
+        wide.desc.struct_size = sizeof wide;
+        weights_row(e, device, "struct_size larger, newer field set", SGK_ERR_UNSUPPORTED,
+                    "struct_size", L, &wide.desc);
+        WEIGHTS_CASE("dim 16, the layer's 8", SGK_ERR_INVALID_ARGUMENT,
+                     "desc->dim (16) differs from the layer's dim (8)", d.dim = 16);
+        WEIGHTS_CASE("heads 4, the layer's 2", SGK_ERR_INVALID_ARGUMENT,
+                     "desc->heads (4) differs from the layer's heads (2)", d.heads = 4);
+        WEIGHTS_CASE("heads 3 (not a divisor), the layer's 2", SGK_ERR_INVALID_ARGUMENT,
+                     "desc->heads (3) differs", d.heads = 3);
+        WEIGHTS_CASE("pair_dim 5, the layer's 3", SGK_ERR_INVALID_ARGUMENT,
+                     "desc->pair_dim (5) differs from the layer's pair_dim (3)", d.pair_dim = 5);
+        WEIGHTS_CASE("pair_dim INT64_MIN", SGK_ERR_INVALID_ARGUMENT, "desc->pair_dim",
+                     d.pair_dim = INT64_MIN);
+        WEIGHTS_CASE("dtype BF16, the layer's F32", SGK_ERR_INVALID_ARGUMENT,
+                     "desc->dtype (1, SGK_DTYPE_BF16) differs from the layer's dtype (0, "
+                     "SGK_DTYPE_F32)",
+                     d.dtype = SGK_DTYPE_BF16);
+        WEIGHTS_CASE("dtype 99", SGK_ERR_INVALID_ARGUMENT, "desc->dtype (99",
+                     d.dtype = (sgk_dtype)99);
+        WEIGHTS_CASE("eps -1", SGK_ERR_INVALID_ARGUMENT, "desc->eps", d.eps = -1.0f);
+        WEIGHTS_CASE("eps NaN", SGK_ERR_INVALID_ARGUMENT, "desc->eps", d.eps = NAN);
+        WEIGHTS_CASE("eps +inf", SGK_ERR_INVALID_ARGUMENT, "desc->eps", d.eps = INFINITY);
+        WEIGHTS_CASE("ln_gamma NULL", SGK_ERR_NULL_POINTER, "desc->ln_gamma", d.ln_gamma = NULL);
+        WEIGHTS_CASE("ln_beta NULL", SGK_ERR_NULL_POINTER, "desc->ln_beta", d.ln_beta = NULL);
+        WEIGHTS_CASE("wq NULL", SGK_ERR_NULL_POINTER, "desc->wq", d.wq = NULL);
+        WEIGHTS_CASE("wk NULL", SGK_ERR_NULL_POINTER, "desc->wk", d.wk = NULL);
+        WEIGHTS_CASE("wv NULL", SGK_ERR_NULL_POINTER, "desc->wv", d.wv = NULL);
+        WEIGHTS_CASE("wo NULL", SGK_ERR_NULL_POINTER, "desc->wo", d.wo = NULL);
+        WEIGHTS_CASE("w1 NULL", SGK_ERR_NULL_POINTER, "desc->w1", d.w1 = NULL);
+        WEIGHTS_CASE("b1 NULL", SGK_ERR_NULL_POINTER, "desc->b1", d.b1 = NULL);
+        WEIGHTS_CASE("w2 NULL", SGK_ERR_NULL_POINTER, "desc->w2", d.w2 = NULL);
+        WEIGHTS_CASE("b2 NULL", SGK_ERR_NULL_POINTER, "desc->b2", d.b2 = NULL);
+        if (device) {
+            WEIGHTS_CASE("eps 1e-3, the layer's 1e-5", SGK_ERR_INVALID_ARGUMENT,
+                         "desc->eps (0.00100000005) differs from the layer's eps", d.eps = 1e-3f);
+            WEIGHTS_CASE("wq at +1 byte", SGK_ERR_INVALID_ARGUMENT, "desc->wq",
+                         d.wq = (const char *)d.wq + 1);
+            WEIGHTS_CASE("b2 at +2 bytes", SGK_ERR_INVALID_ARGUMENT, "desc->b2",
+                         d.b2 = (const char *)d.b2 + 2);
+        }
+        if (!device || e->host)
+            WEIGHTS_CASE("the layer's own weights again (accepted)", SGK_OK, NULL, (void)0);
+#undef WEIGHTS_CASE
+    }
+    /* Accepted, the host form changes eps: the device form then wants the
+     * new one, and refuses the layer's first. */
+    d = good;
+    d.eps = 0.5f;
+    weights_row(e, 0, "eps 0.5 (accepted: eps may change)", SGK_OK, NULL, L, &d);
+    d.eps = good.eps;
+    weights_row(e, 1, "eps 1e-5 after the host form set 0.5", SGK_ERR_INVALID_ARGUMENT,
+                "the layer's eps (0.5)", L, &d);
+    d.eps = good.eps;
+    weights_row(e, 0, "eps 1e-5 again (accepted)", SGK_OK, NULL, L, &d);
+    row("sgk_layer_set_weights", "weights back as at creation", SGK_OK, NULL,
+        weights_kept(e, e->expect) ? SGK_OK : SGK_ERR_BACKEND, 1);
+}
+
 static void test_registry(void **state)
 {
     (void)state;
@@ -694,6 +800,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_huge_shape_queries, setup, teardown),
         cmocka_unit_test_setup_teardown(test_context, setup, teardown),
         cmocka_unit_test_setup_teardown(test_layer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_set_weights, setup, teardown),
         cmocka_unit_test_setup_teardown(test_registry, setup, teardown),
         cmocka_unit_test(test_table_clean),
     };

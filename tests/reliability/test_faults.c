@@ -3,7 +3,9 @@
  * fails (sgk_testing_fail_alloc_after). Each such call must return
  * SGK_ERR_OUT_OF_MEMORY with a message, leave its output untouched and leak
  * nothing; k grows until the call succeeds with the hook armed, which
- * counts the injection points the call has. Usage: test_faults BACKEND */
+ * counts the injection points the call has; so too for
+ * sgk_layer_set_weights, while its device form must allocate nothing.
+ * Usage: test_faults BACKEND */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "devmem.h"
 #include "rel.h"
 #include "sgk_testing.h"
 
@@ -229,6 +232,106 @@ static void test_forward_device_allocates_nothing(void **state)
     rel_fixture_free(&f);
 }
 
+/* sgk_layer_set_weights with each of its allocations failing in turn:
+ * SGK_ERR_OUT_OF_MEMORY, nothing leaked and the layer's weights as they
+ * were; once it succeeds, the bits of a layer created with the new ones. */
+static void test_set_weights(void **state)
+{
+    (void)state;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_F32, 14);
+    sgkt_weights w;
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, 15);
+    assert_int_equal(sgkt_weights_alloc(&w, D_, H_, P_), 0);
+    sgkt_weights_random(&w, &rng);
+    w.eps = 1e-3f;
+    sgk_layer_desc desc;
+    sgk_layer_desc_init(&desc);
+    sgkt_weights_to_desc(&w, &desc);
+    sgk_layer *fresh = NULL;
+    assert_int_equal(sgk_layer_create(f.ctx, &desc, &fresh), SGK_OK);
+    float *before = malloc(f.out_floats * sizeof(float)), *after = malloc(f.out_floats * sizeof(float));
+    float *out = malloc(f.out_floats * sizeof(float));
+    assert_non_null(before);
+    assert_non_null(after);
+    assert_non_null(out);
+    rel_forward_ok(f.layer, &f.in, before);
+    rel_forward_ok(fresh, &f.in, after);
+    assert_false(rel_bitwise_equal(before, after, f.out_floats));
+
+    int64_t k;
+    for (k = 1; k <= MAX_POINTS; k++) {
+        arm(k);
+        armed a = disarm(sgk_layer_set_weights(f.layer, &desc));
+        rel_forward_ok(f.layer, &f.in, out);
+        if (check_armed(&a, k, "sgk_layer_set_weights")) {
+            assert_true(rel_bitwise_equal(out, after, f.out_floats));
+            break;
+        }
+        if (!rel_bitwise_equal(out, before, f.out_floats))
+            fail_msg("sgk_layer_set_weights with allocation %lld failed changed the weights",
+                     (long long)k);
+    }
+    assert_true(k <= MAX_POINTS);
+    rel_figure("faults backend=%s call=sgk_layer_set_weights points=%lld "
+               "all_oom_untouched_noleak=1",
+               g_backend, (long long)(k - 1));
+    sgk_layer_destroy(fresh);
+    sgkt_weights_free(&w);
+    free(before);
+    free(after);
+    free(out);
+    rel_fixture_free(&f);
+}
+
+/* sgk_layer_set_weights_device is documented not to allocate: with the
+ * first allocation armed it succeeds and the hook sees none. */
+static void test_set_weights_device_allocates_nothing(void **state)
+{
+    (void)state;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_U8, 16);
+    devmem m;
+    char why[256];
+    if (devmem_open_context(f.ctx, &m, why, sizeof why) != 0)
+        fail_msg("device memory for backend %s: %s", g_backend, why);
+    sgkt_weights w;
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, 17);
+    assert_int_equal(sgkt_weights_alloc(&w, D_, H_, P_), 0);
+    sgkt_weights_random(&w, &rng);
+    sgk_layer_desc desc;
+    sgk_layer_desc_init(&desc);
+    sgkt_weights_to_desc(&w, &desc);
+    sgk_layer *fresh = NULL;
+    assert_int_equal(sgk_layer_create(f.ctx, &desc, &fresh), SGK_OK);
+    float *expect = malloc(f.out_floats * sizeof(float)), *out = malloc(f.out_floats * sizeof(float));
+    assert_non_null(expect);
+    assert_non_null(out);
+    rel_forward_ok(fresh, &f.in, expect);
+    void *bufs[10];
+    assert_int_equal(devmem_weights(&m, &w, &desc, bufs), 0);
+    sgk_testing_fail_alloc_after(1);
+    sgk_status st = sgk_layer_set_weights_device(f.layer, &desc, NULL);
+    int64_t allocs = sgk_testing_alloc_count();
+    sgk_testing_fail_alloc_after(0);
+    if (st != SGK_OK)
+        fail_msg("sgk_layer_set_weights_device with an allocation armed: %s: %s",
+                 sgk_status_string(st), sgk_last_error());
+    assert_int_equal(allocs, 0);
+    assert_int_equal(m.sync(), 0);
+    rel_forward_ok(f.layer, &f.in, out);
+    assert_true(rel_bitwise_equal(out, expect, f.out_floats));
+    rel_figure("faults backend=%s call=sgk_layer_set_weights_device points=0", g_backend);
+    devmem_weights_free(&m, bufs);
+    sgk_layer_destroy(fresh);
+    sgkt_weights_free(&w);
+    free(expect);
+    free(out);
+    rel_fixture_free(&f);
+}
+
 int main(int argc, char **argv)
 {
     g_backend = argc > 1 ? argv[1] : "cpu";
@@ -240,6 +343,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_layer_create),
         cmocka_unit_test(test_forward),
         cmocka_unit_test(test_forward_device_allocates_nothing),
+        cmocka_unit_test(test_set_weights),
+        cmocka_unit_test(test_set_weights_device_allocates_nothing),
     };
     return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }
