@@ -99,6 +99,7 @@ def _declare(lib):
         "sgk_layer_create": (st, [_p, ctypes.POINTER(LayerDesc), ctypes.POINTER(_p)]),
         "sgk_layer_destroy": (None, [_p]),
         "sgk_layer_set_weights": (st, [_p, ctypes.POINTER(LayerDesc)]),
+        "sgk_layer_set_weights_device": (st, [_p, ctypes.POINTER(LayerDesc), _p]),
         "sgk_forward": (st, [_p, _i64, _i64, _p, _p, _p, c_int, _p]),
         "sgk_workspace_size": (st, [_p, _i64, _i64, ctypes.POINTER(ctypes.c_size_t)]),
         "sgk_forward_device": (st, [_p, _i64, _i64, _p, _p, _p, c_int, _p, _p,

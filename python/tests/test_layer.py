@@ -232,7 +232,8 @@ def probe(package_parent, library=None):
     env["PYTHONPATH"] = package_parent
     if library is not None:
         env["SGK_LIBRARY"] = library
-    out = subprocess.run([sys.executable, "-c", PROBE], env=env, check=True,
+    # cwd: python -c puts it first on sys.path, where another sgk may sit.
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, check=True, cwd=package_parent,
                          stdout=subprocess.PIPE, universal_newlines=True).stdout
     return dict(line.split(" ", 1) for line in out.splitlines())
 

@@ -291,7 +291,8 @@ _REFERENCE = {}
 
 def _reference_forward(nodes, pair_feats, edge_mask, weights, eps):
     """sgk.torch.reference's forward with these tensors as its parameters."""
-    D, P, H = weights[0].shape[0], weights[6].shape[1], weights[8].shape[0]
+    # int(): under dynamic shapes these are symbols; the module needs sizes.
+    D, P, H = int(weights[0].shape[0]), int(weights[6].shape[1]), int(weights[8].shape[0])
     m = _REFERENCE.get((D, P, H))
     if m is None:
         with torch.device("meta"):
