@@ -169,11 +169,16 @@ def _state_for(layer_id, nodes, weights, eps):
     return state
 
 
+# PyTorch's own fast forms where it has them (inductor's generated code
+# calls the first); the public ones cost microseconds more per call.
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None) or torch.cuda.is_current_stream_capturing
+
+
 def _stream(device):
     """The raw current CUDA stream of device, as an int."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get is not None:
-        return get(device.index if device.index is not None else torch.cuda.current_device())
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(device.index if device.index is not None else torch.cuda.current_device())
     return torch.cuda.current_stream(device).cuda_stream
 
 
@@ -224,16 +229,17 @@ def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
     """The operator's real implementation (CPU and CUDA tensors)."""
     state = _state_for(layer_id, nodes, weights, eps)
     lib = _lib.lib()
-    cuda = nodes.is_cuda
+    dev = nodes.device
+    cuda = dev.type == "cuda"
     with state.lock:
         now = _versions(weights)
-        b = state.bound.get(nodes.device)
+        b = state.bound.get(dev)
         fresh = (b is not None and b.eps == eps and now is not None and now == b.packed_from
                  and not state.always_repack)
         if fresh:
             # The same weight tensors, unchanged since they were checked and packed.
             L = b.layer
-            B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, nodes.device)
+            B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, dev)
         else:
             D, P, H = _check_weights(weights)
             B, N = _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device)
@@ -242,8 +248,8 @@ def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
                 b = _bind(state, nodes, weights, eps)  # packed from these weights
                 b.packed_from = now
                 fresh = not state.always_repack
-        stream = _stream(nodes.device) if cuda else 0
-        if not fresh or (cuda and state.repack_in_graphs and torch.cuda.is_current_stream_capturing()):
+        stream = _stream(dev) if cuda else 0
+        if not fresh or (cuda and state.repack_in_graphs and _capturing()):
             _repack(lib, b, weights, stream)
             b.packed_from = now
         nodes, pair_feats, edge_mask = nodes.contiguous(), pair_feats.contiguous(), edge_mask.contiguous()
@@ -253,11 +259,13 @@ def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
             size = ctypes.c_size_t()
             _lib.check(lib.sgk_workspace_size(b.handle, B, N, ctypes.byref(size)))
             ws = b.workspace[(B, N)] = size.value
-        out = torch.empty_like(nodes, memory_format=torch.contiguous_format)
-        work = torch.empty(ws, dtype=torch.uint8, device=nodes.device) if ws else None
-        _lib.check(lib.sgk_forward_device(b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
-                                          edge_mask.data_ptr(), mask_type, out.data_ptr(),
-                                          work.data_ptr() if ws else None, ws, stream or None))
+        out = torch.empty_like(nodes)
+        work = torch.empty(ws, dtype=torch.uint8, device=dev) if ws else None
+        status = lib.sgk_forward_device(b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
+                                        edge_mask.data_ptr(), mask_type, out.data_ptr(),
+                                        work.data_ptr() if ws else None, ws, stream or None)
+        if status:
+            _lib.check(status)
     return out
 
 
