@@ -17,6 +17,7 @@ it out for weights that stay fixed after capture.
 """
 import ctypes
 import itertools
+import operator
 import threading
 import weakref
 
@@ -182,11 +183,17 @@ def _stream(device):
     return torch.cuda.current_stream(device).cuda_stream
 
 
+_VERSION = operator.attrgetter("_version")
+_DATA_PTR = torch.Tensor.data_ptr
+
+
 def _versions(weights):
-    """(identity, data_ptr, version) of each weight; an inference tensor, which keeps no
-    version, counts as changed on every call."""
+    """(identities, data_ptrs, versions) of the weights: what was packed is
+    still what they hold while all three are unchanged (an in-place write
+    bumps the version; `.data =` keeps it but moves the data). An inference
+    tensor, which keeps no version, counts as changed on every call."""
     try:
-        return tuple((id(w), w.data_ptr(), w._version) for w in weights)
+        return tuple(map(id, weights)), tuple(map(_DATA_PTR, weights)), tuple(map(_VERSION, weights))
     except RuntimeError:
         return None
 
