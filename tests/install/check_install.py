@@ -243,8 +243,11 @@ def mode_wheel(a, tmp):
     with zipfile.ZipFile(wheel) as z:
         files = z.namelist()
     print('wheel: ' + ' '.join(sorted(files)))
-    want = ['sgk/__init__.py', 'sgk/_lib.py', 'sgk/layer.py', 'sgk/torch/reference.py',
-            'sgk/_native/libsgk.so']
+    # Every module of the package in this tree, so that a new one cannot be left out.
+    src = os.path.join(a.source_root, 'python')
+    modules = sorted(os.path.relpath(os.path.join(d, f), src).replace(os.sep, '/')
+                     for d, _, fs in os.walk(os.path.join(src, 'sgk')) for f in fs if f.endswith('.py'))
+    want = modules + ['sgk/_native/libsgk.so']
     if a.opencl_built == '1':
         want.append('sgk/_native/sgk/libsgk-opencl.so')
     check(all(f in files for f in want), 'the wheel holds ' + ', '.join(want))
