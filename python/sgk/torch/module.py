@@ -4,9 +4,9 @@ The operator takes the layer's inputs and its ten weights as tensors, so it
 is a pure function to PyTorch (torch.compile, opcheck and autograd see no
 hidden state). Behind it sit sgk layers, one per module and device, holding
 the weights packed the way the backend runs them. Before each forward the
-operator compares every weight's (data_ptr, version) with what was packed
-last and, when one changed (an optimizer step, load_state_dict, any in-place
-write), repacks from the tensors themselves with
+operator compares every weight's identity, data_ptr and version with what
+was packed last and, when one changed (an optimizer step, load_state_dict,
+any in-place write), repacks from the tensors themselves with
 sgk_layer_set_weights_device on the current stream: no host copy, no
 allocation, nothing the caller must call.
 
@@ -21,7 +21,6 @@ import operator
 import threading
 import weakref
 
-import numpy as np
 import torch
 
 from .. import _lib
