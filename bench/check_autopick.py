@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-TOLERANCE = 1.03  # the bench's run-to-run spread at a shape is under 2 %
+TOLERANCE = 1.03  # above the bench's run-to-run spread (bench/results/README.md)
 
 
 def best_by_variant(rows):

@@ -314,7 +314,6 @@ def run_shape(torch, a, name, shape, ref, peaks):
         s, g = res["sgk"].get(auto + "*", {}), res["sgk"].get(auto + "*+graph", {})
         if "us" in s and "us" in g:
             res["sgk_python_overhead_us"] = s["us"] - g["us"]
-        del sm
     summarize(res)
     return res
 

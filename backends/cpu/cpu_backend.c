@@ -172,8 +172,8 @@ static int cpu_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backe
 }
 
 /* small stays first in the table for the shapes only it takes; where tiled
- * takes the shape too it is the faster (seed and mid at 2 and 16 threads
- * on the H200 host's Xeon), so the automatic choice passes small over. */
+ * takes the shape too it is the faster, so the automatic choice passes
+ * small over. */
 static int cpu_variant_prefers(void *bl, int v, int64_t B, int64_t N, const sgk_backend_plan *plan)
 {
     (void)plan;

@@ -90,12 +90,12 @@ struct sgkc_variant {
     cudaError_t (*launch)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
 };
 
-/* Whether the layer runs v at (B, N) (forced or picked: prefer only
- * steers the automatic choice). */
-static inline int sgkc_supports(const sgkc_variant &v, const sgkc_layer *L, int64_t B, int64_t N,
-                                sgk_backend_plan *plan)
+/* Whether the automatic choice takes v at (B, N), given the plan v.plan
+ * just filled: a forced variant runs wherever it plans the shape. */
+static inline int sgkc_prefers(const sgkc_variant &v, const sgkc_layer *L, int64_t B, int64_t N,
+                               const sgk_backend_plan *plan)
 {
-    return v.plan(L, B, N, plan);
+    return !v.prefer || v.prefer(L, B, N, plan);
 }
 
 /* A variant's configuration into and out of a call's plan, by copy: the

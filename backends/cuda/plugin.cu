@@ -246,7 +246,7 @@ static int sgkc_variant_supports(void *blayer, int variant, int64_t B, int64_t N
 {
     if (variant < 0 || variant >= sgkc_variant_count)
         return 0;
-    return sgkc_supports(sgkc_variants[variant], (const sgkc_layer *)blayer, B, N, plan);
+    return sgkc_variants[variant].plan((const sgkc_layer *)blayer, B, N, plan);
 }
 
 static int sgkc_variant_prefers(void *blayer, int variant, int64_t B, int64_t N,
@@ -254,8 +254,7 @@ static int sgkc_variant_prefers(void *blayer, int variant, int64_t B, int64_t N,
 {
     if (variant < 0 || variant >= sgkc_variant_count)
         return 0;
-    const sgkc_variant &v = sgkc_variants[variant];
-    return !v.prefer || v.prefer((const sgkc_layer *)blayer, B, N, plan);
+    return sgkc_prefers(sgkc_variants[variant], (const sgkc_layer *)blayer, B, N, plan);
 }
 
 static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t N,

@@ -677,7 +677,7 @@ static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend
 /* One wave of clusters (one block per SM), or little enough work that a
  * second wave of its short chains costs less than tiled's launches: past
  * that the per-block chain of dependent phases repeats per wave and the
- * tiled path is faster (s11, 0.15 GFLOP, is; s06, 0.06 GFLOP, is not). */
+ * tiled path is faster (DESIGN.md, tuned-fused-small). */
 static int fused_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan)
 {
     const fused_cfg c = sgkc_plan_get<fused_cfg>(plan);
@@ -977,6 +977,18 @@ static void map_table_fill(const sgk_repack_map &m, unsigned char *t)
         first[r + 1] = first[r] + m.runs[r].len;
 }
 
+/* desc's weights packed as p lays them out, in host memory the caller
+ * frees; NULL when the allocation fails (or is made to fail). */
+static float *packed_on_host(const pack_layout &p, const sgk_layer_desc *desc, int (*alloc_fail)(void))
+{
+    if (alloc_fail && alloc_fail())
+        return NULL;
+    float *h = (float *)malloc(p.total * sizeof(float));
+    if (h)
+        pack_host(p, desc, h);
+    return h;
+}
+
 cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
                             int (*alloc_fail)(void))
 {
@@ -1001,12 +1013,9 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->clusters16 = fused_clusters16(L);
 
     const pack_layout p = layout_of(L);
-    if (alloc_fail && alloc_fail())
-        return cudaErrorMemoryAllocation;
-    float *h = (float *)malloc(p.total * sizeof(float));
+    float *h = packed_on_host(p, desc, alloc_fail);
     if (!h)
         return cudaErrorMemoryAllocation;
-    pack_host(p, desc, h);
     sgk_repack_map map;
     if (sgk_repack_map_build(desc, pack_fn, (void *)&p, p.total, h, alloc_fail, &map) != 0) {
         free(h);
@@ -1073,12 +1082,9 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
 cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc, int (*alloc_fail)(void))
 {
     const pack_layout p = layout_of(L);
-    if (alloc_fail && alloc_fail())
-        return cudaErrorMemoryAllocation;
-    float *h = (float *)malloc(p.total * sizeof(float));
+    float *h = packed_on_host(p, desc, alloc_fail);
     if (!h)
         return cudaErrorMemoryAllocation;
-    pack_host(p, desc, h);
     /* From pageable memory cudaMemcpy may return before the copy has
      * landed; the legacy stream's synchronisation waits for it, so that a
      * forward on any stream after this call reads the new weights. */

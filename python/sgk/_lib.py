@@ -68,6 +68,19 @@ class LayerDesc(ctypes.Structure):
                 ("wo", _p), ("w1", _p), ("b1", _p), ("w2", _p), ("b2", _p)]
 
 
+def layer_desc(dim, pair_dim, heads, eps, pointers):
+    """An sgk_layer_desc (float32) whose weight fields are pointers, a
+    mapping from field name (ln_gamma, wq, ...) to address."""
+    desc = LayerDesc()
+    lib().sgk_layer_desc_init(ctypes.byref(desc))
+    desc.dim, desc.pair_dim, desc.heads = dim, pair_dim, heads
+    desc.eps = eps
+    desc.dtype = DTYPE_F32
+    for field, ptr in pointers.items():
+        setattr(desc, field, ptr)
+    return desc
+
+
 def _candidates():
     """(place, path) pairs in the order they are tried, before the system's
     libsgk (ctypes.util.find_library), which lib() tries last."""

@@ -108,13 +108,8 @@ class Layer:
                 named = "(" + ", ".join(f"{d}={sizes[d]}" for d in dims) + ")"
                 raise ValueError(f"weights[{key!r}] must have shape {named} = {want}, "
                                  f"got {arrays[key].shape}")
-        desc = _lib.LayerDesc()
-        self._lib.sgk_layer_desc_init(ctypes.byref(desc))
-        desc.dim, desc.pair_dim, desc.heads = sizes["D"], sizes["P"], sizes["H"]
-        desc.eps = eps
-        desc.dtype = _lib.DTYPE_F32
-        for key, (field, _) in WEIGHTS.items():
-            setattr(desc, field, arrays[key].ctypes.data)
+        desc = _lib.layer_desc(sizes["D"], sizes["P"], sizes["H"], eps,
+                               {field: arrays[key].ctypes.data for key, (field, _) in WEIGHTS.items()})
         return desc, arrays, sizes
 
     def set_weights(self, weights, *, eps=None):

@@ -328,7 +328,7 @@ static void run_case(const Case &cs, bool quiet_ok)
         const bool force = getenv("SGKC_FORCE") && atoi(getenv("SGKC_FORCE"));
         /* forced: past the variant's prefer, where it can plan the shape */
         sgk_backend_plan plan;
-        if (!(force ? var.plan(&L, s.B, s.N, &plan) : sgkc_supports(var, &L, s.B, s.N, &plan))) {
+        if (!var.plan(&L, s.B, s.N, &plan) || !(force || sgkc_prefers(var, &L, s.B, s.N, &plan))) {
             if (!quiet_ok)
                 printf("  %-12s %-34s unsupported\n", var.name, s.name);
             continue;
@@ -416,8 +416,9 @@ static void bench(const Shape &s)
         if (only && *only && strcmp(only, var.name) != 0)
             continue;
         sgk_backend_plan plan;
-        const bool sup = sgkc_supports(var, &L, s.B, s.N, &plan);
-        if (!sup && !(force && var.plan(&L, s.B, s.N, &plan))) {
+        const bool plans = var.plan(&L, s.B, s.N, &plan);
+        const bool sup = plans && sgkc_prefers(var, &L, s.B, s.N, &plan);
+        if (!sup && !(force && plans)) {
             printf("  v%d %-12s unsupported\n", vnum, var.name);
             continue;
         }
@@ -674,7 +675,9 @@ int main(int argc, char **argv)
             for (int v = 0; v < sgkc_variant_count; v++) {
                 const sgkc_variant &var = sgkc_variants[v];
                 sgk_backend_plan plan;
-                if (std::string(var.name) == "tuned-general" || !sgkc_supports(var, &L, s.B, s.N, &plan)) continue;
+                if (std::string(var.name) == "tuned-general" || !var.plan(&L, s.B, s.N, &plan) ||
+                    !sgkc_prefers(var, &L, s.B, s.N, &plan))
+                    continue;
                 size_t wsb = var.workspace(&L, s.B, s.N, &plan);
                 void *ws = nullptr;
                 if (wsb) CK(cudaMalloc(&ws, wsb));

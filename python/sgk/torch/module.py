@@ -115,9 +115,9 @@ def _check(nodes, pair_feats, edge_mask, weights):
 class _Bound:
     """One sgk layer on one device, and what its weights were packed from."""
 
-    def __init__(self, layer, eps):
-        self.layer, self.eps = layer, eps
-        self.handle = layer._handle()
+    def __init__(self, layer):
+        self.layer = layer
+        self.handle = layer._handle()  # read on every call
         self.packed_from = None  # _versions() of the weights last packed
         self.workspace = {}      # (B, N) -> bytes
 
@@ -198,11 +198,9 @@ def _versions(weights):
 
 
 def _bind(state, nodes, weights, eps):
-    """state's layer for nodes' device, made on first use from the weights."""
+    """A new sgk layer for nodes' device, packed from the weights, in place
+    of the one there (if any)."""
     dev = nodes.device
-    b = state.bound.get(dev)
-    if b is not None and b.eps == eps:
-        return b
     if dev.type == "cuda" and torch.cuda.is_current_stream_capturing():
         raise RuntimeError(f"sgk.torch: the sgk layer for {dev} is made on the module's first "
                            "call there, which copies weights and cannot happen during CUDA-graph "
@@ -214,20 +212,16 @@ def _bind(state, nodes, weights, eps):
     if state.variant is not None:
         layer.set_variant(state.variant)
     old = state.bound.get(dev)
-    b = state.bound[dev] = _Bound(layer, eps)
+    b = state.bound[dev] = _Bound(layer)
     if old is not None:
         old.layer.close()
     return b
 
 
 def _repack(lib, b, weights, stream):
-    desc = _lib.LayerDesc()
-    lib.sgk_layer_desc_init(ctypes.byref(desc))
-    desc.dim, desc.pair_dim, desc.heads = b.layer.dim, b.layer.pair_dim, b.layer.heads
-    desc.eps = b.eps
-    desc.dtype = _lib.DTYPE_F32
-    for field, w in zip(FIELDS, weights):
-        setattr(desc, field, w.data_ptr())
+    L = b.layer
+    desc = _lib.layer_desc(L.dim, L.pair_dim, L.heads, L.eps,
+                           {field: w.data_ptr() for field, w in zip(FIELDS, weights)})
     _lib.check(lib.sgk_layer_set_weights_device(b.handle, ctypes.byref(desc), stream))
 
 
@@ -240,24 +234,23 @@ def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
     with state.lock:
         now = _versions(weights)
         b = state.bound.get(dev)
-        fresh = (b is not None and b.eps == eps and now is not None and now == b.packed_from
-                 and not state.always_repack)
-        if fresh:
+        if (b is not None and b.layer.eps == eps and now is not None and now == b.packed_from
+                and not state.always_repack):
             # The same weight tensors, unchanged since they were checked and packed.
             L = b.layer
             B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, dev)
+            repack = False
         else:
             D, P, H = _check_weights(weights)
             B, N = _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device)
             weights = [w.contiguous() for w in weights]
-            if b is None or b.eps != eps:
+            repack = b is not None and b.layer.eps == eps
+            if not repack:
                 b = _bind(state, nodes, weights, eps)  # packed from these weights
-                b.packed_from = now
-                fresh = not state.always_repack
         stream = _stream(dev) if cuda else 0
-        if not fresh or (cuda and state.repack_in_graphs and _capturing()):
+        if repack or (cuda and state.repack_in_graphs and _capturing()):
             _repack(lib, b, weights, stream)
-            b.packed_from = now
+        b.packed_from = now
         nodes, pair_feats, edge_mask = nodes.contiguous(), pair_feats.contiguous(), edge_mask.contiguous()
         mask_type = _MASKS[edge_mask.dtype]
         ws = b.workspace.get((B, N))
