@@ -35,7 +35,54 @@ struct sgkc_attn_args {
     int HG, G, qtiles; /* heads per block, head groups, query tiles per batch */
     int pvec;          /* P % 4 == 0 and pair 16-byte aligned */
     int qvec;          /* D % 4 == 0 (workspace rows 16-byte aligned) */
+    int ks;            /* attn_tiled, attn_tiled16: blocks of a cluster splitting the keys (>= 1) */
 };
+
+/* Split over keys (attn_tiled.cuh, attn_tiled16.cuh): where a block for
+ * each (batch, query tile, head group) leaves SMs idle, the ks blocks of a
+ * cluster take consecutive ranges of key tiles of one such tile (block
+ * index = tile * ks + rank). Block rank's key tiles, of ktiles: */
+__device__ __forceinline__ void sgkc_attn_key_range(int ktiles, int ks, int rank, int &kb, int &ke)
+{
+    const int per = (ktiles + ks - 1) / ks;
+    kb = rank * per;
+    ke = min(ktiles, kb + per);
+}
+
+/* The split's merge: each block has left its unnormalised O (rows q0 ..
+ * q0 + BQ, its group's DG columns) in Os[q * ldo + d] and its softmax
+ * state in Ms, Ls [head][BQ]. After a cluster barrier, block rank takes
+ * elements rank, rank + ks, ... (strides of NT) and combines the ks
+ * blocks' parts in rank order, m = max m_s, o = sum o_s e^(m_s - m), l
+ * likewise, so the result does not depend on timing; a row with no edge
+ * (l = 0) gets 0 and NaN scores give NaN, as unsplit. A second barrier keeps every block's shared
+ * memory alive until the others have read it. */
+template <int BQ, int NT>
+__device__ void sgkc_attn_merge(const sgkc_attn_args &a, const float *Os, int ldo, const float *Ms, const float *Ls,
+                                int rank, int64_t b, int q0, int d0, int DG)
+{
+    const int S = a.ks, N = a.N;
+    sgkc_cluster_sync(S);
+    for (int e = rank * NT + (int)threadIdx.x; e < BQ * DG; e += S * NT) {
+        const int q = e / DG, d = e % DG, row = (d / a.hd) * BQ + q;
+        if (q0 + q >= N)
+            continue;
+        float m = SGKC_NEG_INF;
+        for (int p = 0; p < S; p++)
+            m = fmaxf(m, *sgkc_cluster_peer(Ms + row, p, S));
+        /* as the online softmax does: relative to 0 where no score is
+         * finite, so that a block's NaN l (NaN scores) still reaches l */
+        const float mu = m == SGKC_NEG_INF ? 0.0f : m;
+        float l = 0.0f, o = 0.0f;
+        for (int p = 0; p < S; p++) {
+            const float w = expf(*sgkc_cluster_peer(Ms + row, p, S) - mu);
+            l = fmaf(*sgkc_cluster_peer(Ls + row, p, S), w, l);
+            o = fmaf(*sgkc_cluster_peer(Os + q * ldo + d, p, S), w, o);
+        }
+        a.ctx[((size_t)b * N + q0 + q) * a.D + d0 + d] = l == 0.0f ? 0.0f : o / l;
+    }
+    sgkc_cluster_sync(S);
+}
 
 __host__ __device__ constexpr int sgkc_at_bk(int pcap)
 {
@@ -164,12 +211,15 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
     constexpr int MT = (BQ / 4) * (SGKC_AT_DGMAX / 4) / NT;
     constexpr int LDS_ = BK + 1, LDP = BQ + 4;
     static_assert(BQ * BK == PPT * NT, "pairs of a tile spread evenly");
+    static_assert(BQ <= 4 * BK, "a split's O fits the K/V buffers");
     static_assert(HMAX % 4 == 0 && PCAP % 4 == 0, "vector widths");
 
     extern __shared__ __align__(16) float smem[];
     const int N = a.N, D = a.D, P = a.P, hd = a.hd;
-    const int g = blockIdx.x % a.G;
-    const int64_t rest = blockIdx.x / a.G;
+    const int rank = (int)(blockIdx.x % (unsigned)a.ks);
+    const int64_t tile = blockIdx.x / (unsigned)a.ks;
+    const int g = (int)(tile % a.G);
+    const int64_t rest = tile / a.G;
     const int qt = (int)(rest % a.qtiles);
     const int64_t b = rest / a.qtiles;
     const int q0 = qt * BQ;
@@ -201,6 +251,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
         Ls[i] = 0.0f;
     }
     __syncthreads(); /* zero fill before the loads below overwrite it */
+    sgkc_grid_wait(); /* qkv is the previous kernel's */
 
     for (int i = tid; i < BQ * DG; i += NT) {
         const int q = i / DG, d = i % DG;
@@ -258,13 +309,14 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
             for (int c = 0; c < 4; c++)
                 O[m][i][c] = 0.0f;
 
-    const int ktiles = (N + BK - 1) / BK;
-    load_kv(0, 0);
-    load_pairs(0);
+    int kb, ke;
+    sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
+    load_kv(kb * BK, 0);
+    load_pairs(kb * BK);
     __syncthreads(); /* weights in shared memory */
 
-    for (int kt = 0; kt < ktiles; kt++) {
-        const int cur = kt & 1;
+    for (int kt = kb; kt < ke; kt++) {
+        const int cur = (kt - kb) & 1;
         const int k0 = kt * BK;
         const float *Kc = Ks + cur * BK * LD, *Vc = Vs + cur * BK * LD;
 
@@ -288,7 +340,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
         }
 
         /* ---- next tile's inputs in flight while this one finishes ---- */
-        if (kt + 1 < ktiles) {
+        if (kt + 1 < ke) {
             load_pairs(k0 + BK);
             load_kv(k0 + BK, cur ^ 1);
             sgkc_cp_wait<1>();
@@ -419,6 +471,27 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
         else
             pv_phase(sgkc_plain{});
         __syncthreads();
+    }
+
+    if (a.ks > 1) {
+        /* O into the K/V buffers (4 BK >= BQ rows), free after the last tile */
+        const int c4n = (DG + 3) / 4;
+        const int ntile = (BQ / 4) * c4n;
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            const int t = tid + m * NT;
+            if (t >= ntile)
+                continue;
+            const int c0 = (t % c4n) * 4, q4 = t / c4n;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    if (c0 + c < DG)
+                        Ks[(q4 * 4 + i) * LD + c0 + c] = O[m][i][c];
+        }
+        sgkc_attn_merge<BQ, NT>(a, Ks, LD, Ms, Ls, rank, b, q0, d0, DG);
+        return;
     }
 
     /* ---- ctx = O / l; a row with no edge has l == 0 and gets 0 ---- */

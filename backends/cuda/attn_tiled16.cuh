@@ -63,8 +63,10 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
 
     extern __shared__ __align__(16) float smem[];
     const int N = a.N, D = a.D, P = a.P, hd = a.hd;
-    const int g = blockIdx.x % a.G;
-    const int64_t rest = blockIdx.x / a.G;
+    const int rank = (int)(blockIdx.x % (unsigned)a.ks);
+    const int64_t tile = blockIdx.x / (unsigned)a.ks;
+    const int g = (int)(tile % a.G);
+    const int64_t rest = tile / a.G;
     const int qt = (int)(rest % a.qtiles);
     const int64_t b = rest / a.qtiles;
     const int q0 = qt * BQ;
@@ -98,6 +100,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
         Ls[i] = 0.0f;
     }
     __syncthreads(); /* zero fill before the loads below overwrite it */
+    sgkc_grid_wait(); /* qkv is the previous kernel's */
     for (int i = tid; i < BQ * DG; i += NT) {
         const int q = i / DG, d = i % DG;
         if (q0 + q < N)
@@ -106,8 +109,9 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
 
     float O[4][4] = {};
 
-    const int ktiles = (N + BK - 1) / BK;
-    for (int kt = 0; kt < ktiles; kt++) {
+    int kb, ke;
+    sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
+    for (int kt = kb; kt < ke; kt++) {
         const int k0 = kt * BK;
 
         /* ---- K/V of this tile: in flight during the mask scan and the MLP ---- */
@@ -337,6 +341,22 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
         else
             pv_phase(sgkc_plain{});
         __syncthreads();
+    }
+
+    if (a.ks > 1) {
+        /* O into the K buffer (BK >= BQ rows), free after the last tile */
+        const int c4n = (DG + 3) / 4;
+        if (tid < (BQ / 4) * c4n) {
+            const int c0 = (tid % c4n) * 4, q4 = tid / c4n;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    if (c0 + c < DG)
+                        Ks[(q4 * 4 + i) * LD + c0 + c] = O[i][c];
+        }
+        sgkc_attn_merge<BQ, NT>(a, Ks, LD, Ms, Ls, rank, b, q0, d0, DG);
+        return;
     }
 
     /* ---- ctx = O / l; a row with no edge has l == 0 and gets 0 ---- */

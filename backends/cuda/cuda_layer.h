@@ -57,6 +57,9 @@ struct sgkc_layer {
     /* tuned-fused-small clusters of 16 blocks (one an SM) that run at once; 0
      * where the device does not allow clusters past the portable 8 */
     int clusters16;
+    /* blocks an SM of the attn_tiled.cuh and attn_tiled16.cuh instances this
+     * layer runs (their occupancy, at creation): what their key split plans with */
+    int at_per_sm, at16_per_sm;
     /* shared memory of an SM, and what the device keeps back per block */
     size_t smem_sm, smem_rsv;
 };

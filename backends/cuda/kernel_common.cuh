@@ -360,4 +360,33 @@ __device__ __forceinline__ bool sgkc_group_sync_or(int g, bool v)
     return r != 0;
 }
 
+/* Across the S blocks of a cluster that split one tile's work (tc_gemm.cuh
+ * over k, attn_tiled.cuh over keys): a barrier (release and acquire of
+ * shared memory; a block barrier where S = 1), and the address of p in
+ * block rank's shared memory. Clusters exist from compute capability 9.0;
+ * below it the host never splits. */
+__device__ __forceinline__ void sgkc_cluster_sync(int S)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (S > 1) {
+        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+        return;
+    }
+#endif
+    __syncthreads();
+}
+template <typename T>
+__device__ __forceinline__ T *sgkc_cluster_peer(T *p, int rank, int S)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (S > 1) {
+        uint64_t r;
+        asm("mapa.u64 %0, %1, %2;\n" : "=l"(r) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+        return reinterpret_cast<T *>(r);
+    }
+#endif
+    (void)rank;
+    return p;
+}
+
 #endif

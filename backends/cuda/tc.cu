@@ -61,7 +61,7 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     g.eps = L->eps;
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
-    cudaError_t e = sgkc_tc_gemm(g, L->sm_count, f->stream);
+    cudaError_t e = sgkc_tc_gemm(g, L->sm_count, L->cc_major, f->stream);
     if (e != cudaSuccess)
         return e;
 
@@ -93,5 +93,37 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     g.K = D;
     g.residual = f->nodes;
     g.scale = 1.0f;
-    return sgkc_tc_gemm(g, L->sm_count, f->stream);
+    return sgkc_tc_gemm(g, L->sm_count, L->cc_major, f->stream);
+}
+
+cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_tc_proj &p, cudaStream_t s)
+{
+    sgkc_tc_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.A = p.A;
+    g.W = p.W;
+    g.C = p.C;
+    g.M = p.M;
+    g.Nc = p.Nc;
+    g.K = p.K;
+    if (p.layernorm) {
+        g.gamma = L->gamma;
+        g.beta = L->beta;
+        g.eps = L->eps;
+    }
+    g.residual = p.residual;
+    g.scale_cols = p.scale_cols;
+    g.scale = p.scale;
+    return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
+}
+
+bool sgkc_tc_project_fits(const sgkc_layer *L)
+{
+    return L->cc_major >= 8 && sgkc_tc_gemm_smem() <= L->smem_optin;
+}
+
+int sgkc_tc_project_ksplit(const sgkc_layer *L, int64_t M, int Nc, int K)
+{
+    const int plan = sgkc_tc_gemm_plan(M, Nc, K, L->sm_count, L->cc_major);
+    return plan > 0 ? plan : 1;
 }

@@ -25,10 +25,20 @@
  * the three MMAs of every tile it enters; a warp issues its tiles' MMAs of
  * one product before the next, so MT*NT MMAs are independent.
  *
+ * Split over k (KSPLIT > 1, compute capability 9.0): where the output
+ * tiles alone leave SMs idle, the KSPLIT blocks of a thread-block cluster
+ * take consecutive k ranges of one output tile. Each leaves its partial
+ * tile in its own shared memory; after a cluster barrier, block r sums
+ * the r-th share of the tile's elements over the cluster's blocks in rank
+ * order (through distributed shared memory) and writes them with the
+ * epilogue. The sum's order is fixed, so results do not depend on timing,
+ * and no partial goes through global memory.
+ *
  * LayerNorm (LN): the block first takes its rows' statistics in two passes
  * over each row (mean, then centred squares; both of x - x0 with x0 the
  * row's first element, so their rounding follows the row's spread, not its
- * mean), then, once a slot has landed, rewrites its A tile in place as
+ * mean; split over k, the cluster's blocks take turns at the rows' groups
+ * of four and read each other's), then, once a slot has landed, rewrites its A tile in place as
  * ((x - x0) - mean) rstd gamma[k] + beta[k] before any warp reads it. The
  * normalisation is never folded into W: with row means of 1e4 and spreads
  * of 1e-2 that cancels away every digit. */
@@ -36,6 +46,8 @@
 #define SGK_CUDA_TC_GEMM_CUH
 
 #include "tc_mma.cuh"
+
+#include <string.h>
 
 struct sgkc_tc_gemm_args {
     const float *A; /* (M, K) */
@@ -48,12 +60,14 @@ struct sgkc_tc_gemm_args {
     const float *residual; /* (M, Nc) added to the result when not null */
     int scale_cols;        /* columns n < scale_cols are multiplied by scale */
     float scale;
+    int ksplit; /* blocks of a cluster that share an output tile's k range (>= 1) */
 };
 
 /* The copy widths and store width the pointers and sizes allow. */
 struct sgkc_tc_flags {
     int vec_a, vec_w; /* 16-byte rows: K % 4 == 0 and an aligned base */
     int vec_out;      /* float2 stores: Nc even, C and residual 8-byte aligned */
+    int vec_out4;     /* float4 stores: Nc % 4 == 0, C and residual 16-byte aligned */
 };
 
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
@@ -65,6 +79,8 @@ struct sgkc_tc_cfg {
     static constexpr int CPR = BK / 4;           /* 16-byte chunks a slot row */
     static constexpr int SLOT = (BM + BN) * BK; /* floats: A tile, then W tile */
     static constexpr size_t SMEM = ((size_t)STAGES * SLOT + 3 * BM) * sizeof(float);
+    static constexpr int LDR = BN + 4; /* a partial tile's row, over the ring after the k loop */
+    static_assert(BM * LDR <= STAGES * SLOT, "a partial tile fits the ring");
     static_assert(WM % 16 == 0 && WN % 8 == 0 && BM % WM == 0 && BN % WN == 0, "whole MMA tiles");
     static_assert(BK % 16 == 0 && (BK == 16 || BK % 32 == 0), "fragments take 16 k at a time");
     static_assert((BM * CPR) % NT == 0 && (BN * CPR) % NT == 0 && NT % CPR == 0, "whole chunks a thread");
@@ -149,9 +165,14 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
+    /* blockIdx.x = output row tile * ksplit + k range; the k ranges of a
+     * tile are one cluster, the range its rank (host: every range has a
+     * k-tile) */
+    const int S = a.ksplit, rank = (int)(blockIdx.x % (unsigned)S);
+    const int64_t M = a.M, m0 = (int64_t)(blockIdx.x / (unsigned)S) * BM;
     const int Nc = a.Nc, K = a.K, n0 = blockIdx.y * BN;
-    const int KT = (K + BK - 1) / BK;
+    const int KT_ALL = (K + BK - 1) / BK, KPER = (KT_ALL + S - 1) / S;
+    const int kb = rank * KPER, KT = min(KT_ALL, kb + KPER) - kb; /* this block's k-tiles: kb .. kb + KT */
     /* a thread's chunks sit in one column c (NT % CPR == 0), rows r0 + i * NT / CPR */
     const int cc = tid % CPR, r0 = tid / CPR;
 
@@ -159,7 +180,7 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
      * into a slot: zeros for rows at or past nrows and for k past K. */
     auto copy = [&](float *dst, const float *src, int64_t base, int64_t nrows, int kt, bool vec, auto nchunks) {
         constexpr int NCH = decltype(nchunks)::value;
-        const int k = kt * BK + 4 * cc;
+        const int k = (kb + kt) * BK + 4 * cc;
 #pragma unroll
         for (int i = 0; i < NCH; i++) {
             const int r = r0 + i * (NT / CPR);
@@ -204,25 +225,25 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
      * those of the rows it rewrites, and the columns' gamma and beta. */
     float ln_sh[LN ? CA : 1], ln_mu[LN ? CA : 1], ln_rs[LN ? CA : 1];
     if constexpr (LN) {
-        constexpr int RPW = BM / NW;
+        /* row group q (rows 4q .. 4q + 3) is block q % S's, warp (q / S) % NW's */
         const bool vec = f.vec_a;
 #pragma unroll 1
-        for (int r = warp * RPW; r < (warp + 1) * RPW; r += 4)
-            sgkc_tc_row_stats<4>(a, m0 + r, vec, lane, s_shift + r, s_mean + r, s_rstd + r);
-        __syncthreads();
+        for (int q = warp * S + rank; q < BM / 4; q += NW * S)
+            sgkc_tc_row_stats<4>(a, m0 + 4 * q, vec, lane, s_shift + 4 * q, s_mean + 4 * q, s_rstd + 4 * q);
+        sgkc_cluster_sync(S);
 #pragma unroll
         for (int i = 0; i < CA; i++) {
-            const int r = r0 + i * (NT / CPR);
-            ln_sh[i] = s_shift[r];
-            ln_mu[i] = s_mean[r];
-            ln_rs[i] = s_rstd[r];
+            const int r = r0 + i * (NT / CPR), owner = (r / 4) % S;
+            ln_sh[i] = *sgkc_cluster_peer(s_shift + r, owner, S);
+            ln_mu[i] = *sgkc_cluster_peer(s_mean + r, owner, S);
+            ln_rs[i] = *sgkc_cluster_peer(s_rstd + r, owner, S);
         }
     }
 
     /* gamma and beta of this thread's four columns of k-tile kt; 0 past K */
     float gm_next[4], bt_next[4];
     auto load_gb = [&](int kt) {
-        const int k = kt * BK + 4 * cc;
+        const int k = (kb + kt) * BK + 4 * cc;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             gm_next[e] = LN && k + e < K ? __ldg(a.gamma + k + e) : 0.0f;
@@ -313,6 +334,57 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
     sgkc_cp_wait<0>(); /* no copy outlives the block (the last groups are empty) */
     sgkc_grid_trigger();
 
+    if (S > 1) {
+        __syncthreads(); /* every warp is past its last read of the ring */
+        float *red = ring;
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int s = 0; s < 2; s++)
+#pragma unroll
+                for (int nt = 0; nt < NTL; nt++)
+                    *reinterpret_cast<float2 *>(red + (wm * WM + 16 * mt + 8 * s + g) * cfg::LDR + wn * WN + 8 * nt +
+                                                2 * t) = make_float2(acc[mt][nt][2 * s], acc[mt][nt][2 * s + 1]);
+        sgkc_cluster_sync(S);
+        /* float4 e of the tile, e = rank, rank + S, ...: its sum over the
+         * cluster in rank order, then the epilogue */
+        for (int e = rank * NT + tid; e < BM * BN / 4; e += S * NT) {
+            const int r = e / (BN / 4), c = 4 * (e % (BN / 4));
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int p = 0; p < S; p++) {
+                const float4 u = *reinterpret_cast<const float4 *>(sgkc_cluster_peer(red + r * cfg::LDR + c, p, S));
+                v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
+            }
+            const int64_t m = m0 + r;
+            const int n = n0 + c;
+            if (m >= M || n >= Nc)
+                continue;
+            float x[4] = {v.x, v.y, v.z, v.w};
+            const size_t o = (size_t)m * Nc + n;
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (n + i < a.scale_cols)
+                    x[i] *= a.scale;
+            if (f.vec_out4) {
+                if constexpr (RES) {
+                    const float4 q = __ldg(reinterpret_cast<const float4 *>(a.residual + o));
+                    x[0] += q.x, x[1] += q.y, x[2] += q.z, x[3] += q.w;
+                }
+                *reinterpret_cast<float4 *>(a.C + o) = make_float4(x[0], x[1], x[2], x[3]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    if (n + i < Nc) {
+                        if constexpr (RES)
+                            x[i] += __ldg(a.residual + o + i);
+                        a.C[o + i] = x[i];
+                    }
+            }
+        }
+        sgkc_cluster_sync(S); /* no block leaves while another reads its tile */
+        return;
+    }
+
     /* c[2s + e] of tile (mt, nt): row 16 mt + 8 s + g, column 8 nt + 2 t + e */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -354,7 +426,7 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
  * still) fits the launch limits, and the arguments are complete. */
 static inline bool sgkc_tc_gemm_fits(const sgkc_tc_gemm_args &g)
 {
-    return g.A && g.W && g.C && g.M >= 1 && g.Nc >= 1 && g.K >= 1 && (g.M + 63) / 64 <= 0x7fffffff &&
+    return g.A && g.W && g.C && g.M >= 1 && g.Nc >= 1 && g.K >= 1 && (g.M + 63) / 64 * 8 <= 0x7fffffff &&
            (g.Nc + 63) / 64 <= 65535 && (!g.gamma || g.beta);
 }
 
@@ -364,28 +436,50 @@ static inline sgkc_tc_flags sgkc_tc_flags_of(const sgkc_tc_gemm_args &g)
     f.vec_a = g.K % 4 == 0 && sgkc_aligned16(g.A);
     f.vec_w = g.K % 4 == 0 && sgkc_aligned16(g.W);
     f.vec_out = g.Nc % 2 == 0 && ((uintptr_t)g.C & 7u) == 0 && (!g.residual || ((uintptr_t)g.residual & 7u) == 0);
+    f.vec_out4 = g.Nc % 4 == 0 && sgkc_aligned16(g.C) && (!g.residual || sgkc_aligned16(g.residual));
     return f;
 }
 
+/* pdl: launched to overlap the kernel before it (the kernel waits for it
+ * before reading A or writing C; compute capability 9.0). */
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool LN, bool RES>
-static cudaError_t sgkc_tc_gemm_launch_inst(const sgkc_tc_gemm_args &g, cudaStream_t s)
+static cudaError_t sgkc_tc_gemm_launch_inst(const sgkc_tc_gemm_args &g, bool pdl, cudaStream_t s)
 {
     using cfg = sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>;
-    auto kern = sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, LN, RES>;
-    const dim3 grid((unsigned)((g.M + BM - 1) / BM), (unsigned)((g.Nc + BN - 1) / BN));
-    kern<<<grid, cfg::NT, cfg::SMEM, s>>>(g, sgkc_tc_flags_of(g));
-    return cudaGetLastError();
+    cudaLaunchConfig_t lc;
+    memset(&lc, 0, sizeof lc);
+    lc.gridDim = dim3((unsigned)((g.M + BM - 1) / BM * g.ksplit), (unsigned)((g.Nc + BN - 1) / BN));
+    lc.blockDim = dim3(cfg::NT);
+    lc.dynamicSmemBytes = cfg::SMEM;
+    lc.stream = s;
+    cudaLaunchAttribute attr[2];
+    memset(attr, 0, sizeof attr);
+    unsigned n = 0;
+    if (g.ksplit > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = (unsigned)g.ksplit;
+        attr[n].val.clusterDim.y = attr[n].val.clusterDim.z = 1;
+        n++;
+    }
+    if (pdl) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    lc.attrs = attr;
+    lc.numAttrs = n;
+    return cudaLaunchKernelEx(&lc, sgkc_tc_gemm_kernel<BM, BN, BK, WM, WN, STAGES, LN, RES>, g, sgkc_tc_flags_of(g));
 }
 
 /* One tile instance; LayerNorm and the residual as the arguments ask. */
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
-cudaError_t sgkc_tc_gemm_launch(const sgkc_tc_gemm_args &g, cudaStream_t s)
+cudaError_t sgkc_tc_gemm_launch(const sgkc_tc_gemm_args &g, bool pdl, cudaStream_t s)
 {
     if (g.gamma)
-        return g.residual ? sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, true, true>(g, s)
-                          : sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, true, false>(g, s);
-    return g.residual ? sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, false, true>(g, s)
-                      : sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, false, false>(g, s);
+        return g.residual ? sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, true, true>(g, pdl, s)
+                          : sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, true, false>(g, pdl, s);
+    return g.residual ? sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, false, true>(g, pdl, s)
+                      : sgkc_tc_gemm_launch_inst<BM, BN, BK, WM, WN, STAGES, false, false>(g, pdl, s);
 }
 
 /* The two instances: 128 x 128 (8 warps of 64 x 32, 3 stages, 97.5 KB of
@@ -415,12 +509,40 @@ static cudaError_t sgkc_tc_gemm_prepare_tile()
     return cudaSuccess;
 }
 
-/* The large tile where its tiles fill the SMs at least once, else the
- * small one (four times the blocks). */
-static inline cudaError_t sgkc_tc_gemm(const sgkc_tc_gemm_args &g, int sm_count, cudaStream_t s)
+/* How many blocks of a cluster share an output tile's k range: the most,
+ * up to 8, that keep the grid (tiles of them) within one wave of `slots`
+ * blocks and give each block two k-tiles or more; then as few as give
+ * each the same number of k-tiles, so that none is empty. One where the
+ * tiles alone fill the SMs, and below compute capability 9.0 (no
+ * clusters). */
+static inline int sgkc_tc_ksplit(int64_t tiles, int K, int BK, int64_t slots, int sm_count, int cc_major)
 {
-    const int64_t large_tiles = (g.M + 127) / 128 * ((g.Nc + 127) / 128);
-    return large_tiles >= sm_count ? sgkc_tc_gemm_launch<SGKC_TC_LARGE>(g, s) : sgkc_tc_gemm_launch<SGKC_TC_SMALL>(g, s);
+    const int kt = (K + BK - 1) / BK;
+    int s = 1;
+    if (cc_major < 9 || tiles >= sm_count)
+        return 1;
+    while (s < 8 && tiles * 2 * s <= slots && kt >= 4 * s)
+        s *= 2;
+    const int per = (kt + s - 1) / s;
+    return (kt + per - 1) / per;
+}
+
+/* The large tile where its tiles fill the SMs at least once (0), else the
+ * small one (four times the blocks, three an SM), split over k (the count
+ * returned, 1 for none) where even those leave SMs idle. */
+static inline int sgkc_tc_gemm_plan(int64_t M, int Nc, int K, int sm_count, int cc_major)
+{
+    if ((M + 127) / 128 * ((Nc + 127) / 128) >= sm_count)
+        return 0;
+    return sgkc_tc_ksplit((M + 63) / 64 * ((Nc + 63) / 64), K, 32, 3 * (int64_t)sm_count, sm_count, cc_major);
+}
+
+static inline cudaError_t sgkc_tc_gemm(sgkc_tc_gemm_args g, int sm_count, int cc_major, cudaStream_t s)
+{
+    const bool pdl = cc_major >= 9;
+    const int plan = sgkc_tc_gemm_plan(g.M, g.Nc, g.K, sm_count, cc_major);
+    g.ksplit = plan > 0 ? plan : 1;
+    return plan == 0 ? sgkc_tc_gemm_launch<SGKC_TC_LARGE>(g, pdl, s) : sgkc_tc_gemm_launch<SGKC_TC_SMALL>(g, pdl, s);
 }
 
 static inline cudaError_t sgkc_tc_gemm_prepare()

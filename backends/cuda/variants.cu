@@ -235,6 +235,36 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
     return g;
 }
 
+/* g on tuned-tc's 3xTF32 GEMM (tc_gemm.cuh): the projections at every
+ * shape gemm_panel.cuh does not take, from compute capability 8.0. Its
+ * tiles and its split over k follow the shape, so that small row counts
+ * (one robot's graph) still spread over every SM, where sgemm.cuh's grid
+ * of output tiles left most SMs idle. */
+static cudaError_t launch_tc(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+{
+    sgkc_tc_proj p;
+    p.A = g.A;
+    p.W = g.Wnk;
+    p.C = g.C;
+    p.M = g.M;
+    p.Nc = g.Nc;
+    p.K = g.K;
+    p.layernorm = g.gamma != nullptr;
+    p.residual = g.residual;
+    p.scale_cols = g.scale_cols;
+    p.scale = g.scale;
+    return sgkc_tc_project(L, p, s);
+}
+
+/* Whether tuned-tc's GEMM is the faster for g where gemm_panel.cuh does
+ * not take it: where its split over k spreads a small grid over the SMs,
+ * or at K >= 384, where its tensor cores outrun sgemm.cuh's FFMA even on a
+ * full grid; below that sgemm.cuh was the faster on a full grid. */
+static bool tc_wins(const sgkc_layer *L, const sgkc_gemm_args &g)
+{
+    return sgkc_tc_project_fits(L) && (g.K >= 384 || sgkc_tc_project_ksplit(L, g.M, g.Nc, g.K) > 1);
+}
+
 static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     /* D = 256: gemm_panel.cuh, faster than sgemm.cuh at mid, large and xl
@@ -248,10 +278,13 @@ static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
     /* Where one column block a block takes more than one wave, a block
      * walks several (panel_ntiles), paying the panel's copy and LayerNorm
      * once for them. */
-    if (panel_fits<SGKC_GP_QKV>(L, g, false)) {
+    const dim3 pg = panel_grid<SGKC_GP_QKV>(L, g);
+    if (panel_fits<SGKC_GP_QKV>(L, g, false) && ((int64_t)pg.x * pg.y >= L->sm_count || !sgkc_tc_project_fits(L))) {
         const dim3 one = panel_grid<SGKC_GP_QKV>(L, g), walk = panel_grid<SGKC_GP_QKVW>(L, g);
         return walk.y < one.y ? launch_panel<SGKC_GP_QKVW>(L, s, g, walk) : launch_panel<SGKC_GP_QKV>(L, s, g, one);
     }
+    if (tc_wins(L, g))
+        return launch_tc(L, s, g);
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
         return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, s, g);
@@ -287,10 +320,14 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
      * 8x4 a thread were slower at every preset). */
     /* Two K groups where one wave has two blocks an SM: twice the warps to
      * hide latency (a small gain at mid). */
-    if (panel_fits<SGKC_GP_OUT2>(L, g, true))
+    const dim3 pg = panel_grid<SGKC_GP_OUT>(L, g);
+    const bool few = (int64_t)pg.x * pg.y < L->sm_count && sgkc_tc_project_fits(L);
+    if (!few && panel_fits<SGKC_GP_OUT2>(L, g, true))
         return launch_panel<SGKC_GP_OUT2>(L, s, g, panel_grid<SGKC_GP_OUT2>(L, g));
-    if (panel_fits<SGKC_GP_OUT>(L, g, true))
+    if (!few && panel_fits<SGKC_GP_OUT>(L, g, true))
         return launch_panel<SGKC_GP_OUT>(L, s, g, panel_grid<SGKC_GP_OUT>(L, g));
+    if (tc_wins(L, g))
+        return launch_tc(L, s, g);
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
 
@@ -499,23 +536,48 @@ static int tiled_dmma_prefer(const sgkc_layer *L, int64_t, int64_t, const sgk_ba
     return L->P > 16;
 }
 
-/* tuned-tc's 3xTF32 GEMMs beat the FFMA projections only where the
- * projections (8 B N D^2 FLOPs) are most of the call's work and there is
- * enough of it to fill the GPU; its attention and MLP are slower than
- * tiled's (DESIGN.md). */
-static int tc_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
+/* How many blocks of a cluster split the keys of one of `blocks` tiles
+ * (attn_tiled.cuh, attn_tiled16.cuh): the count, up to 8 and at most the
+ * key tiles, of least cost in waves of per_sm blocks an SM times a block's
+ * key tiles, its prologue and the merge counting as two more; then as few
+ * as give each block the same number of key tiles. One below compute
+ * capability 9.0 (no clusters). */
+static int attn_ksplit(const sgkc_layer *L, int64_t blocks, int ktiles, int per_sm)
 {
-    const double rows = (double)B * (double)N, pairs = rows * (double)N;
-    const double proj = 8.0 * rows * L->D * L->D;
-    const double rest = pairs * (4.0 * L->D + 2.0 * L->P * L->P + 2.0 * L->P * L->H);
-    return proj >= 1e9 && proj >= 4.0 * rest;
+    if (L->cc_major < 9)
+        return 1;
+    const int64_t slots = (int64_t)L->sm_count * (per_sm > 0 ? per_sm : 1);
+    int best = 1;
+    int64_t best_cost = -1;
+    for (int s = 1; s <= 8 && s <= ktiles; s++) {
+        const int64_t cost = (blocks * s + slots - 1) / slots * ((ktiles + s - 1) / s + (s > 1 ? 2 : 0));
+        if (best_cost < 0 || cost < best_cost)
+            best = s, best_cost = cost;
+    }
+    const int per = (ktiles + best - 1) / best;
+    return (ktiles + per - 1) / per;
+}
+
+/* kernel over one block for each (batch, query tile, head group), or
+ * clusters of a.ks splitting their keys as attn_ksplit picks from the
+ * kernel's occupancy (per_sm, at layer creation); spread over the SMs as
+ * spread_smem says, since the launch may begin early */
+template <typename Kernel>
+static cudaError_t split_attn(const sgkc_layer *L, Kernel kernel, sgkc_attn_args a, unsigned blocks, int bk,
+                              int per_sm, unsigned nt, size_t smem, cudaStream_t s)
+{
+    a.ks = attn_ksplit(L, blocks, (a.N + bk - 1) / bk, per_sm);
+    const int64_t grid = (int64_t)blocks * a.ks;
+    return launch_after(L, kernel, dim3((unsigned)grid), nt, spread_smem(L, smem, grid, per_sm), s,
+                        a.ks > 1 ? (unsigned)a.ks : 0u, a);
 }
 
 template <int PCAP, int HMAX>
-static cudaError_t tiled_attn(const sgkc_attn_args &a, unsigned blocks, size_t smem, cudaStream_t s)
+static cudaError_t tiled_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
+                              cudaStream_t s)
 {
-    sgkc_attn_tiled_kernel<PCAP, HMAX><<<blocks, SGKC_AT_NT, smem, s>>>(a);
-    return cudaGetLastError();
+    return split_attn(L, sgkc_attn_tiled_kernel<PCAP, HMAX>, a, blocks, sgkc_at_bk(PCAP), L->at_per_sm, SGKC_AT_NT,
+                      smem, s);
 }
 
 template <int PCAP, int KS, bool DM>
@@ -539,10 +601,48 @@ static cudaError_t rows_dispatch(const sgkc_layer *L, const tiled_cfg &c, const 
 }
 
 template <int PCAP, int HMAX>
-static cudaError_t tiled16_attn(const sgkc_attn_args &a, unsigned blocks, size_t smem, cudaStream_t s)
+static cudaError_t tiled16_attn(const sgkc_layer *L, const sgkc_attn_args &a, unsigned blocks, size_t smem,
+                                cudaStream_t s)
 {
-    sgkc_attn_tiled16_kernel<PCAP, HMAX><<<blocks, SGKC_AT16_NT, smem, s>>>(a);
-    return cudaGetLastError();
+    return split_attn(L, sgkc_attn_tiled16_kernel<PCAP, HMAX>, a, blocks, SGKC_AT16_BK, L->at16_per_sm,
+                      SGKC_AT16_NT, smem, s);
+}
+
+/* L's at_per_sm and at16_per_sm, for the instances of c */
+template <int PCAP, int HMAX>
+static void tiled_occupancy(sgkc_layer *L, const tiled_cfg &c)
+{
+    int n = 0;
+    if (c.smem <= L->smem_optin &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sgkc_attn_tiled_kernel<PCAP, HMAX>, SGKC_AT_NT, c.smem) ==
+            cudaSuccess &&
+        n > 0)
+        L->at_per_sm = n;
+    if constexpr (PCAP <= 64)
+        if (c.smem16 <= L->smem_optin &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, sgkc_attn_tiled16_kernel<PCAP, HMAX>, SGKC_AT16_NT,
+                                                          c.smem16) == cudaSuccess &&
+            n > 0)
+            L->at16_per_sm = n;
+}
+
+static void tiled_occupancy_of(sgkc_layer *L)
+{
+    tiled_cfg c;
+    L->at_per_sm = L->at16_per_sm = 1;
+    if (!tiled_plan(L, 1, 1, false, &c))
+        return;
+    switch (c.pcap * 100 + c.hmax) {
+    case 1608: tiled_occupancy<16, 8>(L, c); break;
+    case 1616: tiled_occupancy<16, 16>(L, c); break;
+    case 3208: tiled_occupancy<32, 8>(L, c); break;
+    case 3216: tiled_occupancy<32, 16>(L, c); break;
+    case 6408: tiled_occupancy<64, 8>(L, c); break;
+    case 6416: tiled_occupancy<64, 16>(L, c); break;
+    case 12808: tiled_occupancy<128, 8>(L, c); break;
+    default: tiled_occupancy<128, 16>(L, c); break;
+    }
+    (void)cudaGetLastError(); /* a query that failed leaves 1 */
 }
 
 static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f, bool dm)
@@ -559,6 +659,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     a.G = c.G;
     a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
     a.qvec = L->D % 4 == 0;
+    a.ks = 1;
     cudaError_t e;
     if (c.rows) {
         a.qtiles = (a.N + SGKC_AR_BQ - 1) / SGKC_AR_BQ;
@@ -570,25 +671,25 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
         switch (c.pcap * 100 + c.hmax) {
-        case 1608: e = tiled16_attn<16, 8>(a, blocks, c.smem16, f->stream); break;
-        case 1616: e = tiled16_attn<16, 16>(a, blocks, c.smem16, f->stream); break;
-        case 3208: e = tiled16_attn<32, 8>(a, blocks, c.smem16, f->stream); break;
-        case 3216: e = tiled16_attn<32, 16>(a, blocks, c.smem16, f->stream); break;
-        case 6408: e = tiled16_attn<64, 8>(a, blocks, c.smem16, f->stream); break;
-        default: e = tiled16_attn<64, 16>(a, blocks, c.smem16, f->stream); break;
+        case 1608: e = tiled16_attn<16, 8>(L, a, blocks, c.smem16, f->stream); break;
+        case 1616: e = tiled16_attn<16, 16>(L, a, blocks, c.smem16, f->stream); break;
+        case 3208: e = tiled16_attn<32, 8>(L, a, blocks, c.smem16, f->stream); break;
+        case 3216: e = tiled16_attn<32, 16>(L, a, blocks, c.smem16, f->stream); break;
+        case 6408: e = tiled16_attn<64, 8>(L, a, blocks, c.smem16, f->stream); break;
+        default: e = tiled16_attn<64, 16>(L, a, blocks, c.smem16, f->stream); break;
         }
     } else {
         a.qtiles = (a.N + SGKC_AT_BQ - 1) / SGKC_AT_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
         switch (c.pcap * 100 + c.hmax) {
-        case 1608: e = tiled_attn<16, 8>(a, blocks, c.smem, f->stream); break;
-        case 1616: e = tiled_attn<16, 16>(a, blocks, c.smem, f->stream); break;
-        case 3208: e = tiled_attn<32, 8>(a, blocks, c.smem, f->stream); break;
-        case 3216: e = tiled_attn<32, 16>(a, blocks, c.smem, f->stream); break;
-        case 6408: e = tiled_attn<64, 8>(a, blocks, c.smem, f->stream); break;
-        case 6416: e = tiled_attn<64, 16>(a, blocks, c.smem, f->stream); break;
-        case 12808: e = tiled_attn<128, 8>(a, blocks, c.smem, f->stream); break;
-        default: e = tiled_attn<128, 16>(a, blocks, c.smem, f->stream); break;
+        case 1608: e = tiled_attn<16, 8>(L, a, blocks, c.smem, f->stream); break;
+        case 1616: e = tiled_attn<16, 16>(L, a, blocks, c.smem, f->stream); break;
+        case 3208: e = tiled_attn<32, 8>(L, a, blocks, c.smem, f->stream); break;
+        case 3216: e = tiled_attn<32, 16>(L, a, blocks, c.smem, f->stream); break;
+        case 6408: e = tiled_attn<64, 8>(L, a, blocks, c.smem, f->stream); break;
+        case 6416: e = tiled_attn<64, 16>(L, a, blocks, c.smem, f->stream); break;
+        case 12808: e = tiled_attn<128, 8>(L, a, blocks, c.smem, f->stream); break;
+        default: e = tiled_attn<128, 16>(L, a, blocks, c.smem, f->stream); break;
         }
     }
     SGKC_RETURN_IF(e);
@@ -741,9 +842,9 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 
 const sgkc_variant sgkc_variants[] = {
     {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
-    {"tuned-tc", sgkc_tc_plan, tc_prefer, sgkc_tc_workspace, sgkc_tc_launch},
     {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
     {"tuned-tiled", tiled_supports, nullptr, ws_qkv_ctx, tiled_launch},
+    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch},
     {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
     {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
     {"tiled", sgkc_generic_tiled_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
@@ -1011,6 +1112,7 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
     SGKC_RETURN_IF(sgkc_tc_prepare(L));
     L->clusters16 = fused_clusters16(L);
+    tiled_occupancy_of(L);
 
     const pack_layout p = layout_of(L);
     float *h = packed_on_host(p, desc, alloc_fail);
