@@ -267,8 +267,9 @@ static bool tc_wins(const sgkc_layer *L, const sgkc_gemm_args &g)
 
 static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    /* D = 256: gemm_panel.cuh, faster than sgemm.cuh at mid, large and xl
-     * (DESIGN.md). Otherwise sgemm.cuh, in 64x128 tiles of 8x8 a thread
+    /* D = 256 where its grid has a block for every SM: gemm_panel.cuh,
+     * faster than sgemm.cuh at mid, large and xl (DESIGN.md). Otherwise
+     * tc_gemm.cuh where tc_wins, else sgemm.cuh, in 64x128 tiles of 8x8 a thread
      * (128 threads, 168 registers, three blocks an SM) wherever they give
      * every SM two blocks or more: each 16-byte shared-memory load then
      * feeds 16 FMAs, not 8. Otherwise 64x64 tiles of 4x4 (256 threads, 80
@@ -312,9 +313,10 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 
 static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    /* D = 256 and the grid in one wave of three blocks an SM: gemm_panel.cuh
-     * (faster at mid). Past one wave it lost: large's 512 blocks ran 1.3
-     * waves there against one of sgemm.cuh's four an SM. Otherwise 32x64
+    /* D = 256 and the grid in one wave of three blocks an SM, with a block
+     * for every SM: gemm_panel.cuh (faster at mid). Past one wave it lost:
+     * large's 512 blocks ran 1.3 waves there against one of sgemm.cuh's
+     * four an SM. Otherwise tc_gemm.cuh where tc_wins, else sgemm.cuh's 32x64
      * tiles (4x4 a thread): Nc = D gives few column blocks, so shorter row
      * blocks put two or more blocks on each SM at mid and large (32x32 and
      * 8x4 a thread were slower at every preset). */
@@ -538,22 +540,25 @@ static int tiled_dmma_prefer(const sgkc_layer *L, int64_t, int64_t, const sgk_ba
 
 /* How many blocks of a cluster split the keys of one of `blocks` tiles
  * (attn_tiled.cuh, attn_tiled16.cuh): the count, up to 8 and at most the
- * key tiles, of least cost in waves of per_sm blocks an SM times a block's
- * key tiles, its prologue and the merge counting as two more; then as few
- * as give each block the same number of key tiles. One below compute
- * capability 9.0 (no clusters). */
+ * key tiles, of least cost in waves of per_sm blocks an SM times a
+ * block's key tiles plus two for its prologue; then as few as give each
+ * block the same number of key tiles. A split is taken only where that
+ * cost is at most two thirds of the unsplit one: what the model leaves
+ * out (cluster placement, the merge, each block's own MLP weights and Q
+ * tile) made splits of smaller promise slower (DESIGN.md). One below
+ * compute capability 9.0 (no clusters). */
 static int attn_ksplit(const sgkc_layer *L, int64_t blocks, int ktiles, int per_sm)
 {
     if (L->cc_major < 9)
         return 1;
     const int64_t slots = (int64_t)L->sm_count * (per_sm > 0 ? per_sm : 1);
+    auto cost = [&](int s) { return (blocks * s + slots - 1) / slots * ((ktiles + s - 1) / s + 2); };
     int best = 1;
-    int64_t best_cost = -1;
-    for (int s = 1; s <= 8 && s <= ktiles; s++) {
-        const int64_t cost = (blocks * s + slots - 1) / slots * ((ktiles + s - 1) / s + (s > 1 ? 2 : 0));
-        if (best_cost < 0 || cost < best_cost)
-            best = s, best_cost = cost;
-    }
+    for (int s = 2; s <= 8 && s <= ktiles; s++)
+        if (cost(s) < cost(best))
+            best = s;
+    if (3 * cost(best) > 2 * cost(1))
+        return 1;
     const int per = (ktiles + best - 1) / best;
     return (ktiles + per - 1) / per;
 }

@@ -66,10 +66,21 @@ static double urand() /* [-1, 1) */
 }
 
 typedef cudaError_t (*launch_fn)(const sgkc_tc_gemm_args &, cudaStream_t);
-static int g_sms;
-static cudaError_t launch_large(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm_launch<SGKC_TC_LARGE>(g, s); }
-static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm_launch<SGKC_TC_SMALL>(g, s); }
-static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, s); }
+static int g_sms, g_cc;
+static cudaError_t launch_large(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    sgkc_tc_gemm_args one = g;
+    one.ksplit = 1;
+    return sgkc_tc_gemm_launch<SGKC_TC_LARGE>(one, false, s);
+}
+static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    sgkc_tc_gemm_args one = g;
+    one.ksplit = 1;
+    return sgkc_tc_gemm_launch<SGKC_TC_SMALL>(one, false, s);
+}
+/* the dispatcher: the tile and the split over k that the layer would use */
+static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, g_cc, s); }
 
 int main(int argc, char **argv)
 {
@@ -77,6 +88,7 @@ int main(int argc, char **argv)
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+    CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
         {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}};
     int fails = 0;
