@@ -23,7 +23,7 @@ static sgk_status check_pointers(const sgk_layer *layer, const void *nodes,
     return SGK_OK;
 }
 
-static sgk_status mask_elem_size(sgk_mask_type mask_type, size_t *elem)
+sgk_status sgk_mask_elem_size(sgk_mask_type mask_type, size_t *elem)
 {
     switch (mask_type) {
     case SGK_MASK_F32: *elem = sizeof(float); return SGK_OK;
@@ -54,7 +54,7 @@ static sgk_status check_workspace(const sgk_layer *layer, const sgk_call *call, 
     return SGK_OK;
 }
 
-static int overlap(const void *a, size_t a_len, const void *b, size_t b_len)
+int sgk_ranges_overlap(const void *a, size_t a_len, const void *b, size_t b_len)
 {
     uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
     return pa < pb + b_len && pb < pa + a_len;
@@ -71,14 +71,14 @@ static sgk_status check_aliasing(const sgk_fwd *a, const sgk_call *call, int ran
         { "out", a->out, call->nodes_bytes },
     };
     for (int i = 0; i < 3; i++)
-        if (ranges ? overlap(a->out, call->nodes_bytes, in[i].ptr, in[i].bytes)
+        if (ranges ? sgk_ranges_overlap(a->out, call->nodes_bytes, in[i].ptr, in[i].bytes)
                    : a->out == in[i].ptr)
             return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                                  "out overlaps %s: out must not alias an input", in[i].name);
     if (a->workspace == NULL || call->workspace_bytes == 0)
         return SGK_OK;
     for (int i = 0; i < 4; i++)
-        if (ranges ? overlap(a->workspace, call->workspace_bytes, in[i].ptr, in[i].bytes)
+        if (ranges ? sgk_ranges_overlap(a->workspace, call->workspace_bytes, in[i].ptr, in[i].bytes)
                    : a->workspace == in[i].ptr)
             return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                                  "workspace overlaps %s: workspace must be a buffer of its own",
@@ -90,22 +90,28 @@ static sgk_status check_aliasing(const sgk_fwd *a, const sgk_call *call, int ran
  * an address that is not a multiple of alignof(float) is undefined
  * behaviour on the host and faults on GPUs, so it is refused rather than
  * read. cl_mem handles are pointers to objects and pass. */
+sgk_status sgk_check_aligned(const char *name, const void *ptr, size_t align)
+{
+    if ((uintptr_t)ptr % align == 0)
+        return SGK_OK;
+    return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                         "%s (%p) is not aligned to %zu bytes: float buffers must be aligned to "
+                         "alignof(float)",
+                         name, ptr, align);
+}
+
 static sgk_status check_alignment(const void *nodes, const void *pair_feats,
                                   const void *edge_mask, size_t mask_elem, const void *out)
 {
-    const struct { const char *name; const void *ptr; size_t align; } buf[] = {
-        { "nodes", nodes, _Alignof(float) },
-        { "pair_feats", pair_feats, _Alignof(float) },
-        { "edge_mask", edge_mask, mask_elem == sizeof(float) ? _Alignof(float) : 1 },
-        { "out", out, _Alignof(float) },
-    };
-    for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++)
-        if ((uintptr_t)buf[i].ptr % buf[i].align != 0)
-            return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                                 "%s (%p) is not aligned to %zu bytes: float buffers must be "
-                                 "aligned to alignof(float)",
-                                 buf[i].name, buf[i].ptr, buf[i].align);
-    return SGK_OK;
+    sgk_status st = sgk_check_aligned("nodes", nodes, _Alignof(float));
+    if (st == SGK_OK)
+        st = sgk_check_aligned("pair_feats", pair_feats, _Alignof(float));
+    if (st == SGK_OK)
+        st = sgk_check_aligned("edge_mask", edge_mask,
+                               mask_elem == sizeof(float) ? _Alignof(float) : 1);
+    if (st == SGK_OK)
+        st = sgk_check_aligned("out", out, _Alignof(float));
+    return st;
 }
 
 /* Checks shared by both forward calls; fills args and call. */
@@ -116,7 +122,7 @@ static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *no
     sgk_status st = check_pointers(layer, nodes, pair_feats, edge_mask, out);
     size_t mask_elem = 0;
     if (st == SGK_OK)
-        st = mask_elem_size(mask_type, &mask_elem);
+        st = sgk_mask_elem_size(mask_type, &mask_elem);
     if (st == SGK_OK)
         st = check_alignment(nodes, pair_feats, edge_mask, mask_elem, out);
     if (st == SGK_OK)

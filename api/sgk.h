@@ -236,6 +236,50 @@ SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
                                          void *out, void *workspace, size_t workspace_bytes,
                                          void *stream);
 
+/* ---- training: the backward ------------------------------------------ */
+
+/* Where sgk_backward writes the gradient of each input and weight, in the
+ * shape and layout of that tensor (the weights' as in sgk_layer_desc,
+ * PyTorch's). A NULL member is not computed (a frozen weight, say); the
+ * others are overwritten, not accumulated into. */
+typedef struct sgk_grads {
+    void *nodes;              /* (B, N, D) */
+    void *pair_feats;         /* (B, N, N, P) */
+    void *ln_gamma, *ln_beta; /* (D) */
+    void *wq, *wk, *wv, *wo;  /* (D, D) */
+    void *w1, *b1;            /* (P, P), (P) */
+    void *w2, *b2;            /* (H, P), (H) */
+} sgk_grads;
+
+/* Bytes of the state sgk_forward_train keeps for sgk_backward at (B, N):
+ * each (batch, head, row)'s softmax log-sum-exp, B*H*N floats, never the
+ * (B, H, N, N) scores or bias, which the backward recomputes from the
+ * inputs. SGK_ERR_UNSUPPORTED where the layer's backend has no backward
+ * (today every backend but cpu). */
+SGK_EXPORT sgk_status sgk_saved_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes);
+
+/* sgk_forward that also writes saved (sgk_saved_size bytes, host memory,
+ * aligned to alignof(float), not overlapping any other argument). out is
+ * the forward's, within its contract. */
+SGK_EXPORT sgk_status sgk_forward_train(sgk_layer *layer, int64_t B, int64_t N,
+                                        const void *nodes, const void *pair_feats,
+                                        const void *edge_mask, sgk_mask_type mask_type,
+                                        void *out, void *saved);
+
+/* The gradients of sum(d_out * out), out the forward of these inputs, with
+ * respect to every input and weight, into grads' non-NULL members (host
+ * memory, each aligned to alignof(float) and overlapping no other
+ * argument). nodes, pair_feats and edge_mask must be those the forward
+ * saw, and saved what sgk_forward_train wrote for them with the layer's
+ * current weights. Masked pairs and rows with no edge get zero gradient;
+ * a non-finite input spreads only where it does in the forward. The
+ * result is the same bit for bit run after run, whatever the thread
+ * count. */
+SGK_EXPORT sgk_status sgk_backward(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
+                                   const void *pair_feats, const void *edge_mask,
+                                   sgk_mask_type mask_type, const void *saved,
+                                   const void *d_out, const sgk_grads *grads);
+
 /* ---- kernel variants -------------------------------------------------- */
 
 /* Names of the variants of the layer's backend, in the order the automatic

@@ -52,6 +52,9 @@
  * also added variant_prefers (optional), so that a variant can run a shape
  * when forced (and be listed as supporting it) without being the
  * automatic choice there.
+ *
+ * ABI 4 added saved_size, forward_train and backward (optional): the
+ * training calls.
  */
 #ifndef SGK_BACKEND_H
 #define SGK_BACKEND_H
@@ -62,7 +65,7 @@
 extern "C" {
 #endif
 
-#define SGK_BACKEND_ABI 3
+#define SGK_BACKEND_ABI 4
 #define SGK_BACKEND_ENTRY "sgk_backend_entry"
 
 /* Services the core offers a backend. */
@@ -165,6 +168,19 @@ typedef struct sgk_backend_ops {
      * variant later in the order is known to be faster. NULL: always. */
     int (*variant_prefers)(void *blayer, int variant, int64_t B, int64_t N,
                            const sgk_backend_plan *plan);
+
+    /* ABI 4, optional: the backward (sgk_saved_size, sgk_forward_train,
+     * sgk_backward). NULL where the backend has none; the core then
+     * answers SGK_ERR_UNSUPPORTED. Only host_memory backends are called
+     * for now (pointers are the caller's host pointers, validated).
+     * saved_size: bytes of the state forward_train writes for (B, N).
+     * forward_train: forward on args (args->workspace unused, NULL), also
+     * writing saved. backward: the gradients of sum(d_out * out) into
+     * grads' non-NULL members; args->out is unused (NULL). */
+    size_t (*saved_size)(void *blayer, int64_t B, int64_t N);
+    sgk_status (*forward_train)(void *blayer, const sgk_fwd *args, void *saved);
+    sgk_status (*backward)(void *blayer, const sgk_fwd *args, const void *saved,
+                           const void *d_out, const sgk_grads *grads);
 } sgk_backend_ops;
 
 typedef const sgk_backend_ops *(*sgk_backend_entry_fn)(const sgk_host *host);

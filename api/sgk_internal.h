@@ -133,8 +133,20 @@ sgk_status sgk_plan_call(const sgk_layer *layer, int64_t B, int64_t N, size_t ma
 sgk_status sgk_tensor_bytes(const char *tensor, const char *formula, const int64_t *dims,
                             int n, size_t elem, const sgk_backend_ops *ops, int report,
                             size_t *bytes);
+/* The size checks of sgk_plan_call alone (B, N >= 1, the tensors' byte
+ * counts into call), without choosing a variant. */
+sgk_status sgk_check_shape(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
+                           int report, sgk_call *call);
 /* 1 when (B, N) passes the size checks of sgk_plan_call; sets no message. */
 int sgk_shape_fits(const sgk_layer *layer, int64_t B, int64_t N);
 const char *sgk_variant_name(const sgk_layer *layer, int variant);
+
+/* ---- forward.c: argument checks the training calls share ---------------- */
+/* The size of one element of mask_type, or an error naming it. */
+sgk_status sgk_mask_elem_size(sgk_mask_type mask_type, size_t *elem);
+/* SGK_OK when ptr is a multiple of align, else an error naming the buffer. */
+sgk_status sgk_check_aligned(const char *name, const void *ptr, size_t align);
+/* 1 when the byte ranges [a, a + a_len) and [b, b + b_len) meet. */
+int sgk_ranges_overlap(const void *a, size_t a_len, const void *b, size_t b_len);
 
 #endif

@@ -1,5 +1,5 @@
 /* Shape checks shared by sgk_forward, sgk_forward_device, sgk_workspace_size,
- * sgk_layer_variants and sgk_layer_variant_for: sizes, their overflow, the
+ * sgk_layer_variants, sgk_layer_variant_for and the training calls: sizes, their overflow, the
  * backend's index limit and the choice of variant. */
 #include <stdint.h>
 #include <stdio.h>
@@ -106,8 +106,8 @@ static sgk_status pick_variant(const sgk_layer *layer, int64_t B, int64_t N, int
                 (long long)layer->P, layer->variant_count, layer->variant_count == 1 ? "" : "s");
 }
 
-static sgk_status check_shape(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
-                              int report, sgk_call *call)
+sgk_status sgk_check_shape(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
+                           int report, sgk_call *call)
 {
     if (B < 1)
         return fail(report, SGK_ERR_INVALID_ARGUMENT, "B must be >= 1, got %lld", (long long)B);
@@ -132,13 +132,13 @@ static sgk_status check_shape(const sgk_layer *layer, int64_t B, int64_t N, size
 int sgk_shape_fits(const sgk_layer *layer, int64_t B, int64_t N)
 {
     sgk_call call;
-    return check_shape(layer, B, N, sizeof(float), 0, &call) == SGK_OK;
+    return sgk_check_shape(layer, B, N, sizeof(float), 0, &call) == SGK_OK;
 }
 
 sgk_status sgk_plan_call(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,
                          int report, sgk_call *call)
 {
-    sgk_status st = check_shape(layer, B, N, mask_elem, report, call);
+    sgk_status st = sgk_check_shape(layer, B, N, mask_elem, report, call);
     if (st == SGK_OK)
         st = pick_variant(layer, B, N, report, call);
     if (st != SGK_OK)

@@ -11,6 +11,7 @@
 #include "sgk_backend.h"
 #include "plan.h"
 #include "relation_c.h"
+#include "cpu_backward.h"
 
 const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host);
 
@@ -228,6 +229,48 @@ static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, con
     return SGK_OK;
 }
 
+/* The training calls (cpu_backward.c): the layer's weights are PyTorch's
+ * layout end to end in the packed block. */
+static sgk_cpu_weights weights_of(const cpu_layer *l)
+{
+    const float *w = l->w;
+    const sgk_packed o = l->off;
+    const size_t DD = (size_t)(l->D * l->D);
+    sgk_cpu_weights cw = {l->D, l->H, l->P, l->eps, w + o.gamma, w + o.beta,
+                          w + o.wqkv, w + o.wqkv + DD, w + o.wqkv + 2 * DD, w + o.wo,
+                          w + o.w1, w + o.b1, w + o.w2, w + o.b2};
+    return cw;
+}
+
+static size_t cpu_saved_size(void *bl, int64_t B, int64_t N)
+{
+    const cpu_layer *l = bl;
+    return (size_t)B * (size_t)l->H * (size_t)N * sizeof(float);
+}
+
+static sgk_status cpu_forward_train(void *bl, const sgk_fwd *a, void *saved)
+{
+    const cpu_layer *l = bl;
+    const sgk_cpu_weights w = weights_of(l);
+    if (sgk_cpu_forward_train(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
+                              a->mask_type == SGK_MASK_U8, a->out, saved, l->ctx->threads) != 0)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: out of memory for the forward's scratch");
+    return SGK_OK;
+}
+
+static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, const void *d_out,
+                               const sgk_grads *g)
+{
+    const cpu_layer *l = bl;
+    const sgk_cpu_weights w = weights_of(l);
+    const sgk_cpu_grads cg = {g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
+                              g->wv, g->wo, g->w1, g->b1, g->w2, g->b2};
+    if (sgk_cpu_backward(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
+                         a->mask_type == SGK_MASK_U8, saved, d_out, &cg, l->ctx->threads) != 0)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: out of memory for the backward's scratch");
+    return SGK_OK;
+}
+
 /* Device memory is host memory: these serve only callers that ask anyway. */
 static sgk_status cpu_mem_alloc(void *bctx, size_t bytes, void **ptr)
 {
@@ -280,10 +323,14 @@ static const sgk_backend_ops k_ops = {
     .layer_set_weights = cpu_set_weights,
     .layer_set_weights_device = cpu_set_weights_device,
     .variant_prefers = cpu_variant_prefers,
+    .saved_size = cpu_saved_size,
+    .forward_train = cpu_forward_train,
+    .backward = cpu_backward,
 };
 
 const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host)
 {
     g_host = host;
+    sgk_cpu_bwd_should_fail = host->alloc_should_fail;
     return &k_ops;
 }

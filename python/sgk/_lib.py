@@ -68,6 +68,13 @@ class LayerDesc(ctypes.Structure):
                 ("wo", _p), ("w1", _p), ("b1", _p), ("w2", _p), ("b2", _p)]
 
 
+class Grads(ctypes.Structure):
+    """sgk_grads: where sgk_backward writes each gradient (NULL: not wanted)."""
+    _fields_ = [("nodes", _p), ("pair_feats", _p), ("ln_gamma", _p), ("ln_beta", _p),
+                ("wq", _p), ("wk", _p), ("wv", _p), ("wo", _p), ("w1", _p), ("b1", _p),
+                ("w2", _p), ("b2", _p)]
+
+
 def layer_desc(dim, pair_dim, heads, eps, pointers):
     """An sgk_layer_desc (float32) whose weight fields are pointers, a
     mapping from field name (ln_gamma, wq, ...) to address."""
@@ -117,6 +124,9 @@ def _declare(lib):
         "sgk_workspace_size": (st, [_p, _i64, _i64, ctypes.POINTER(ctypes.c_size_t)]),
         "sgk_forward_device": (st, [_p, _i64, _i64, _p, _p, _p, c_int, _p, _p,
                                     ctypes.c_size_t, _p]),
+        "sgk_saved_size": (st, [_p, _i64, _i64, ctypes.POINTER(ctypes.c_size_t)]),
+        "sgk_forward_train": (st, [_p, _i64, _i64, _p, _p, _p, c_int, _p, _p]),
+        "sgk_backward": (st, [_p, _i64, _i64, _p, _p, _p, c_int, _p, _p, ctypes.POINTER(Grads)]),
         "sgk_layer_variants": (st, [_p, _i64, _i64, ctypes.POINTER(c_char_p),
                                     ctypes.POINTER(c_int), c_int, ctypes.POINTER(c_int)]),
         "sgk_layer_set_variant": (st, [_p, c_char_p]),

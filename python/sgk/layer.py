@@ -133,17 +133,8 @@ class Layer:
             raise ValueError("the layer is closed")
         return self._layer
 
-    def forward(self, nodes, pair_feats, edge_mask):
-        """out = layer(nodes, pair_feats, edge_mask), a new float32 array (B, N, D).
-
-        nodes (B, N, D) and pair_feats (B, N, N, P) must be float32; edge_mask
-        (B, N, N) float32 (nonzero is an edge), uint8 (nonzero is an edge) or
-        bool (passed as uint8). Other dtypes are refused (TypeError), not
-        converted; wrong dimensions or shapes are a ValueError. Inputs that
-        are not C-contiguous are copied. Runs through sgk_forward (host
-        memory; any backend) and blocks until the result is there.
-        """
-        layer = self._handle()
+    def _inputs(self, nodes, pair_feats, edge_mask):
+        """The checked, C-contiguous inputs, B, N and the mask type."""
         f32 = np.dtype(np.float32)
         nodes = _array("nodes", nodes, 3, [f32])
         pair_feats = _array("pair_feats", pair_feats, 4, [f32])
@@ -162,13 +153,63 @@ class Layer:
             edge_mask = edge_mask.view(np.uint8)
         mask_type = _lib.MASK_F32 if edge_mask.dtype == f32 else _lib.MASK_U8
         req = ["C_CONTIGUOUS", "ALIGNED"]
-        nodes = np.require(nodes, requirements=req)
-        pair_feats = np.require(pair_feats, requirements=req)
-        edge_mask = np.require(edge_mask, requirements=req)
-        out = np.empty((B, N, D), dtype=np.float32)
+        return (np.require(nodes, requirements=req), np.require(pair_feats, requirements=req),
+                np.require(edge_mask, requirements=req), B, N, mask_type)
+
+    def forward(self, nodes, pair_feats, edge_mask):
+        """out = layer(nodes, pair_feats, edge_mask), a new float32 array (B, N, D).
+
+        nodes (B, N, D) and pair_feats (B, N, N, P) must be float32; edge_mask
+        (B, N, N) float32 (nonzero is an edge), uint8 (nonzero is an edge) or
+        bool (passed as uint8). Other dtypes are refused (TypeError), not
+        converted; wrong dimensions or shapes are a ValueError. Inputs that
+        are not C-contiguous are copied. Runs through sgk_forward (host
+        memory; any backend) and blocks until the result is there.
+        """
+        layer = self._handle()
+        nodes, pair_feats, edge_mask, B, N, mask_type = self._inputs(nodes, pair_feats, edge_mask)
+        out = np.empty((B, N, self.dim), dtype=np.float32)
         check(self._lib.sgk_forward(layer, B, N, nodes.ctypes.data, pair_feats.ctypes.data,
                                     edge_mask.ctypes.data, mask_type, out.ctypes.data))
         return out
+
+    def backward(self, nodes, pair_feats, edge_mask, d_out):
+        """The gradients of sum(d_out * layer(nodes, pair_feats, edge_mask)),
+        as a dict of float32 arrays: "nodes", "pair_feats" and the weights'
+        state-dict names (norm.weight, q_proj.weight, ...), each in its
+        tensor's shape.
+
+        Inputs as forward's; d_out (B, N, D) float32. Runs sgk_forward_train
+        (for the softmax statistics the backward needs) and sgk_backward on
+        host memory: the cpu backend (other backends raise sgk.Error,
+        SGK_ERR_UNSUPPORTED).
+        """
+        layer = self._handle()
+        nodes, pair_feats, edge_mask, B, N, mask_type = self._inputs(nodes, pair_feats, edge_mask)
+        d_out = _array("d_out", d_out, 3, [np.dtype(np.float32)])
+        if d_out.shape != nodes.shape:
+            raise ValueError(f"d_out must have the shape of nodes {nodes.shape}, got {d_out.shape}")
+        d_out = np.require(d_out, requirements=["C_CONTIGUOUS", "ALIGNED"])
+        size = ctypes.c_size_t()
+        check(self._lib.sgk_saved_size(layer, B, N, ctypes.byref(size)))
+        saved = np.empty(size.value // 4, dtype=np.float32)
+        out = np.empty(nodes.shape, dtype=np.float32)
+        check(self._lib.sgk_forward_train(layer, B, N, nodes.ctypes.data, pair_feats.ctypes.data,
+                                          edge_mask.ctypes.data, mask_type, out.ctypes.data,
+                                          saved.ctypes.data))
+        D, P, H = self.dim, self.pair_dim, self.heads
+        dims = {"D": D, "P": P, "H": H}
+        grads = {"nodes": np.empty(nodes.shape, np.float32),
+                 "pair_feats": np.empty(pair_feats.shape, np.float32)}
+        g = _lib.Grads()
+        g.nodes, g.pair_feats = grads["nodes"].ctypes.data, grads["pair_feats"].ctypes.data
+        for key, (field, shape) in WEIGHTS.items():
+            a = grads[key] = np.empty(tuple(dims[d] for d in shape), np.float32)
+            setattr(g, field, a.ctypes.data)
+        check(self._lib.sgk_backward(layer, B, N, nodes.ctypes.data, pair_feats.ctypes.data,
+                                     edge_mask.ctypes.data, mask_type, saved.ctypes.data,
+                                     d_out.ctypes.data, ctypes.byref(g)))
+        return grads
 
     __call__ = forward
 

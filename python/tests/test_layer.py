@@ -317,3 +317,49 @@ def test_set_weights(backend, rng):
             layer.set_weights(bad)
         np.testing.assert_array_equal(layer.forward(nodes, pair, mask), before)
         assert layer.eps == 1e-5
+
+
+def test_backward_matches_finite_differences(rng):
+    """Layer.backward (cpu) against central differences of the float64
+    reference along a random direction of each input and weight."""
+    B, N, D, P, H = 2, 5, 8, 3, 2
+    w = make_weights(rng, D, P, H)
+    nodes, pair, mask = make_inputs(rng, B, N, D, P)
+    mask[0, 1, :] = 0.0  # a row with no edge
+    d_out = rng.standard_normal((B, N, D)).astype(np.float32)
+    with sgk.Layer("cpu", w) as layer:
+        grads = layer.backward(nodes, pair, mask, d_out)
+    inputs = {"nodes": nodes, "pair_feats": pair}
+    h = 1e-4
+    for key in ["nodes", "pair_feats"] + list(w):
+        assert grads[key].shape == (inputs[key] if key in inputs else w[key]).shape, key
+        base = inputs[key] if key in inputs else w[key]
+        v = rng.standard_normal(base.shape)
+
+        def loss(t):
+            ww = {k: np.asarray(a, np.float64) for k, a in w.items()}
+            xs = {"nodes": nodes.astype(np.float64), "pair_feats": pair.astype(np.float64)}
+            (xs if key in xs else ww)[key] = base.astype(np.float64) + t * v
+            return float((reference(ww, xs["nodes"], xs["pair_feats"], mask) * d_out).sum())
+
+        want = (loss(h) - loss(-h)) / (2 * h)
+        got = float((grads[key].astype(np.float64) * v).sum())
+        assert abs(got - want) <= 1e-3 * max(1.0, abs(want)), (key, got, want)
+    # the row with no edge passes d_out straight through to nodes
+    np.testing.assert_allclose(grads["pair_feats"][0, 1], 0.0)
+
+
+def test_backward_refused_where_unsupported_and_bad_d_out(rng):
+    D, P, H = 8, 3, 2
+    w = make_weights(rng, D, P, H)
+    nodes, pair, mask = make_inputs(rng, 1, 4, D, P)
+    with sgk.Layer("cpu", w) as layer:
+        with pytest.raises(ValueError, match="d_out must have the shape of nodes"):
+            layer.backward(nodes, pair, mask, np.zeros((1, 4, D + 1), np.float32))
+        with pytest.raises(TypeError, match="d_out has dtype float64"):
+            layer.backward(nodes, pair, mask, np.zeros((1, 4, D)))
+    if available("opencl"):
+        with sgk.Layer("opencl", w) as layer:
+            with pytest.raises(sgk.Error) as e:
+                layer.backward(nodes, pair, mask, np.zeros((1, 4, D), np.float32))
+            assert e.value.status == "SGK_ERR_UNSUPPORTED"

@@ -4,7 +4,8 @@
  * SGK_ERR_OUT_OF_MEMORY with a message, leave its output untouched and leak
  * nothing; k grows until the call succeeds with the hook armed, which
  * counts the injection points the call has; so too for
- * sgk_layer_set_weights, while its device form must allocate nothing.
+ * sgk_layer_set_weights, while its device form must allocate nothing; so
+ * too for sgk_forward_train and sgk_backward.
  * Usage: test_faults BACKEND */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -332,6 +333,83 @@ static void test_set_weights_device_allocates_nothing(void **state)
     rel_fixture_free(&f);
 }
 
+/* sgk_forward_train and sgk_backward, where the backend has them: out and
+ * saved, then every gradient, untouched by a call that failed. */
+static void test_train(void **state)
+{
+    (void)state;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_F32, 13);
+    size_t saved_bytes = 0;
+    if (sgk_saved_size(f.layer, B_, N_, &saved_bytes) == SGK_ERR_UNSUPPORTED) {
+        rel_figure("faults backend=%s call=sgk_backward skipped: %s", g_backend, sgk_last_error());
+        rel_fixture_free(&f);
+        skip();
+    }
+    const size_t out_bytes = f.out_floats * sizeof(float);
+    const size_t sizes[] = {out_bytes, (size_t)(B_ * N_ * N_ * P_) * sizeof(float), D_ * 4, D_ * 4,
+                            D_ * D_ * 4, D_ * D_ * 4, D_ * D_ * 4, D_ * D_ * 4, P_ * P_ * 4,
+                            P_ * 4, H_ * P_ * 4, H_ * 4};
+    enum { NG = sizeof sizes / sizeof sizes[0] };
+    size_t total = 0;
+    for (int i = 0; i < NG; i++)
+        total += sizes[i];
+    unsigned char *saved = malloc(saved_bytes), *out = malloc(out_bytes), *d_out = malloc(out_bytes);
+    unsigned char *grads = malloc(total), *expect = malloc(total), *pattern = malloc(total);
+    assert_true(saved && out && d_out && grads && expect && pattern);
+    memset(pattern, 0x5a, total);
+    for (size_t i = 0; i < f.out_floats; i++)
+        ((float *)d_out)[i] = (float)((i % 7) * 0.25 - 0.75);
+    sgk_grads g;
+    void **slot[NG] = {&g.nodes, &g.pair_feats, &g.ln_gamma, &g.ln_beta, &g.wq, &g.wk,
+                       &g.wv, &g.wo, &g.w1, &g.b1, &g.w2, &g.b2};
+    size_t at = 0;
+    for (int i = 0; i < NG; i++, at += sizes[i - 1])
+        *slot[i] = grads + at;
+
+    int64_t k;
+    for (k = 1; k <= MAX_POINTS; k++) {
+        memset(out, 0x5a, out_bytes);
+        memset(saved, 0x5a, saved_bytes);
+        arm(k);
+        armed a = disarm(sgk_forward_train(f.layer, B_, N_, f.in.nodes, f.in.pair_feats,
+                                           f.in.edge_mask, f.in.mask_type, out, saved));
+        if (check_armed(&a, k, "sgk_forward_train"))
+            break;
+        if (memcmp(out, pattern, out_bytes) != 0 || memcmp(saved, pattern, saved_bytes) != 0)
+            fail_msg("sgk_forward_train with allocation %lld failed wrote its outputs", (long long)k);
+    }
+    assert_true(k <= MAX_POINTS);
+    const int64_t fwd_points = k - 1;
+    assert_int_equal(sgk_backward(f.layer, B_, N_, f.in.nodes, f.in.pair_feats, f.in.edge_mask,
+                                  f.in.mask_type, saved, d_out, &g),
+                     SGK_OK);
+    memcpy(expect, grads, total);
+    for (k = 1; k <= MAX_POINTS; k++) {
+        memcpy(grads, pattern, total);
+        arm(k);
+        armed a = disarm(sgk_backward(f.layer, B_, N_, f.in.nodes, f.in.pair_feats,
+                                      f.in.edge_mask, f.in.mask_type, saved, d_out, &g));
+        if (check_armed(&a, k, "sgk_backward")) {
+            assert_true(memcmp(grads, expect, total) == 0);
+            break;
+        }
+        if (memcmp(grads, pattern, total) != 0)
+            fail_msg("sgk_backward with allocation %lld failed wrote a gradient", (long long)k);
+    }
+    assert_true(k <= MAX_POINTS);
+    rel_figure("faults backend=%s call=sgk_forward_train points=%lld call=sgk_backward points=%lld "
+               "all_oom_untouched_noleak=1",
+               g_backend, (long long)fwd_points, (long long)(k - 1));
+    free(saved);
+    free(out);
+    free(d_out);
+    free(grads);
+    free(expect);
+    free(pattern);
+    rel_fixture_free(&f);
+}
+
 int main(int argc, char **argv)
 {
     g_backend = argc > 1 ? argv[1] : "cpu";
@@ -345,6 +423,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_forward_device_allocates_nothing),
         cmocka_unit_test(test_set_weights),
         cmocka_unit_test(test_set_weights_device_allocates_nothing),
+        cmocka_unit_test(test_train),
     };
     return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }

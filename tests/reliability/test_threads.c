@@ -170,6 +170,98 @@ static void test_shared_layer(void **state)
     free(s);
 }
 
+/* sgk_forward_train and sgk_backward on one shared layer from every thread
+ * at once, each with its own inputs: the gradients of nodes, wq and b2 are
+ * bitwise those of the same calls made by one thread. Skipped where the
+ * backend has no backward. */
+typedef struct train_job {
+    sgk_layer *layer;
+    const sgkt_inputs *in;
+    const float *d_out;
+    float *got;       /* nodes (B*N*D), wq (D*D), b2 (H) */
+    const float *expect;
+    pthread_barrier_t *start;
+    int bad;
+} train_job;
+
+enum { TRAIN_FLOATS = B_ * N_ * D_ + D_ * D_ + H_ };
+
+static sgk_status train_once(sgk_layer *layer, const sgkt_inputs *in, const float *d_out,
+                             float *got)
+{
+    float saved[B_ * H_ * N_], out[B_ * N_ * D_];
+    sgk_grads g;
+    memset(&g, 0, sizeof g);
+    g.nodes = got;
+    g.wq = got + B_ * N_ * D_;
+    g.b2 = got + B_ * N_ * D_ + D_ * D_;
+    sgk_status st = sgk_forward_train(layer, in->B, in->N, in->nodes, in->pair_feats,
+                                      in->edge_mask, in->mask_type, out, saved);
+    if (st == SGK_OK)
+        st = sgk_backward(layer, in->B, in->N, in->nodes, in->pair_feats, in->edge_mask,
+                          in->mask_type, saved, d_out, &g);
+    return st;
+}
+
+static void *run_train(void *arg)
+{
+    train_job *j = arg;
+    pthread_barrier_wait(j->start);
+    for (int it = 0; it < 3; it++) {
+        memset(j->got, 0, TRAIN_FLOATS * sizeof(float));
+        if (train_once(j->layer, j->in, j->d_out, j->got) != SGK_OK ||
+            !rel_bitwise_equal(j->got, j->expect, TRAIN_FLOATS))
+            j->bad++;
+    }
+    return NULL;
+}
+
+static void test_shared_layer_backward(void **state)
+{
+    (void)state;
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_F32, 23);
+    size_t bytes = 0;
+    if (sgk_saved_size(f.layer, B_, N_, &bytes) == SGK_ERR_UNSUPPORTED) {
+        rel_figure("threads backend=%s backward skipped: %s", g_backend, sgk_last_error());
+        rel_fixture_free(&f);
+        skip();
+    }
+    sgkt_inputs in[THREADS];
+    train_job job[THREADS];
+    static float d_out[B_ * N_ * D_];
+    for (size_t i = 0; i < sizeof d_out / sizeof d_out[0]; i++)
+        d_out[i] = (float)((int)(i % 11) - 5) * 0.125f;
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, THREADS);
+    for (int t = 0; t < THREADS; t++) {
+        rel_inputs_like(&f, &in[t], 300 + (uint64_t)t);
+        float *expect = malloc(TRAIN_FLOATS * sizeof(float));
+        float *got = malloc(TRAIN_FLOATS * sizeof(float));
+        assert_non_null(expect);
+        assert_non_null(got);
+        assert_int_equal(train_once(f.layer, &in[t], d_out, expect), SGK_OK);
+        train_job j = {f.layer, &in[t], d_out, got, expect, &start, 0};
+        job[t] = j;
+    }
+    pthread_t tid[THREADS];
+    for (int t = 0; t < THREADS; t++)
+        assert_int_equal(pthread_create(&tid[t], NULL, run_train, &job[t]), 0);
+    int bad = 0;
+    for (int t = 0; t < THREADS; t++) {
+        pthread_join(tid[t], NULL);
+        bad += job[t].bad;
+        free(job[t].got);
+        free((float *)job[t].expect);
+        sgkt_inputs_free(&in[t]);
+    }
+    pthread_barrier_destroy(&start);
+    rel_figure("threads backend=%s backward threads=%d calls=%d bitwise_mismatches_or_failures=%d",
+               g_backend, THREADS, THREADS * 3, bad);
+    rel_fixture_free(&f);
+    assert_int_equal(bad, 0);
+}
+
 /* Each thread creates, uses and destroys contexts and layers of its own,
  * all at once; results match a layer built once beforehand. */
 typedef struct churn {
@@ -290,6 +382,7 @@ int main(int argc, char **argv)
     rel_require_backend(g_backend);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_layer),
+        cmocka_unit_test(test_shared_layer_backward),
         cmocka_unit_test(test_concurrent_create_destroy),
     };
     return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);

@@ -1,0 +1,195 @@
+/* The training calls: sgk_saved_size, sgk_forward_train and sgk_backward.
+ * The forward's argument checks, then the backend's ABI 4 ops on the
+ * caller's host pointers (host-memory backends only, for now). */
+#include <stdint.h>
+#include <string.h>
+
+#include "sgk_internal.h"
+
+static sgk_status require_backward(const sgk_layer *layer, const char *call)
+{
+    const sgk_backend_ops *ops = layer->ops;
+    if (ops->saved_size == NULL || ops->forward_train == NULL || ops->backward == NULL)
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "%s: backend %s has no backward yet (the cpu backend has one)", call,
+                             ops->name);
+    if (!ops->host_memory)
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "%s: backend %s works on device memory, and the host-pointer "
+                             "training calls run only on host-memory backends (cpu) for now",
+                             call, ops->name);
+    return SGK_OK;
+}
+
+/* One buffer of a training call. */
+typedef struct buf {
+    const char *name;
+    const void *ptr;
+    size_t bytes;
+    size_t align;
+} buf;
+
+/* Alignment of every buffer given (NULL ones are not wanted), then
+ * overlaps: inputs, bufs[0 .. first_out), are only read and may share
+ * memory; an output may meet no other buffer. */
+static sgk_status check_buffers(const buf *bufs, int n, int first_out)
+{
+    for (int i = 0; i < n; i++) {
+        if (bufs[i].ptr == NULL)
+            continue;
+        sgk_status st = sgk_check_aligned(bufs[i].name, bufs[i].ptr, bufs[i].align);
+        if (st != SGK_OK)
+            return st;
+    }
+    for (int i = first_out; i < n; i++)
+        for (int j = 0; j < n && bufs[i].ptr != NULL; j++)
+            if (j != i && bufs[j].ptr != NULL &&
+                sgk_ranges_overlap(bufs[i].ptr, bufs[i].bytes, bufs[j].ptr, bufs[j].bytes))
+                return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                                     "%s overlaps %s: each output must be a buffer of its own",
+                                     bufs[i].name, bufs[j].name);
+    return SGK_OK;
+}
+
+/* The checks every training call makes on the layer, the shape and the
+ * inputs; fills args (host pointers) and call's byte counts. */
+static sgk_status prepare(sgk_layer *layer, const char *name, int64_t B, int64_t N,
+                          const void *nodes, const void *pair_feats, const void *edge_mask,
+                          sgk_mask_type mask_type, sgk_fwd *args, sgk_call *call)
+{
+    if (layer == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
+    if (nodes == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "nodes is NULL");
+    if (pair_feats == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "pair_feats is NULL");
+    if (edge_mask == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "edge_mask is NULL");
+    size_t mask_elem = 0;
+    sgk_status st = require_backward(layer, name);
+    if (st == SGK_OK)
+        st = sgk_mask_elem_size(mask_type, &mask_elem);
+    if (st == SGK_OK)
+        st = sgk_check_shape(layer, B, N, mask_elem, 1, call);
+    if (st != SGK_OK)
+        return st;
+    memset(args, 0, sizeof *args);
+    args->B = B;
+    args->N = N;
+    args->nodes = nodes;
+    args->pair_feats = pair_feats;
+    args->edge_mask = edge_mask;
+    args->mask_type = mask_type;
+    return SGK_OK;
+}
+
+static sgk_status saved_bytes(const sgk_layer *layer, int64_t B, int64_t N, size_t *bytes)
+{
+    const int64_t dims[] = { B, layer->H, N };
+    return sgk_tensor_bytes("saved", "B*H*N", dims, 3, sizeof(float), layer->ops, 1, bytes);
+}
+
+SGK_EXPORT sgk_status sgk_saved_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes)
+{
+    if (layer == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
+    if (bytes == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "bytes is NULL");
+    sgk_call call;
+    size_t b = 0;
+    sgk_status st = require_backward(layer, "sgk_saved_size");
+    if (st == SGK_OK)
+        st = sgk_check_shape(layer, B, N, sizeof(float), 1, &call);
+    if (st == SGK_OK)
+        st = saved_bytes(layer, B, N, &b);
+    if (st == SGK_OK)
+        *bytes = b;
+    return st;
+}
+
+SGK_EXPORT sgk_status sgk_forward_train(sgk_layer *layer, int64_t B, int64_t N,
+                                        const void *nodes, const void *pair_feats,
+                                        const void *edge_mask, sgk_mask_type mask_type,
+                                        void *out, void *saved)
+{
+    sgk_fwd args;
+    sgk_call call;
+    sgk_status st = prepare(layer, "sgk_forward_train", B, N, nodes, pair_feats, edge_mask,
+                            mask_type, &args, &call);
+    if (st != SGK_OK)
+        return st;
+    if (out == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
+    if (saved == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "saved is NULL");
+    size_t sbytes = 0;
+    st = saved_bytes(layer, B, N, &sbytes);
+    if (st != SGK_OK)
+        return st;
+    const buf bufs[] = {
+        { "nodes", nodes, call.nodes_bytes, _Alignof(float) },
+        { "pair_feats", pair_feats, call.pair_bytes, _Alignof(float) },
+        { "edge_mask", edge_mask, call.mask_bytes,
+          mask_type == SGK_MASK_F32 ? _Alignof(float) : 1 },
+        { "out", out, call.nodes_bytes, _Alignof(float) },
+        { "saved", saved, sbytes, _Alignof(float) },
+    };
+    st = check_buffers(bufs, (int)(sizeof bufs / sizeof bufs[0]), 3);
+    if (st != SGK_OK)
+        return st;
+    args.out = out;
+    uint64_t serial = sgk_error_serial();
+    st = layer->ops->forward_train(layer->blayer, &args, saved);
+    return sgk_backend_result(st, serial, layer->ops, "forward_train");
+}
+
+SGK_EXPORT sgk_status sgk_backward(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
+                                   const void *pair_feats, const void *edge_mask,
+                                   sgk_mask_type mask_type, const void *saved,
+                                   const void *d_out, const sgk_grads *grads)
+{
+    sgk_fwd args;
+    sgk_call call;
+    sgk_status st = prepare(layer, "sgk_backward", B, N, nodes, pair_feats, edge_mask,
+                            mask_type, &args, &call);
+    if (st != SGK_OK)
+        return st;
+    if (saved == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "saved is NULL");
+    if (d_out == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "d_out is NULL");
+    if (grads == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "grads is NULL");
+    size_t sbytes = 0;
+    st = saved_bytes(layer, B, N, &sbytes);
+    if (st != SGK_OK)
+        return st;
+    const size_t f = sizeof(float), D = (size_t)layer->D, H = (size_t)layer->H,
+                 P = (size_t)layer->P;
+    const buf bufs[] = {
+        { "nodes", nodes, call.nodes_bytes, _Alignof(float) },
+        { "pair_feats", pair_feats, call.pair_bytes, _Alignof(float) },
+        { "edge_mask", edge_mask, call.mask_bytes,
+          mask_type == SGK_MASK_F32 ? _Alignof(float) : 1 },
+        { "saved", saved, sbytes, _Alignof(float) },
+        { "d_out", d_out, call.nodes_bytes, _Alignof(float) },
+        { "grads->nodes", grads->nodes, call.nodes_bytes, _Alignof(float) },
+        { "grads->pair_feats", grads->pair_feats, call.pair_bytes, _Alignof(float) },
+        { "grads->ln_gamma", grads->ln_gamma, D * f, _Alignof(float) },
+        { "grads->ln_beta", grads->ln_beta, D * f, _Alignof(float) },
+        { "grads->wq", grads->wq, D * D * f, _Alignof(float) },
+        { "grads->wk", grads->wk, D * D * f, _Alignof(float) },
+        { "grads->wv", grads->wv, D * D * f, _Alignof(float) },
+        { "grads->wo", grads->wo, D * D * f, _Alignof(float) },
+        { "grads->w1", grads->w1, P * P * f, _Alignof(float) },
+        { "grads->b1", grads->b1, P * f, _Alignof(float) },
+        { "grads->w2", grads->w2, H * P * f, _Alignof(float) },
+        { "grads->b2", grads->b2, H * f, _Alignof(float) },
+    };
+    st = check_buffers(bufs, (int)(sizeof bufs / sizeof bufs[0]), 5);
+    if (st != SGK_OK)
+        return st;
+    uint64_t serial = sgk_error_serial();
+    st = layer->ops->backward(layer->blayer, &args, saved, d_out, grads);
+    return sgk_backend_result(st, serial, layer->ops, "backward");
+}

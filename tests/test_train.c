@@ -1,0 +1,416 @@
+/* The gradient version of the conformance table: sgk_forward_train and
+ * sgk_backward on every case of the table the double reference backward
+ * can take in a few seconds, against sgk_ref_forward_stats and
+ * sgk_ref_backward. Per gradient tensor: relative L2 <= 1e-4 and max abs
+ * <= 1e-4 times the larger of 1 and the reference tensor's largest
+ * magnitude; the saved log-sum-exp within 1e-5 relative; every output
+ * NaN-poisoned and guarded; a second backward bitwise equal to the first;
+ * a NULL member of sgk_grads left alone. Then the calls' argument checks.
+ * A backend without a backward exits 77 (skip) with the library's reason.
+ *
+ *   test_train [backend]   (default cpu) */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+#define DEFAULT_SEED 0x5452414eull
+#define GRAD_REL_L2 1e-4
+#define GRAD_MAX_ABS 1e-4
+#define N_GRADS 12
+
+static const char *backend;
+static uint64_t base_seed;
+static sgk_context *ctx;
+
+static const char *const k_grad_names[N_GRADS] = {"nodes", "pair_feats", "ln_gamma", "ln_beta",
+                                                  "wq", "wk", "wv", "wo", "w1", "b1", "w2",
+                                                  "b2"};
+
+/* element counts of the gradients, in k_grad_names order */
+static void grad_counts(const sgkt_case *c, size_t n[N_GRADS])
+{
+    const size_t B = (size_t)c->B, N = (size_t)c->N, D = (size_t)c->D, H = (size_t)c->H,
+                 P = (size_t)c->P;
+    const size_t k[N_GRADS] = {B * N * D, B * N * N * P, D, D, D * D, D * D, D * D, D * D,
+                               P * P, P, H * P, H};
+    memcpy(n, k, sizeof k);
+}
+
+static void **grad_slot(sgk_grads *g, int i)
+{
+    void **s[N_GRADS] = {&g->nodes, &g->pair_feats, &g->ln_gamma, &g->ln_beta, &g->wq, &g->wk,
+                         &g->wv, &g->wo, &g->w1, &g->b1, &g->w2, &g->b2};
+    return s[i];
+}
+
+static double **ref_slot(sgk_ref_grads *g, int i)
+{
+    double **s[N_GRADS] = {&g->nodes, &g->pair_feats, &g->ln_gamma, &g->ln_beta, &g->wq, &g->wk,
+                           &g->wv, &g->wo, &g->w1, &g->b1, &g->w2, &g->b2};
+    return s[i];
+}
+
+/* The cases the reference backward runs quickly: its O(H N^2) scores and
+ * pair MLP in double. */
+static int case_small_enough(const sgkt_case *c)
+{
+    const double pairs = (double)c->B * (double)c->N * (double)c->N;
+    const double work = pairs * ((double)c->P * (double)c->P + (double)c->D) +
+                        (double)c->B * (double)c->N * (double)c->D * (double)c->D;
+    return sgkt_case_enabled(c) && work <= 4e8;
+}
+
+typedef struct grads_buf {
+    sgk_grads g;
+    size_t n[N_GRADS];
+} grads_buf;
+
+static int grads_alloc(grads_buf *b, const sgkt_case *c, unsigned skip_mask)
+{
+    memset(b, 0, sizeof *b);
+    grad_counts(c, b->n);
+    for (int i = 0; i < N_GRADS; i++) {
+        if (skip_mask & (1u << i))
+            continue;
+        float *p = sgkt_guarded_alloc(b->n[i] * sizeof(float));
+        if (!p)
+            return -1;
+        sgkt_poison_nan(p, b->n[i]);
+        *grad_slot(&b->g, i) = p;
+    }
+    return 0;
+}
+
+static void grads_free(grads_buf *b)
+{
+    for (int i = 0; i < N_GRADS; i++)
+        sgkt_guarded_free(*grad_slot(&b->g, i));
+}
+
+static double max_abs_of(const double *x, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && fabs(x[i]) > m)
+            m = fabs(x[i]);
+    return m;
+}
+
+/* Where the reference is finite, got must be finite too; where it is not,
+ * got must not be finite either. */
+static size_t finiteness_mismatches(const float *got, const double *ref, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += (isfinite(ref[i]) != 0) != (isfinite(got[i]) != 0);
+    return bad;
+}
+
+static void test_case(void **state)
+{
+    const sgkt_case *c = *state;
+    const uint64_t seed = sgkt_seed_mix(base_seed, (uint64_t)(c - sgkt_cases));
+    sgkt_prepared p;
+    if (sgkt_prepare(&p, c, seed) != 0)
+        fail_msg("case %s: out of memory preparing inputs", c->name);
+    sgk_layer *layer = NULL;
+    sgk_status st = sgkt_layer_from_weights(ctx, &p.w, &layer);
+    if (st != SGK_OK) {
+        sgkt_prepared_free(&p);
+        fail_msg("case %s: sgk_layer_create: %s: %s", c->name, sgk_status_string(st),
+                 sgk_last_error());
+    }
+    const size_t BHN = (size_t)(c->B * c->H * c->N);
+    sgk_ref_layer ref;
+    sgkt_weights_to_ref(&p.w, &ref);
+    double *rmax = malloc(BHN * sizeof(double)), *rsum = malloc(BHN * sizeof(double));
+    double *out_d = malloc(p.n_out * sizeof(double));
+    float *d_out = malloc(p.n_out * sizeof(float));
+    float *out = sgkt_guarded_alloc(p.n_out * sizeof(float));
+    float *saved = sgkt_guarded_alloc(BHN * sizeof(float));
+    size_t saved_bytes = 0;
+    assert_non_null(rmax);
+    assert_non_null(rsum);
+    assert_non_null(out_d);
+    assert_non_null(d_out);
+    assert_non_null(out);
+    assert_non_null(saved);
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, seed ^ 0xd0u);
+    sgkt_fill_normal(&rng, d_out, p.n_out, 0.0, 1.0);
+    assert_int_equal(sgk_ref_forward_stats(&ref, c->B, c->N, p.in.nodes, p.in.pair_feats,
+                                           p.in.edge_mask, p.in.mask_type, out_d, NULL, rmax,
+                                           rsum),
+                     0);
+    int ok = 1;
+    st = sgk_saved_size(layer, c->B, c->N, &saved_bytes);
+    if (st != SGK_OK || saved_bytes != BHN * sizeof(float)) {
+        printf("FAIL case=%s: sgk_saved_size: %s, %zu bytes (want %zu) %s\n", c->name,
+               sgk_status_string(st), saved_bytes, BHN * sizeof(float), sgk_last_error());
+        ok = 0;
+    }
+
+    /* forward_train: out as the forward's contract, saved as the reference's */
+    sgkt_poison_nan(out, p.n_out);
+    sgkt_poison_nan(saved, BHN);
+    st = sgk_forward_train(layer, c->B, c->N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                           p.in.mask_type, out, saved);
+    if (st != SGK_OK) {
+        printf("FAIL case=%s: sgk_forward_train: %s %s\n", c->name, sgk_status_string(st),
+               sgk_last_error());
+        ok = 0;
+    } else {
+        sgkt_error e = sgkt_compare(out, out_d, p.n_out);
+        size_t lse_bad = 0;
+        for (size_t i = 0; i < BHN; i++) {
+            const double want = rsum[i] > 0 ? rmax[i] + log(rsum[i]) : -INFINITY;
+            const double got = saved[i];
+            lse_bad += isinf(want) ? !(isinf(got) && got < 0)
+                                   : !(fabs(got - want) <= 1e-5 * fmax(1.0, fabs(want)));
+        }
+        const int fwd_ok = sgkt_error_ok(&e, SGKT_REL_L2_TOL, SGKT_MAX_ABS_TOL) && lse_bad == 0 &&
+                           sgkt_guard_ok(out, p.n_out * sizeof(float)) &&
+                           sgkt_guard_ok(saved, BHN * sizeof(float));
+        printf("%s case=%s forward_train: rel L2 %.2e max abs %.2e, saved rows off %zu\n",
+               fwd_ok ? "ok" : "FAIL", c->name, e.rel_l2, e.max_abs, lse_bad);
+        ok &= fwd_ok;
+    }
+
+    /* backward: every gradient against the reference's */
+    grads_buf g1, g2;
+    sgk_ref_grads rg;
+    memset(&rg, 0, sizeof rg);
+    size_t n[N_GRADS];
+    grad_counts(c, n);
+    for (int i = 0; i < N_GRADS; i++) {
+        *ref_slot(&rg, i) = malloc(n[i] * sizeof(double));
+        assert_non_null(*ref_slot(&rg, i));
+    }
+    assert_int_equal(grads_alloc(&g1, c, 0), 0);
+    /* the second run leaves out the weight gradients of wk and b1 */
+    const unsigned skip2 = (1u << 5) | (1u << 9);
+    assert_int_equal(grads_alloc(&g2, c, skip2), 0);
+    assert_int_equal(sgk_ref_backward(&ref, c->B, c->N, p.in.nodes, p.in.pair_feats,
+                                      p.in.edge_mask, p.in.mask_type, d_out, &rg),
+                     0);
+    st = sgk_backward(layer, c->B, c->N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                      p.in.mask_type, saved, d_out, &g1.g);
+    if (st != SGK_OK) {
+        printf("FAIL case=%s: sgk_backward: %s %s\n", c->name, sgk_status_string(st),
+               sgk_last_error());
+        ok = 0;
+    } else {
+        for (int i = 0; i < N_GRADS; i++) {
+            const float *got = *grad_slot(&g1.g, i);
+            const double *want = *ref_slot(&rg, i);
+            sgkt_error e = sgkt_compare(got, want, n[i]);
+            const double scale = fmax(1.0, max_abs_of(want, n[i]));
+            const size_t fin = finiteness_mismatches(got, want, n[i]);
+            const int gok = sgkt_error_ok(&e, GRAD_REL_L2, GRAD_MAX_ABS * scale) && fin == 0 &&
+                            sgkt_guard_ok(got, n[i] * sizeof(float));
+            if (!gok)
+                printf("FAIL case=%s grad %s: rel L2 %.2e max abs %.2e (allowed %.2e), "
+                       "finiteness mismatches %zu\n",
+                       c->name, k_grad_names[i], e.rel_l2, e.max_abs, GRAD_MAX_ABS * scale, fin);
+            ok &= gok;
+        }
+        /* the same bits again, and NULL members left alone */
+        st = sgk_backward(layer, c->B, c->N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                          p.in.mask_type, saved, d_out, &g2.g);
+        int same = st == SGK_OK;
+        for (int i = 0; same && i < N_GRADS; i++)
+            if (!(skip2 & (1u << i)))
+                same = memcmp(*grad_slot(&g1.g, i), *grad_slot(&g2.g, i),
+                              n[i] * sizeof(float)) == 0;
+        if (!same)
+            printf("FAIL case=%s: a second sgk_backward (%s) is not bitwise the first\n",
+                   c->name, sgk_status_string(st));
+        ok &= same;
+        printf("%s case=%s backward: %d gradients against the reference, repeat bitwise\n",
+               ok ? "ok" : "FAIL", c->name, N_GRADS);
+    }
+    grads_free(&g1);
+    grads_free(&g2);
+    for (int i = 0; i < N_GRADS; i++)
+        free(*ref_slot(&rg, i));
+    sgkt_guarded_free(out);
+    sgkt_guarded_free(saved);
+    free(rmax);
+    free(rsum);
+    free(out_d);
+    free(d_out);
+    sgk_layer_destroy(layer);
+    sgkt_prepared_free(&p);
+    if (!ok)
+        fail_msg("case %s failed (seed 0x%016llx); see FAIL lines above", c->name,
+                 (unsigned long long)seed);
+}
+
+/* Refused calls: a specific status, a message naming the argument, and no
+ * output written. */
+static void test_bad_inputs(void **state)
+{
+    (void)state;
+    const sgkt_case *c = sgkt_find_case("seed_shape_b7");
+    if (!c)
+        c = &sgkt_cases[0];
+    sgkt_prepared p;
+    assert_int_equal(sgkt_prepare(&p, c, base_seed), 0);
+    sgk_layer *layer = NULL;
+    assert_int_equal(sgkt_layer_from_weights(ctx, &p.w, &layer), SGK_OK);
+    const size_t BHN = (size_t)(c->B * c->H * c->N);
+    float *saved = calloc(BHN, sizeof(float)), *out = malloc(p.n_out * sizeof(float));
+    float *d_out = calloc(p.n_out, sizeof(float));
+    assert_non_null(saved);
+    assert_non_null(out);
+    assert_non_null(d_out);
+    grads_buf g;
+    assert_int_equal(grads_alloc(&g, c, 0), 0);
+    const sgkt_inputs *in = &p.in;
+    size_t bytes = 0;
+    int bad = 0;
+#define EXPECT(call, status, word)                                                            \
+    do {                                                                                      \
+        const sgk_status got_ = (call);                                                       \
+        const int named_ = strstr(sgk_last_error(), word) != NULL;                            \
+        if (got_ != (status) || !named_) {                                                    \
+            printf("FAIL %s: %s (%s), want %s naming %s\n", #call, sgk_status_string(got_),   \
+                   sgk_last_error(), sgk_status_string(status), word);                        \
+            bad++;                                                                            \
+        }                                                                                     \
+    } while (0)
+    EXPECT(sgk_saved_size(NULL, c->B, c->N, &bytes), SGK_ERR_NULL_POINTER, "layer");
+    EXPECT(sgk_saved_size(layer, 0, c->N, &bytes), SGK_ERR_INVALID_ARGUMENT, "B");
+    EXPECT(sgk_forward_train(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                             in->mask_type, out, NULL),
+           SGK_ERR_NULL_POINTER, "saved");
+    EXPECT(sgk_forward_train(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                             (sgk_mask_type)7, out, saved),
+           SGK_ERR_UNSUPPORTED, "mask_type");
+    EXPECT(sgk_forward_train(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                             in->mask_type, in->nodes, saved),
+           SGK_ERR_INVALID_ARGUMENT, "out overlaps nodes");
+    EXPECT(sgk_backward(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                        in->mask_type, saved, d_out, NULL),
+           SGK_ERR_NULL_POINTER, "grads");
+    EXPECT(sgk_backward(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                        in->mask_type, NULL, d_out, &g.g),
+           SGK_ERR_NULL_POINTER, "saved");
+    EXPECT(sgk_backward(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                        in->mask_type, saved, NULL, &g.g),
+           SGK_ERR_NULL_POINTER, "d_out");
+    EXPECT(sgk_backward(layer, c->B, -1, in->nodes, in->pair_feats, in->edge_mask,
+                        in->mask_type, saved, d_out, &g.g),
+           SGK_ERR_INVALID_ARGUMENT, "N");
+    /* an output over an input, two outputs over each other, a misaligned one */
+    sgk_grads over = g.g;
+    over.wq = d_out;
+    EXPECT(sgk_backward(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                        in->mask_type, saved, d_out, &over),
+           SGK_ERR_INVALID_ARGUMENT, "grads->wq overlaps d_out");
+    sgk_grads twice = g.g;
+    twice.wk = twice.wq;
+    EXPECT(sgk_backward(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                        in->mask_type, saved, d_out, &twice),
+           SGK_ERR_INVALID_ARGUMENT, "grads->wq overlaps grads->wk");
+    sgk_grads odd = g.g;
+    odd.b2 = (char *)g.g.b2 + 1;
+    EXPECT(sgk_backward(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                        in->mask_type, saved, d_out, &odd),
+           SGK_ERR_INVALID_ARGUMENT, "grads->b2");
+#undef EXPECT
+    /* no refused call wrote a gradient */
+    for (int i = 0; i < N_GRADS; i++) {
+        const float *x = *grad_slot(&g.g, i);
+        for (size_t j = 0; j < g.n[i]; j++)
+            if (!isnan(x[j])) {
+                printf("FAIL a refused sgk_backward wrote grads->%s[%zu]\n", k_grad_names[i], j);
+                bad++;
+                break;
+            }
+    }
+    grads_free(&g);
+    free(saved);
+    free(out);
+    free(d_out);
+    sgk_layer_destroy(layer);
+    sgkt_prepared_free(&p);
+    assert_int_equal(bad, 0);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    ctx = sgkt_open_context(backend, 0);
+    return ctx ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    sgk_context_destroy(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    backend = sgkt_backend_arg(argc, argv);
+    sgk_backend_info info;
+    int skip = sgkt_backend_usable(backend, &info);
+    if (skip)
+        return skip;
+    base_seed = sgkt_env_seed(DEFAULT_SEED);
+    /* a backend without a backward skips, with the library's reason */
+    ctx = sgkt_open_context(backend, 0);
+    if (!ctx)
+        return 1;
+    {
+        sgkt_prepared p;
+        sgk_layer *layer = NULL;
+        size_t bytes = 0;
+        if (sgkt_prepare(&p, &sgkt_cases[0], base_seed) != 0 ||
+            sgkt_layer_from_weights(ctx, &p.w, &layer) != SGK_OK)
+            return 1;
+        sgk_status st = sgk_saved_size(layer, sgkt_cases[0].B, sgkt_cases[0].N, &bytes);
+        sgk_layer_destroy(layer);
+        sgkt_prepared_free(&p);
+        if (st == SGK_ERR_UNSUPPORTED) {
+            printf("SKIP %s: %s\n", backend, sgk_last_error());
+            sgk_context_destroy(ctx);
+            return SGKT_EXIT_SKIP;
+        }
+    }
+    sgk_context_destroy(ctx);
+    printf("train: backend=%s base seed 0x%016llx (set SGK_TEST_SEED to change)\n", backend,
+           (unsigned long long)base_seed);
+    struct CMUnitTest *tests = calloc((size_t)sgkt_case_count + 2, sizeof *tests);
+    if (!tests)
+        return 1;
+    size_t n = 0;
+    for (int i = 0; i < sgkt_case_count; i++) {
+        if (!case_small_enough(&sgkt_cases[i]))
+            continue;
+        struct CMUnitTest t = {sgkt_cases[i].name, test_case, NULL, NULL,
+                               (void *)&sgkt_cases[i]};
+        tests[n++] = t;
+    }
+    struct CMUnitTest bad = {"bad_inputs", test_bad_inputs, NULL, NULL, NULL};
+    tests[n++] = bad;
+    const char *filter = getenv("SGK_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
+    char group[64];
+    snprintf(group, sizeof group, "train-%s", backend);
+    int failed = _cmocka_run_group_tests(group, tests, n, group_setup, group_teardown);
+    free(tests);
+    return failed ? 1 : 0;
+}
