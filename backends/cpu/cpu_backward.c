@@ -1,8 +1,7 @@
 /* The cpu backend's training kernels: the forward that saves each attention
  * row's logsumexp (lse) and the backward, in the manner of FlashAttention:
- * no (B, H, N, N) tensor is ever held. Scores, the relation
- * MLP's bias and the softmax are recomputed per pair wherever they are
- * needed.
+ * no (B, H, N, N) tensor is ever held. Scores, the relation MLP's bias and
+ * the softmax are recomputed per pair wherever they are needed.
  *
  * With s_ij = q_i.k_j / sqrt(hd) + bias_ij on the edges of row i, per head:
  *
@@ -14,12 +13,14 @@
  * MLP's backward takes to the pair features and w1, b1, w2, b2.
  *
  * The backward runs in passes over rows r = b*N + i of all batch entries:
- *   0. LayerNorm, q, k, v and dctx = d_out Wo, per row;
+ *   0. LayerNorm, q, k, v and dctx = d_out Wo, per group of RB rows (one
+ *      pass over a weight matrix serves the group);
  *   A. per query row: ctx, Di, dq, the MLP's backward of each edge (the pair
  *      gradient, the MLP weights' gradients as partial sums per block of rows);
  *   B. per key row j: dk_j and dv_j, recomputing p and ds of every edge (i, j);
- *   C. the projections' weight gradients (one owner per weight row), dx, the
- *      LayerNorm backward, dgamma and dbeta (one owner per column).
+ *   C. the projections' weight gradients (one owner per RB weight rows), dx
+ *      and the LayerNorm backward per group of rows, dgamma and dbeta (one
+ *      owner per column).
  * The saved lse is not read: pass A forms every score of a row anyway, and
  * from them the row's logsumexp in double, as the forward did before
  * rounding it to float. With the float one, the row's p would sum to 1 only
@@ -32,7 +33,7 @@
  * bit-identical whatever the thread count.
  *
  * Memory: 9 (B, N, D) float arrays, two (B, N) and two (B, H, N) double
- * arrays, and per thread O(N (P + H) + D + P) doubles; the MLP weights'
+ * arrays, and per thread O(N (P + H) + RB D + P) doubles; the MLP weights'
  * partial sums are taken in waves of a few blocks per thread.
  *
  * Arithmetic: tensors are kept in float, every sum is accumulated in double,
@@ -50,6 +51,9 @@
 
 int (*sgk_cpu_bwd_should_fail)(void) = NULL;
 
+/* rows (or weight rows) that share one pass over a (D, D) matrix; the
+ * unrolled sums of project_group are written for 4 */
+#define RB 4
 /* query rows per block of the MLP weights' partial sums */
 #define ROW_BLOCK 16
 /* columns per task of the dgamma, dbeta pass */
@@ -139,8 +143,8 @@ typedef struct run {
     int mlp_back;        /* the MLP's backward is wanted */
 } run;
 
-/* LayerNorm of row r into x, q, k, v (and mean, rstd when kept) */
-static void norm_project_row(const run *R, int64_t r, double *mean_out, double *rstd_out)
+/* LayerNorm of row r into x (and mean, rstd when kept) */
+static void norm_row(const run *R, int64_t r, double *mean_out, double *rstd_out)
 {
     const sgk_cpu_weights *w = R->w;
     int64_t D = R->D;
@@ -162,11 +166,60 @@ static void norm_project_row(const run *R, int64_t r, double *mean_out, double *
         *mean_out = mean;
         *rstd_out = rstd;
     }
+}
+
+/* Y = X W^T for the rows of the group [r0, r0 + RB) that exist: one pass
+ * over W serves them all. */
+static void project_group(const run *R, int64_t r0, const float *X, const float *W, float *Y)
+{
+    int64_t D = R->D, rows = R->B * R->N;
+    const float *x[RB];
+    for (int k = 0; k < RB; k++) /* a missing row repeats the first, discarded */
+        x[k] = X + (r0 + k < rows ? r0 + k : r0) * D;
     for (int64_t o = 0; o < D; o++) {
-        R->q[r * D + o] = (float)dot_ff(x, w->wq + o * D, D);
-        R->k[r * D + o] = (float)dot_ff(x, w->wk + o * D, D);
-        R->v[r * D + o] = (float)dot_ff(x, w->wv + o * D, D);
+        const float *wo = W + o * D;
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+        for (int64_t c = 0; c < D; c++) {
+            double wc = (double)wo[c];
+            s0 += (double)x[0][c] * wc;
+            s1 += (double)x[1][c] * wc;
+            s2 += (double)x[2][c] * wc;
+            s3 += (double)x[3][c] * wc;
+        }
+        double sk[RB] = {s0, s1, s2, s3};
+        for (int k = 0; k < RB && r0 + k < rows; k++)
+            Y[(r0 + k) * D + o] = (float)sk[k];
     }
+}
+
+/* adds G W to acc (RB*D) for the rows of group r0: row r0 + k gets
+ * sum_o G[r0 + k][o] W[o][:] at acc + k*D */
+static void back_project_group(const run *R, int64_t r0, const float *G, const float *W,
+                               double *acc)
+{
+    int64_t D = R->D, rows = R->B * R->N;
+    for (int64_t o = 0; o < D; o++) {
+        const float *wo = W + o * D;
+        for (int64_t k = 0; k < RB && r0 + k < rows; k++) {
+            double g = (double)G[(r0 + k) * D + o];
+            double *a = acc + k * D;
+#pragma omp simd
+            for (int64_t c = 0; c < D; c++)
+                a[c] += g * (double)wo[c];
+        }
+    }
+}
+
+/* LayerNorm, q, k, v of the rows of group r0 (mean, rstd kept when wanted) */
+static void norm_project_group(const run *R, int64_t r0, int keep_stats)
+{
+    int64_t rows = R->B * R->N;
+    for (int64_t r = r0; r < r0 + RB && r < rows; r++)
+        norm_row(R, r, keep_stats ? R->mean + r : NULL, keep_stats ? R->rstd + r : NULL);
+    project_group(R, r0, R->x, R->w->wq, R->q);
+    project_group(R, r0, R->x, R->w->wk, R->k);
+    project_group(R, r0, R->x, R->w->wv, R->v);
 }
 
 /* The relation MLP of the pair features f (P): z1, a1 = silu(z1) (P each)
@@ -227,12 +280,14 @@ static void forward_row(const run *R, int64_t r, double *scr, int64_t *js, float
             *l = -INFINITY; /* no edge: ctx stays 0 */
             continue;
         }
-        for (int64_t e = 0; e < ne; e++)
-            sum += exp(sc[e] - m);
+        for (int64_t e = 0; e < ne; e++) {
+            sc[e] = exp(sc[e] - m);
+            sum += sc[e];
+        }
         *l = (float)(m + log(sum));
         double *ah = acc + h * hd;
         for (int64_t e = 0; e < ne; e++) {
-            double a = exp(sc[e] - m) / sum;
+            double a = sc[e] / sum;
             const float *vj = R->v + (rb + js[e]) * D + h * hd;
 #pragma omp simd
             for (int64_t t = 0; t < hd; t++)
@@ -286,8 +341,8 @@ int sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const 
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t r = 0; r < nrows; r++)
-            norm_project_row(&R, r, NULL, NULL);
+        for (int64_t r0 = 0; r0 < nrows; r0 += RB)
+            norm_project_group(&R, r0, 0);
         int tid = thread_id();
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 4)
@@ -304,21 +359,15 @@ int sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const 
 
 /* ---- backward ----------------------------------------------------------- */
 
-/* dctx row r = d_out row r times Wo; acc (D) */
-static void dctx_row(const run *R, int64_t r, double *acc)
+/* dctx = d_out Wo for the rows of group r0; acc (RB*D) */
+static void dctx_group(const run *R, int64_t r0, double *acc)
 {
-    int64_t D = R->D;
-    const float *g = R->dout + r * D;
-    zero_d(acc, D);
-    for (int64_t o = 0; o < D; o++) {
-        double go = (double)g[o];
-        const float *wo = R->w->wo + o * D;
-#pragma omp simd
+    int64_t D = R->D, rows = R->B * R->N;
+    zero_d(acc, RB * D);
+    back_project_group(R, r0, R->dout, R->w->wo, acc);
+    for (int64_t r = r0; r < r0 + RB && r < rows; r++)
         for (int64_t c = 0; c < D; c++)
-            acc[c] += go * (double)wo[c];
-    }
-    for (int64_t c = 0; c < D; c++)
-        R->dctx[r * D + c] = (float)acc[c];
+            R->dctx[r * D + c] = (float)acc[(r - r0) * D + c];
 }
 
 /* Pass A, query row r: ctx, Di, dq; then per edge the MLP's backward, the
@@ -345,12 +394,14 @@ static void query_row(const run *R, int64_t r, double *scr, int64_t *js, double 
             ph[e] = score(R, r, rb + js[e], h, bias[e * H + h]);
             m = e ? fmax(m, ph[e]) : ph[e];
         }
-        for (int64_t e = 0; e < ne; e++)
-            psum += exp(ph[e] - m);
-        double lse = m + log(psum); /* the forward's, before rounding to float */
-        R->lse_d[st] = lse;
         for (int64_t e = 0; e < ne; e++) {
-            ph[e] = exp(ph[e] - lse);
+            ph[e] = exp(ph[e] - m);
+            psum += ph[e];
+        }
+        /* the forward's lse before rounding to float; key_row's p = exp(s - lse) */
+        R->lse_d[st] = m + log(psum);
+        for (int64_t e = 0; e < ne; e++) {
+            ph[e] /= psum;
             dh[e] = dot_ff(dch, R->v + (rb + js[e]) * D + h * hd, hd);
             dsum += ph[e] * dh[e];
         }
@@ -456,37 +507,33 @@ static void key_row(const run *R, int64_t r, double *scr)
     }
 }
 
-/* row o of a (D, D) weight's gradient: sum over rows r of G[r][o] X[r][:] */
-static void weight_grad_row(const run *R, const float *G, const float *X, int64_t o, double *acc,
-                            float *dst)
+/* rows [o0, o0 + RB) of a (D, D) weight's gradient: row o is the sum over
+ * rows r of G[r][o] X[r][:]; acc (RB*D) */
+static void weight_grad_group(const run *R, const float *G, const float *X, int64_t o0,
+                              double *acc, float *dst)
 {
-    int64_t D = R->D, rows = R->B * R->N;
-    zero_d(acc, D);
+    int64_t D = R->D, rows = R->B * R->N, no = o0 + RB < D ? RB : D - o0;
+    zero_d(acc, RB * D);
     for (int64_t r = 0; r < rows; r++) {
-        double g = (double)G[r * D + o];
         const float *xr = X + r * D;
+        for (int64_t k = 0; k < no; k++) {
+            double g = (double)G[r * D + o0 + k];
+            double *a = acc + k * D;
 #pragma omp simd
-        for (int64_t c = 0; c < D; c++)
-            acc[c] += g * (double)xr[c];
+            for (int64_t c = 0; c < D; c++)
+                a[c] += g * (double)xr[c];
+        }
     }
-    for (int64_t c = 0; c < D; c++)
-        dst[o * D + c] = (float)acc[c];
+    for (int64_t k = 0; k < no; k++)
+        for (int64_t c = 0; c < D; c++)
+            dst[(o0 + k) * D + c] = (float)acc[k * D + c];
 }
 
-/* dx of row r (into R->x) and, when dnodes is set, LayerNorm's backward. acc (D) */
-static void norm_back_row(const run *R, int64_t r, double *acc, float *dnodes)
+/* row r's dx (acc, D) into R->x and, when dnodes is set, LayerNorm's backward */
+static void norm_back_row(const run *R, int64_t r, const double *acc, float *dnodes)
 {
     const sgk_cpu_weights *w = R->w;
     int64_t D = R->D;
-    zero_d(acc, D);
-    for (int64_t o = 0; o < D; o++) {
-        double gq = (double)R->dq[r * D + o], gk = (double)R->dk[r * D + o],
-               gv = (double)R->dv[r * D + o];
-        const float *wq = w->wq + o * D, *wk = w->wk + o * D, *wv = w->wv + o * D;
-#pragma omp simd
-        for (int64_t c = 0; c < D; c++)
-            acc[c] += gq * (double)wq[c] + gk * (double)wk[c] + gv * (double)wv[c];
-    }
     for (int64_t c = 0; c < D; c++)
         R->x[r * D + c] = (float)acc[c];
     if (!dnodes)
@@ -504,6 +551,19 @@ static void norm_back_row(const run *R, int64_t r, double *acc, float *dnodes)
         double xh = ((double)row[c] - mean) * rstd, dxh = acc[c] * (double)w->gamma[c];
         dnodes[r * D + c] = (float)((double)R->dout[r * D + c] + rstd * (dxh - m1 - xh * m2));
     }
+}
+
+/* dx = dq Wq + dk Wk + dv Wv for the rows of group r0, then norm_back_row;
+ * acc (RB*D) */
+static void norm_back_group(const run *R, int64_t r0, double *acc, float *dnodes)
+{
+    int64_t D = R->D, rows = R->B * R->N;
+    zero_d(acc, RB * D);
+    back_project_group(R, r0, R->dq, R->w->wq, acc);
+    back_project_group(R, r0, R->dk, R->w->wk, acc);
+    back_project_group(R, r0, R->dv, R->w->wv, acc);
+    for (int64_t r = r0; r < r0 + RB && r < rows; r++)
+        norm_back_row(R, r, acc + (r - r0) * D, dnodes);
 }
 
 /* dgamma, dbeta of columns [c0, c0 + COL_BLOCK) from dx (in R->x) */
@@ -538,8 +598,8 @@ int sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float
     size_t rows = (size_t)nrows, nd = mulsz(rows, (size_t)D);
     size_t part_size = (size_t)(P * P + P + H * P + H);
     size_t per_thread = (size_t)(2 * N * P + 3 * N * H + D + 3 * P);
-    if (per_thread < (size_t)(2 * P + H + 2 * D)) /* key_row's share */
-        per_thread = (size_t)(2 * P + H + 2 * D);
+    if (per_thread < (size_t)(2 * P + H + RB * D)) /* key_row's, the groups' share */
+        per_thread = (size_t)(2 * P + H + RB * D);
     size_t stats = addsz(mulsz(rows, 2), mulsz(rows, (size_t)(2 * H)));
     /* the MLP weights' total, then one partial sum per block of a wave */
     size_t parts = mulsz(part_size, (size_t)(wave + 1));
@@ -599,9 +659,9 @@ int sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t r = 0; r < nrows; r++) {
-            norm_project_row(&R, r, R.mean + r, R.rstd + r);
-            dctx_row(&R, r, my);
+        for (int64_t r0 = 0; r0 < nrows; r0 += RB) {
+            norm_project_group(&R, r0, 1);
+            dctx_group(&R, r0, my);
         }
 
         /* pass A, in waves of blocks; each wave's partial sums are added to
@@ -641,22 +701,22 @@ int sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-        for (int64_t o = 0; o < D; o++) {
+        for (int64_t o0 = 0; o0 < D; o0 += RB) {
             if (g->wo)
-                weight_grad_row(&R, R.dout, R.ctx, o, my, g->wo);
+                weight_grad_group(&R, R.dout, R.ctx, o0, my, g->wo);
             if (g->wq)
-                weight_grad_row(&R, R.dq, R.x, o, my, g->wq);
+                weight_grad_group(&R, R.dq, R.x, o0, my, g->wq);
             if (g->wk)
-                weight_grad_row(&R, R.dk, R.x, o, my, g->wk);
+                weight_grad_group(&R, R.dk, R.x, o0, my, g->wk);
             if (g->wv)
-                weight_grad_row(&R, R.dv, R.x, o, my, g->wv);
+                weight_grad_group(&R, R.dv, R.x, o0, my, g->wv);
         }
         if (want_dx) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t r = 0; r < nrows; r++)
-                norm_back_row(&R, r, my, g->nodes);
+            for (int64_t r0 = 0; r0 < nrows; r0 += RB)
+                norm_back_group(&R, r0, my, g->nodes);
         }
         if (g->gamma || g->beta) {
 #ifdef _OPENMP
