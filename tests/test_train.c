@@ -1,9 +1,9 @@
 /* The gradient version of the conformance table: sgk_forward_train and
  * sgk_backward on every case of the table the double reference backward
  * can take in a few seconds, against sgk_ref_forward_stats and
- * sgk_ref_backward. Per gradient tensor: relative L2 <= 1e-4 and max abs
- * <= 1e-4 times the larger of 1 and the reference tensor's largest
- * magnitude; the saved log-sum-exp within 1e-5 relative; every output
+ * sgk_ref_backward. Per gradient tensor: relative L2 <= 1e-4 (the
+ * reference's norm floored, rel_l2_floored) and max abs <= 1e-4 times the
+ * larger of 1 and the reference tensor's largest magnitude; the saved log-sum-exp within 1e-5 relative; every output
  * NaN-poisoned and guarded; a second backward bitwise equal to the first;
  * a NULL member of sgk_grads left alone. Then the calls' argument checks.
  * A backend without a backward exits 77 (skip) with the library's reason.
@@ -66,7 +66,7 @@ static int case_small_enough(const sgkt_case *c)
     const double pairs = (double)c->B * (double)c->N * (double)c->N;
     const double work = pairs * ((double)c->P * (double)c->P + (double)c->D) +
                         (double)c->B * (double)c->N * (double)c->D * (double)c->D;
-    return sgkt_case_enabled(c) && work <= 4e8;
+    return sgkt_case_enabled(c) && work <= 1e8;
 }
 
 typedef struct grads_buf {
@@ -96,6 +96,22 @@ static void grads_free(grads_buf *b)
         sgkt_guarded_free(*grad_slot(&b->g, i));
 }
 
+/* Relative L2 of got against ref, the norm of ref floored at 1e-3 per
+ * element's root mean square: a gradient that is exactly zero in exact
+ * arithmetic (b2's, since a softmax ignores a constant added to a row)
+ * has only rounding in both, which relative error alone would magnify. */
+static double rel_l2_floored(const float *got, const double *ref, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i])) {
+            d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+            r += ref[i] * ref[i];
+        }
+    const double floor = 1e-6 * (double)n;
+    return sqrt(d / (r > floor ? r : floor));
+}
+
 static double max_abs_of(const double *x, size_t n)
 {
     double m = 0;
@@ -105,13 +121,15 @@ static double max_abs_of(const double *x, size_t n)
     return m;
 }
 
-/* Where the reference is finite, got must be finite too; where it is not,
- * got must not be finite either. */
+/* Where the reference is finite, got must be finite too: a non-finite
+ * value spreads no further than the reference lets it. (The reference may
+ * be NaN where sgk is not: it multiplies masked pairs' zero weights into
+ * a NaN query, which sgk never reads.) */
 static size_t finiteness_mismatches(const float *got, const double *ref, size_t n)
 {
     size_t bad = 0;
     for (size_t i = 0; i < n; i++)
-        bad += (isfinite(ref[i]) != 0) != (isfinite(got[i]) != 0);
+        bad += isfinite(ref[i]) && !isfinite(got[i]);
     return bad;
 }
 
@@ -213,14 +231,15 @@ static void test_case(void **state)
             const float *got = *grad_slot(&g1.g, i);
             const double *want = *ref_slot(&rg, i);
             sgkt_error e = sgkt_compare(got, want, n[i]);
+            const double rel = rel_l2_floored(got, want, n[i]);
             const double scale = fmax(1.0, max_abs_of(want, n[i]));
             const size_t fin = finiteness_mismatches(got, want, n[i]);
-            const int gok = sgkt_error_ok(&e, GRAD_REL_L2, GRAD_MAX_ABS * scale) && fin == 0 &&
+            const int gok = rel <= GRAD_REL_L2 && e.max_abs <= GRAD_MAX_ABS * scale && fin == 0 &&
                             sgkt_guard_ok(got, n[i] * sizeof(float));
             if (!gok)
                 printf("FAIL case=%s grad %s: rel L2 %.2e max abs %.2e (allowed %.2e), "
                        "finiteness mismatches %zu\n",
-                       c->name, k_grad_names[i], e.rel_l2, e.max_abs, GRAD_MAX_ABS * scale, fin);
+                       c->name, k_grad_names[i], rel, e.max_abs, GRAD_MAX_ABS * scale, fin);
             ok &= gok;
         }
         /* the same bits again, and NULL members left alone */
