@@ -7,8 +7,8 @@
 
 #include "sgk_internal.h"
 
-static sgk_status check_pointers(const sgk_layer *layer, const void *nodes,
-                                 const void *pair_feats, const void *edge_mask, const void *out)
+sgk_status sgk_check_inputs(const sgk_layer *layer, const void *nodes, const void *pair_feats,
+                            const void *edge_mask)
 {
     if (layer == NULL)
         return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
@@ -18,9 +18,16 @@ static sgk_status check_pointers(const sgk_layer *layer, const void *nodes,
         return sgk_set_error(SGK_ERR_NULL_POINTER, "pair_feats is NULL");
     if (edge_mask == NULL)
         return sgk_set_error(SGK_ERR_NULL_POINTER, "edge_mask is NULL");
-    if (out == NULL)
-        return sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
     return SGK_OK;
+}
+
+static sgk_status check_pointers(const sgk_layer *layer, const void *nodes,
+                                 const void *pair_feats, const void *edge_mask, const void *out)
+{
+    sgk_status st = sgk_check_inputs(layer, nodes, pair_feats, edge_mask);
+    if (st == SGK_OK && out == NULL)
+        st = sgk_set_error(SGK_ERR_NULL_POINTER, "out is NULL");
+    return st;
 }
 
 sgk_status sgk_mask_elem_size(sgk_mask_type mask_type, size_t *elem)

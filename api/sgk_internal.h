@@ -142,6 +142,9 @@ int sgk_shape_fits(const sgk_layer *layer, int64_t B, int64_t N);
 const char *sgk_variant_name(const sgk_layer *layer, int variant);
 
 /* ---- forward.c: argument checks the training calls share ---------------- */
+/* layer, nodes, pair_feats and edge_mask not NULL, else an error naming it. */
+sgk_status sgk_check_inputs(const sgk_layer *layer, const void *nodes, const void *pair_feats,
+                            const void *edge_mask);
 /* The size of one element of mask_type, or an error naming it. */
 sgk_status sgk_mask_elem_size(sgk_mask_type mask_type, size_t *elem);
 /* SGK_OK when ptr is a multiple of align, else an error naming the buffer. */

@@ -57,16 +57,10 @@ static sgk_status prepare(sgk_layer *layer, const char *name, int64_t B, int64_t
                           const void *nodes, const void *pair_feats, const void *edge_mask,
                           sgk_mask_type mask_type, sgk_fwd *args, sgk_call *call)
 {
-    if (layer == NULL)
-        return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
-    if (nodes == NULL)
-        return sgk_set_error(SGK_ERR_NULL_POINTER, "nodes is NULL");
-    if (pair_feats == NULL)
-        return sgk_set_error(SGK_ERR_NULL_POINTER, "pair_feats is NULL");
-    if (edge_mask == NULL)
-        return sgk_set_error(SGK_ERR_NULL_POINTER, "edge_mask is NULL");
     size_t mask_elem = 0;
-    sgk_status st = require_backward(layer, name);
+    sgk_status st = sgk_check_inputs(layer, nodes, pair_feats, edge_mask);
+    if (st == SGK_OK)
+        st = require_backward(layer, name);
     if (st == SGK_OK)
         st = sgk_mask_elem_size(mask_type, &mask_elem);
     if (st == SGK_OK)
