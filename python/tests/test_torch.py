@@ -135,6 +135,19 @@ def test_autograd_matches_reference(device):
         assert diff <= allowed, f"d{name}: |diff| {diff:.3e} > {allowed:.3e} (|want| {want.norm():.3e})"
 
 
+def test_cpu_backward_is_sgks(monkeypatch):
+    """On CPU tensors autograd runs sgk's backward, not the reference's."""
+    from sgk.torch import module
+    calls = []
+    real = module._sgk_backward
+    monkeypatch.setattr(module, "_sgk_backward", lambda *a: calls.append(1) or real(*a))
+    m = randomise(st.RelationUpdate(16, 4, 2), 9)
+    x = inputs(2, 5, 16, 4, "cpu", 10)
+    nodes = x[0].clone().requires_grad_()
+    m(nodes, x[1], x[2]).sum().backward()
+    assert calls == [1] and nodes.grad is not None and m.q_proj.weight.grad is not None
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     m = randomise(st.RelationUpdate(32, 4, 2), 8).to(device)

@@ -314,10 +314,35 @@ def _setup_context(ctx, inputs, output):
     ctx.eps = eps
 
 
+def _real_cpu(tensors):
+    """Whether these are plain CPU tensors sgk can read: not fake or meta
+    (torch.compile and opcheck trace the backward with those)."""
+    from torch._subclasses.fake_tensor import is_fake
+    return all(t.device.type == "cpu" and not is_fake(t) for t in tensors)
+
+
+def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, grad):
+    """The cpu backend's backward (sgk.Layer.backward) on these tensors."""
+    host = {k: w.detach().contiguous().numpy() for k, w in zip(KEYS, weights)}
+    mask = edge_mask.detach().contiguous()
+    if mask.dtype == torch.bool:
+        mask = mask.view(torch.uint8)
+    with Layer("cpu", host, eps=eps) as layer:
+        g = layer.backward(nodes.detach().contiguous().numpy(), pair_feats.detach().contiguous().numpy(),
+                           mask.numpy(), grad.detach().to(torch.float32).contiguous().numpy())
+    return (torch.from_numpy(g["nodes"]), torch.from_numpy(g["pair_feats"]),
+            [torch.from_numpy(g[k]) for k in KEYS])
+
+
 def _backward(ctx, grad):
-    # The slow path until sgk has its own backward: recompute the forward
-    # with PyTorch ops and differentiate that.
     nodes, pair_feats, edge_mask, *weights = ctx.saved_tensors
+    # On the CPU, sgk's own backward; it gives no graph, so a double
+    # backward (grad mode on here) takes the path below.
+    if not torch.is_grad_enabled() and _real_cpu([nodes, pair_feats, edge_mask, grad, *weights]):
+        dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, ctx.eps, grad)
+        return dn, dp, None, dw, None, None
+    # Elsewhere, until sgk's backward runs there: recompute the forward
+    # with PyTorch ops and differentiate that.
     with torch.enable_grad():
         xs = [t.detach().requires_grad_(True) for t in [nodes, pair_feats] + weights]
         out = _reference_forward(xs[0], xs[1], edge_mask, xs[2:], ctx.eps)
@@ -355,7 +380,9 @@ class RelationUpdate(reference.RelationUpdate):
     the call then skips autograd's bookkeeping, which costs more than the
     layer itself at small shapes.
 
-    Backward is the slow path: it recomputes the layer with PyTorch ops
+    Backward on CPU tensors is sgk's (the cpu backend's sgk_backward, from
+    the saved inputs). On CUDA tensors, and for a double backward, it is
+    the slow path: it recomputes the layer with PyTorch ops
     (sgk.torch.reference) and differentiates that, so gradients are right
     but cost what PyTorch's own module costs, plus the saved inputs.
     """
