@@ -3,7 +3,7 @@
  * The input is a little program: each step picks a call (context or layer
  * creation and destruction in any order, forward, forward_device, new
  * weights from host or "device" pointers, variants, queries, the registry)
- * and its arguments: sizes small enough to compute
+ * and its arguments; training calls on small shapes; sizes small enough to compute
  * or wild (0, negative, huge, overflowing), NULL and misaligned pointers,
  * aliasing outputs, mask types in and out of the enum, forced variants, and
  * an allocation failure injected into the next call. A model of sgk's rules
@@ -727,6 +727,127 @@ static void step_forward(state *s, int device_call)
     free_buffers(&b);
 }
 
+/* ---- training ---------------------------------------------------------- */
+
+/* sgk_forward_train then sgk_backward on a small valid shape, with at most
+ * one thing wrong in the backward's arguments (NULL saved, d_out or grads,
+ * a misaligned gradient, two gradients on one buffer, a gradient over
+ * d_out, B or N below 1, a mask type outside the enum) and some gradients
+ * not asked for. A refused or failed call must leave every gradient
+ * buffer as it was; one that succeeds must match the double reference. */
+static void step_train(state *s)
+{
+    layer_slot *l = &s->layer[u8(&s->in) % LAYER_SLOTS];
+    if (!l->layer)
+        return;
+    const int64_t B = 1 + u8(&s->in) % 2, N = 1 + u8(&s->in) % 4, D = l->D, H = l->H, P = l->P;
+    const sgk_mask_type mt = u8(&s->in) & 1 ? SGK_MASK_U8 : SGK_MASK_F32;
+    const uint8_t fault = u8(&s->in), wanted = u8(&s->in);
+    buffers b;
+    memset(&b, 0, sizeof b);
+    b.nodes_bytes = (size_t)(B * N * D) * 4;
+    b.pair_bytes = (size_t)(B * N * N * P) * 4;
+    b.mask_bytes = (size_t)(B * N * N) * (mt == SGK_MASK_U8 ? 1 : 4);
+    const size_t sizes[12] = {b.nodes_bytes, b.pair_bytes, (size_t)D * 4, (size_t)D * 4,
+                              (size_t)(D * D) * 4, (size_t)(D * D) * 4, (size_t)(D * D) * 4,
+                              (size_t)(D * D) * 4, (size_t)(P * P) * 4, (size_t)P * 4,
+                              (size_t)(H * P) * 4, (size_t)H * 4};
+    size_t total = 0, at[12];
+    for (int i = 0; i < 12; i++)
+        at[i] = total, total += (sizes[i] + 127) & ~(size_t)63;
+    const size_t saved_bytes = (size_t)(B * H * N) * 4;
+    unsigned char *grads = NULL;
+    float *out = malloc(b.nodes_bytes), *saved = malloc(saved_bytes), *d_out = malloc(b.nodes_bytes);
+    b.raw = malloc(b.nodes_bytes + b.pair_bytes + b.mask_bytes + 8);
+    if (posix_memalign((void **)&grads, 64, total) != 0 || !out || !saved || !d_out || !b.raw)
+        abort();
+    b.nodes = (float *)(void *)b.raw;
+    b.pair = (float *)(void *)(b.raw + b.nodes_bytes);
+    b.mask = b.raw + b.nodes_bytes + b.pair_bytes;
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, u64(&s->in));
+    fill(s, &b, &rng, mt, B * N * N);
+    sgkt_fill_normal(&rng, d_out, b.nodes_bytes / 4, 0.0, 1.0);
+    memset(grads, PATTERN, total);
+
+    allowed a = {0};
+    allow(&a, SGK_OK);
+    if (s->armed) allow(&a, SGK_ERR_OUT_OF_MEMORY);
+    sgk_status st = sgk_forward_train(l->layer, B, N, b.nodes, b.pair, b.mask, mt, out, saved);
+    check_status("sgk_forward_train", st, &a);
+    if (st == SGK_OK) {
+        sgk_grads g;
+        memset(&g, 0, sizeof g);
+        void **slot[12] = {&g.nodes, &g.pair_feats, &g.ln_gamma, &g.ln_beta, &g.wq, &g.wk,
+                           &g.wv, &g.wo, &g.w1, &g.b1, &g.w2, &g.b2};
+        for (int i = 0; i < 12; i++)
+            if (!(wanted & 1u << (i % 8)) || i < 2)
+                *slot[i] = grads + at[i];
+        const void *sv = saved, *dd = d_out;
+        const sgk_grads *gp = &g;
+        int64_t Bc = B, Nc = N;
+        sgk_mask_type mtc = mt;
+        memset(&a, 0, sizeof a);
+        switch (fault % 10) {
+        case 1: sv = NULL; allow(&a, SGK_ERR_NULL_POINTER); break;
+        case 2: dd = NULL; allow(&a, SGK_ERR_NULL_POINTER); break;
+        case 3: gp = NULL; allow(&a, SGK_ERR_NULL_POINTER); break;
+        case 4: g.nodes = grads + at[0] + 1 + fault / 10 % 3; allow(&a, SGK_ERR_INVALID_ARGUMENT); break;
+        case 5: g.wk = g.wq = grads + at[4]; allow(&a, SGK_ERR_INVALID_ARGUMENT); break;
+        case 6: g.nodes = d_out; allow(&a, SGK_ERR_INVALID_ARGUMENT); break;
+        case 7: Bc = -(int64_t)(fault / 10); allow(&a, SGK_ERR_INVALID_ARGUMENT); break;
+        case 8: Nc = 0; allow(&a, SGK_ERR_INVALID_ARGUMENT); break;
+        case 9: mtc = (sgk_mask_type)(2 + fault / 10); allow(&a, SGK_ERR_UNSUPPORTED); break;
+        default: allow(&a, SGK_OK); break;
+        }
+        if (s->armed) allow(&a, SGK_ERR_OUT_OF_MEMORY);
+        unsigned char *snapshot = malloc(total);
+        if (!snapshot)
+            abort();
+        memcpy(snapshot, grads, total);
+        st = sgk_backward(l->layer, Bc, Nc, b.nodes, b.pair, b.mask, mtc, sv, dd, gp);
+        check_status("sgk_backward", st, &a);
+        if (st != SGK_OK && memcmp(snapshot, grads, total) != 0)
+            finding("a failed sgk_backward wrote a gradient", st, &a);
+        if (st == SGK_OK) {
+            sgk_ref_layer ref;
+            sgkt_weights_to_ref(&l->w, &ref);
+            sgk_ref_grads rg;
+            memset(&rg, 0, sizeof rg);
+            double **rs[12] = {&rg.nodes, &rg.pair_feats, &rg.ln_gamma, &rg.ln_beta, &rg.wq, &rg.wk,
+                               &rg.wv, &rg.wo, &rg.w1, &rg.b1, &rg.w2, &rg.b2};
+            for (int i = 0; i < 12; i++)
+                if (!(*rs[i] = malloc(sizes[i] / 4 * sizeof(double) + 8)))
+                    abort();
+            if (sgk_ref_backward(&ref, B, N, b.nodes, b.pair, b.mask, mt, d_out, &rg) != 0)
+                abort();
+            for (int i = 0; i < 12; i++) {
+                const float *got = *slot[i];
+                const size_t n = sizes[i] / 4;
+                double d = 0, r = 0;
+                for (size_t j = 0; got && j < n; j++)
+                    if (isfinite((*rs[i])[j])) {
+                        if (!isfinite(got[j]))
+                            finding("sgk_backward: non-finite where the reference is finite", st, &a);
+                        d += (got[j] - (*rs[i])[j]) * (got[j] - (*rs[i])[j]);
+                        r += (*rs[i])[j] * (*rs[i])[j];
+                    }
+                if (got && l->w.eps > 0 && d > 1e-8 * (r > 1e-6 * (double)n ? r : 1e-6 * (double)n))
+                    finding("sgk_backward result off the reference", st, &a);
+                if (!got && memcmp(snapshot + at[i], grads + at[i], sizes[i]) != 0)
+                    finding("sgk_backward wrote a gradient it was not asked for", st, &a);
+                free(*rs[i]);
+            }
+        }
+        free(snapshot);
+    }
+    free(out);
+    free(saved);
+    free(d_out);
+    free(grads);
+    free_buffers(&b);
+}
+
 /* ---- new weights ------------------------------------------------------- */
 
 /* sgk_layer_set_weights (device = 0) or its device form (host pointers on
@@ -839,6 +960,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 11: case 12: case 13: case 14: step_forward(&s, 1); break;
         case 16: step_set_weights(&s, 0); break;
         case 17: step_set_weights(&s, 1); break;
+        case 18: step_train(&s); break;
         default: step_forward(&s, 0); break;
         }
         if (s.armed) {

@@ -39,6 +39,11 @@ def set_weights(device=False, mode=0, e=0, x=0):
     return bytes([17 if device else 16, 0, mode, e]) + SEED + bytes([x])
 
 
+def train(B=1, N=3, mask=0, fault=0, wanted=0, poison=0):
+    # slot 0; B = 1 + B % 2, N = 1 + N % 4; fault picks what is wrong in the backward
+    return bytes([18, 0, B, N, mask, fault, wanted]) + SEED + bytes([0, poison])
+
+
 def end():
     return bytes([0, 1, 1, 1])
 
@@ -68,6 +73,9 @@ def seeds():
                             [10, 0x32, 1, 10, 3, 200, 10, 4, 1]) + ctx() + \
         bytes([10, 0x04, 2, 10, 0x05, 0]) + end()
     yield "bad-layers", ctx() + wild_layer(4) + wild_layer(5, 1) + wild_layer(0) + end()
+    yield "train", base + train() + b"".join(train(N=f % 4, mask=f, fault=f) for f in range(1, 10)) + \
+        train(B=1, wanted=0x5a) + train(poison=241) + bytes([0x92, 1]) + train()[1:] + \
+        bytes([0x92, 3]) + train()[1:] + end()
     yield "bad-contexts", bytes([0, 3, 0, 0, 0, 0x36, 0xff, 0, 1, 0, 0, 0xc1, 0, 0, 0, 0xf1]) + end()
 
 
