@@ -280,6 +280,25 @@ SGK_EXPORT sgk_status sgk_backward(sgk_layer *layer, int64_t B, int64_t N, const
                                    sgk_mask_type mask_type, const void *saved,
                                    const void *d_out, const sgk_grads *grads);
 
+/* The device forms, on pointers as sgk_forward_device takes them and
+ * enqueued on stream, with the caller's workspace of
+ * sgk_train_workspace_size bytes (one size for both calls), aligned to 16
+ * bytes and overlapping no other argument: they allocate nothing. The
+ * host forms above allocate that workspace themselves. */
+SGK_EXPORT sgk_status sgk_train_workspace_size(sgk_layer *layer, int64_t B, int64_t N,
+                                               size_t *bytes);
+SGK_EXPORT sgk_status sgk_forward_train_device(sgk_layer *layer, int64_t B, int64_t N,
+                                               const void *nodes, const void *pair_feats,
+                                               const void *edge_mask, sgk_mask_type mask_type,
+                                               void *out, void *saved, void *workspace,
+                                               size_t workspace_bytes, void *stream);
+SGK_EXPORT sgk_status sgk_backward_device(sgk_layer *layer, int64_t B, int64_t N,
+                                          const void *nodes, const void *pair_feats,
+                                          const void *edge_mask, sgk_mask_type mask_type,
+                                          const void *saved, const void *d_out,
+                                          const sgk_grads *grads, void *workspace,
+                                          size_t workspace_bytes, void *stream);
+
 /* ---- kernel variants -------------------------------------------------- */
 
 /* Names of the variants of the layer's backend, in the order the automatic

@@ -53,8 +53,8 @@
  * when forced (and be listed as supporting it) without being the
  * automatic choice there.
  *
- * ABI 4 added saved_size, forward_train and backward (optional): the
- * training calls.
+ * ABI 4 added saved_size, train_workspace_size, forward_train and
+ * backward (optional): the training calls.
  */
 #ifndef SGK_BACKEND_H
 #define SGK_BACKEND_H
@@ -169,15 +169,19 @@ typedef struct sgk_backend_ops {
     int (*variant_prefers)(void *blayer, int variant, int64_t B, int64_t N,
                            const sgk_backend_plan *plan);
 
-    /* ABI 4, optional: the backward (sgk_saved_size, sgk_forward_train,
-     * sgk_backward). NULL where the backend has none; the core then
-     * answers SGK_ERR_UNSUPPORTED. Only host_memory backends are called
-     * for now (pointers are the caller's host pointers, validated).
+    /* ABI 4, optional: the training calls (sgk_saved_size,
+     * sgk_forward_train[_device], sgk_backward[_device]). NULL where the
+     * backend has none; the core then answers SGK_ERR_UNSUPPORTED. Only
+     * host_memory backends are called for now. Pointers are validated;
+     * args->workspace holds train_workspace_size bytes, aligned to 16.
      * saved_size: bytes of the state forward_train writes for (B, N).
-     * forward_train: forward on args (args->workspace unused, NULL), also
+     * train_workspace_size: the workspace either call needs (SIZE_MAX when
+     * it does not fit a size_t). forward_train: forward on args, also
      * writing saved. backward: the gradients of sum(d_out * out) into
-     * grads' non-NULL members; args->out is unused (NULL). */
+     * grads' non-NULL members; args->out is unused (NULL). Neither
+     * allocates. */
     size_t (*saved_size)(void *blayer, int64_t B, int64_t N);
+    size_t (*train_workspace_size)(void *blayer, int64_t B, int64_t N);
     sgk_status (*forward_train)(void *blayer, const sgk_fwd *args, void *saved);
     sgk_status (*backward)(void *blayer, const sgk_fwd *args, const void *saved,
                            const void *d_out, const sgk_grads *grads);

@@ -1,7 +1,10 @@
-/* The training calls: sgk_saved_size, sgk_forward_train and sgk_backward.
- * The forward's argument checks, then the backend's ABI 4 ops on the
- * caller's host pointers (host-memory backends only, for now). */
+/* The training calls: sgk_saved_size, sgk_train_workspace_size,
+ * sgk_forward_train[_device] and sgk_backward[_device]. The forward's
+ * argument checks, then the backend's ABI 4 ops (host-memory backends
+ * only, for now): the host forms allocate the workspace, the device forms
+ * take the caller's. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sgk_internal.h"
@@ -9,14 +12,15 @@
 static sgk_status require_backward(const sgk_layer *layer, const char *call)
 {
     const sgk_backend_ops *ops = layer->ops;
-    if (ops->saved_size == NULL || ops->forward_train == NULL || ops->backward == NULL)
+    if (ops->saved_size == NULL || ops->train_workspace_size == NULL || ops->forward_train == NULL ||
+        ops->backward == NULL)
         return sgk_set_error(SGK_ERR_UNSUPPORTED,
                              "%s: backend %s has no backward yet (the cpu backend has one)", call,
                              ops->name);
     if (!ops->host_memory)
         return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "%s: backend %s works on device memory, and the host-pointer "
-                             "training calls run only on host-memory backends (cpu) for now",
+                             "%s: backend %s works on device memory, and the training calls run "
+                             "only on host-memory backends (cpu) for now",
                              call, ops->name);
     return SGK_OK;
 }
@@ -101,15 +105,80 @@ SGK_EXPORT sgk_status sgk_saved_size(sgk_layer *layer, int64_t B, int64_t N, siz
     return st;
 }
 
-SGK_EXPORT sgk_status sgk_forward_train(sgk_layer *layer, int64_t B, int64_t N,
-                                        const void *nodes, const void *pair_feats,
-                                        const void *edge_mask, sgk_mask_type mask_type,
-                                        void *out, void *saved)
+/* The workspace of a training call: the caller's (device form: checked
+ * against what the shape needs) or one allocated here (host form, *owned
+ * set). */
+static sgk_status workspace_for(const sgk_layer *layer, const char *name, int64_t B, int64_t N,
+                                int host, void *workspace, size_t workspace_bytes, void **ws,
+                                void **owned)
 {
+    const size_t need = layer->ops->train_workspace_size(layer->blayer, B, N);
+    *ws = *owned = NULL;
+    if (need == SIZE_MAX)
+        return sgk_set_error(SGK_ERR_SIZE_OVERFLOW,
+                             "%s: the workspace for B=%lld, N=%lld is more bytes than size_t "
+                             "can hold",
+                             name, (long long)B, (long long)N);
+    if (host) {
+        *ws = *owned = sgk_malloc(need ? need : 1);
+        if (*owned == NULL)
+            return sgk_set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "%s: out of memory allocating %zu bytes of workspace", name,
+                                 need);
+        return SGK_OK;
+    }
+    if (need > 0 && workspace == NULL)
+        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
+                             "workspace is NULL but %s needs %zu bytes for B=%lld, N=%lld (see "
+                             "sgk_train_workspace_size)",
+                             name, need, (long long)B, (long long)N);
+    if (workspace_bytes < need)
+        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
+                             "workspace_bytes (%zu) is less than the %zu bytes %s needs for "
+                             "B=%lld, N=%lld (see sgk_train_workspace_size)",
+                             workspace_bytes, need, name, (long long)B, (long long)N);
+    if ((uintptr_t)workspace % 16 != 0)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "workspace (%p) is not aligned to 16 bytes: the training calls keep "
+                             "doubles in it",
+                             workspace);
+    *ws = workspace;
+    return SGK_OK;
+}
+
+SGK_EXPORT sgk_status sgk_train_workspace_size(sgk_layer *layer, int64_t B, int64_t N,
+                                               size_t *bytes)
+{
+    if (layer == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "layer is NULL");
+    if (bytes == NULL)
+        return sgk_set_error(SGK_ERR_NULL_POINTER, "bytes is NULL");
+    sgk_call call;
+    sgk_status st = require_backward(layer, "sgk_train_workspace_size");
+    if (st == SGK_OK)
+        st = sgk_check_shape(layer, B, N, sizeof(float), 1, &call);
+    if (st != SGK_OK)
+        return st;
+    const size_t need = layer->ops->train_workspace_size(layer->blayer, B, N);
+    if (need == SIZE_MAX)
+        return sgk_set_error(SGK_ERR_SIZE_OVERFLOW,
+                             "the training workspace for B=%lld, N=%lld is more bytes than "
+                             "size_t can hold",
+                             (long long)B, (long long)N);
+    *bytes = need;
+    return SGK_OK;
+}
+
+static sgk_status forward_train(int host, sgk_layer *layer, int64_t B, int64_t N,
+                                const void *nodes, const void *pair_feats, const void *edge_mask,
+                                sgk_mask_type mask_type, void *out, void *saved, void *workspace,
+                                size_t workspace_bytes, void *stream)
+{
+    const char *name = host ? "sgk_forward_train" : "sgk_forward_train_device";
     sgk_fwd args;
     sgk_call call;
-    sgk_status st = prepare(layer, "sgk_forward_train", B, N, nodes, pair_feats, edge_mask,
-                            mask_type, &args, &call);
+    sgk_status st = prepare(layer, name, B, N, nodes, pair_feats, edge_mask, mask_type, &args,
+                            &call);
     if (st != SGK_OK)
         return st;
     if (out == NULL)
@@ -127,25 +196,52 @@ SGK_EXPORT sgk_status sgk_forward_train(sgk_layer *layer, int64_t B, int64_t N,
           mask_type == SGK_MASK_F32 ? _Alignof(float) : 1 },
         { "out", out, call.nodes_bytes, _Alignof(float) },
         { "saved", saved, sbytes, _Alignof(float) },
+        { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
     st = check_buffers(bufs, (int)(sizeof bufs / sizeof bufs[0]), 3);
+    void *owned = NULL;
+    if (st == SGK_OK)
+        st = workspace_for(layer, name, B, N, host, workspace, workspace_bytes, &args.workspace,
+                           &owned);
     if (st != SGK_OK)
         return st;
     args.out = out;
+    args.stream = stream;
     uint64_t serial = sgk_error_serial();
     st = layer->ops->forward_train(layer->blayer, &args, saved);
+    free(owned);
     return sgk_backend_result(st, serial, layer->ops, "forward_train");
 }
 
-SGK_EXPORT sgk_status sgk_backward(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
-                                   const void *pair_feats, const void *edge_mask,
-                                   sgk_mask_type mask_type, const void *saved,
-                                   const void *d_out, const sgk_grads *grads)
+SGK_EXPORT sgk_status sgk_forward_train(sgk_layer *layer, int64_t B, int64_t N,
+                                        const void *nodes, const void *pair_feats,
+                                        const void *edge_mask, sgk_mask_type mask_type,
+                                        void *out, void *saved)
 {
+    return forward_train(1, layer, B, N, nodes, pair_feats, edge_mask, mask_type, out, saved,
+                         NULL, 0, NULL);
+}
+
+SGK_EXPORT sgk_status sgk_forward_train_device(sgk_layer *layer, int64_t B, int64_t N,
+                                               const void *nodes, const void *pair_feats,
+                                               const void *edge_mask, sgk_mask_type mask_type,
+                                               void *out, void *saved, void *workspace,
+                                               size_t workspace_bytes, void *stream)
+{
+    return forward_train(0, layer, B, N, nodes, pair_feats, edge_mask, mask_type, out, saved,
+                         workspace, workspace_bytes, stream);
+}
+
+static sgk_status backward(int host, sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
+                           const void *pair_feats, const void *edge_mask, sgk_mask_type mask_type,
+                           const void *saved, const void *d_out, const sgk_grads *grads,
+                           void *workspace, size_t workspace_bytes, void *stream)
+{
+    const char *name = host ? "sgk_backward" : "sgk_backward_device";
     sgk_fwd args;
     sgk_call call;
-    sgk_status st = prepare(layer, "sgk_backward", B, N, nodes, pair_feats, edge_mask,
-                            mask_type, &args, &call);
+    sgk_status st = prepare(layer, name, B, N, nodes, pair_feats, edge_mask, mask_type, &args,
+                            &call);
     if (st != SGK_OK)
         return st;
     if (saved == NULL)
@@ -179,11 +275,38 @@ SGK_EXPORT sgk_status sgk_backward(sgk_layer *layer, int64_t B, int64_t N, const
         { "grads->b1", grads->b1, P * f, _Alignof(float) },
         { "grads->w2", grads->w2, H * P * f, _Alignof(float) },
         { "grads->b2", grads->b2, H * f, _Alignof(float) },
+        { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
     st = check_buffers(bufs, (int)(sizeof bufs / sizeof bufs[0]), 5);
+    void *owned = NULL;
+    if (st == SGK_OK)
+        st = workspace_for(layer, name, B, N, host, workspace, workspace_bytes, &args.workspace,
+                           &owned);
     if (st != SGK_OK)
         return st;
+    args.stream = stream;
     uint64_t serial = sgk_error_serial();
     st = layer->ops->backward(layer->blayer, &args, saved, d_out, grads);
+    free(owned);
     return sgk_backend_result(st, serial, layer->ops, "backward");
+}
+
+SGK_EXPORT sgk_status sgk_backward(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
+                                   const void *pair_feats, const void *edge_mask,
+                                   sgk_mask_type mask_type, const void *saved,
+                                   const void *d_out, const sgk_grads *grads)
+{
+    return backward(1, layer, B, N, nodes, pair_feats, edge_mask, mask_type, saved, d_out, grads,
+                    NULL, 0, NULL);
+}
+
+SGK_EXPORT sgk_status sgk_backward_device(sgk_layer *layer, int64_t B, int64_t N,
+                                          const void *nodes, const void *pair_feats,
+                                          const void *edge_mask, sgk_mask_type mask_type,
+                                          const void *saved, const void *d_out,
+                                          const sgk_grads *grads, void *workspace,
+                                          size_t workspace_bytes, void *stream)
+{
+    return backward(0, layer, B, N, nodes, pair_feats, edge_mask, mask_type, saved, d_out, grads,
+                    workspace, workspace_bytes, stream);
 }

@@ -5,7 +5,9 @@
  * reference's norm floored, rel_l2_floored) and max abs <= 1e-4 times the
  * larger of 1 and the reference tensor's largest magnitude; the saved log-sum-exp within 1e-5 relative; every output
  * NaN-poisoned and guarded; a second backward bitwise equal to the first;
- * a NULL member of sgk_grads left alone. Then the calls' argument checks.
+ * a NULL member of sgk_grads left alone; the device forms in the
+ * caller's workspace bitwise the host forms. Then the calls' argument
+ * checks.
  * A backend without a backward exits 77 (skip) with the library's reason.
  *
  *   test_train [backend]   (default cpu) */
@@ -254,7 +256,38 @@ static void test_case(void **state)
             printf("FAIL case=%s: a second sgk_backward (%s) is not bitwise the first\n",
                    c->name, sgk_status_string(st));
         ok &= same;
-        printf("%s case=%s backward: %d gradients against the reference, repeat bitwise\n",
+        /* the device forms, in the caller's workspace: the same bits */
+        size_t ws_bytes = 0;
+        st = sgk_train_workspace_size(layer, c->B, c->N, &ws_bytes);
+        void *ws = st == SGK_OK ? sgkt_guarded_alloc(ws_bytes) : NULL;
+        float *out2 = sgkt_guarded_alloc(p.n_out * sizeof(float));
+        float *saved2 = sgkt_guarded_alloc(BHN * sizeof(float));
+        grads_buf g3;
+        assert_int_equal(grads_alloc(&g3, c, 0), 0);
+        int dev_ok = ws && out2 && saved2;
+        if (dev_ok)
+            dev_ok = sgk_forward_train_device(layer, c->B, c->N, p.in.nodes, p.in.pair_feats,
+                                              p.in.edge_mask, p.in.mask_type, out2, saved2, ws,
+                                              ws_bytes, NULL) == SGK_OK &&
+                     memcmp(out2, out, p.n_out * sizeof(float)) == 0 &&
+                     memcmp(saved2, saved, BHN * sizeof(float)) == 0 &&
+                     sgk_backward_device(layer, c->B, c->N, p.in.nodes, p.in.pair_feats,
+                                         p.in.edge_mask, p.in.mask_type, saved2, d_out, &g3.g,
+                                         ws, ws_bytes, NULL) == SGK_OK &&
+                     sgkt_guard_ok(ws, ws_bytes);
+        for (int i = 0; dev_ok && i < N_GRADS; i++)
+            dev_ok = memcmp(*grad_slot(&g1.g, i), *grad_slot(&g3.g, i), n[i] * sizeof(float)) == 0;
+        if (!dev_ok)
+            printf("FAIL case=%s: the device forms (workspace %zu bytes) differ from the host "
+                   "forms: %s\n",
+                   c->name, ws_bytes, sgk_last_error());
+        ok &= dev_ok;
+        grads_free(&g3);
+        sgkt_guarded_free(ws);
+        sgkt_guarded_free(out2);
+        sgkt_guarded_free(saved2);
+        printf("%s case=%s backward: %d gradients against the reference, repeat and device "
+               "forms bitwise\n",
                ok ? "ok" : "FAIL", c->name, N_GRADS);
     }
     grads_free(&g1);
@@ -346,6 +379,26 @@ static void test_bad_inputs(void **state)
     EXPECT(sgk_backward(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
                         in->mask_type, saved, d_out, &odd),
            SGK_ERR_INVALID_ARGUMENT, "grads->b2");
+    /* the device forms' workspace: NULL, short, misaligned */
+    size_t ws_bytes = 0;
+    EXPECT(sgk_train_workspace_size(layer, c->B, c->N, NULL), SGK_ERR_NULL_POINTER, "bytes");
+    assert_int_equal(sgk_train_workspace_size(layer, c->B, c->N, &ws_bytes), SGK_OK);
+    unsigned char *ws = malloc(ws_bytes + 32);
+    assert_non_null(ws);
+    unsigned char *ws16 = ws + (16 - (uintptr_t)ws % 16) % 16;
+    EXPECT(sgk_backward_device(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                               in->mask_type, saved, d_out, &g.g, NULL, ws_bytes, NULL),
+           SGK_ERR_INSUFFICIENT_WORKSPACE, "workspace is NULL");
+    EXPECT(sgk_backward_device(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                               in->mask_type, saved, d_out, &g.g, ws16, ws_bytes - 1, NULL),
+           SGK_ERR_INSUFFICIENT_WORKSPACE, "sgk_train_workspace_size");
+    EXPECT(sgk_forward_train_device(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                                    in->mask_type, out, saved, ws16 + 4, ws_bytes, NULL),
+           SGK_ERR_INVALID_ARGUMENT, "aligned to 16");
+    EXPECT(sgk_backward_device(layer, c->B, c->N, in->nodes, in->pair_feats, in->edge_mask,
+                               in->mask_type, saved, d_out, &g.g, g.g.wv, ws_bytes, NULL),
+           SGK_ERR_INVALID_ARGUMENT, "grads->wv overlaps workspace");
+    free(ws);
 #undef EXPECT
     /* no refused call wrote a gradient */
     for (int i = 0; i < N_GRADS; i++) {

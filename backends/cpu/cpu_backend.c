@@ -248,13 +248,21 @@ static size_t cpu_saved_size(void *bl, int64_t B, int64_t N)
     return (size_t)B * (size_t)l->H * (size_t)N * sizeof(float);
 }
 
+static size_t cpu_train_workspace_size(void *bl, int64_t B, int64_t N)
+{
+    const cpu_layer *l = bl;
+    const sgk_cpu_weights w = weights_of(l);
+    const size_t f = sgk_cpu_forward_train_scratch(&w, B, N, l->ctx->threads);
+    const size_t b = sgk_cpu_backward_scratch(&w, B, N, l->ctx->threads);
+    return f > b ? f : b;
+}
+
 static sgk_status cpu_forward_train(void *bl, const sgk_fwd *a, void *saved)
 {
     const cpu_layer *l = bl;
     const sgk_cpu_weights w = weights_of(l);
-    if (sgk_cpu_forward_train(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
-                              a->mask_type == SGK_MASK_U8, a->out, saved, l->ctx->threads) != 0)
-        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: out of memory for the forward's scratch");
+    sgk_cpu_forward_train(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
+                          a->mask_type == SGK_MASK_U8, a->out, saved, l->ctx->threads, a->workspace);
     return SGK_OK;
 }
 
@@ -265,9 +273,8 @@ static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, co
     const sgk_cpu_weights w = weights_of(l);
     const sgk_cpu_grads cg = {g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
                               g->wv, g->wo, g->w1, g->b1, g->w2, g->b2};
-    if (sgk_cpu_backward(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
-                         a->mask_type == SGK_MASK_U8, saved, d_out, &cg, l->ctx->threads) != 0)
-        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: out of memory for the backward's scratch");
+    sgk_cpu_backward(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
+                     a->mask_type == SGK_MASK_U8, saved, d_out, &cg, l->ctx->threads, a->workspace);
     return SGK_OK;
 }
 
@@ -324,6 +331,7 @@ static const sgk_backend_ops k_ops = {
     .layer_set_weights_device = cpu_set_weights_device,
     .variant_prefers = cpu_variant_prefers,
     .saved_size = cpu_saved_size,
+    .train_workspace_size = cpu_train_workspace_size,
     .forward_train = cpu_forward_train,
     .backward = cpu_backward,
 };
@@ -331,6 +339,5 @@ static const sgk_backend_ops k_ops = {
 const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host)
 {
     g_host = host;
-    sgk_cpu_bwd_should_fail = host->alloc_should_fail;
     return &k_ops;
 }

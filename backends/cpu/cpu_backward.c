@@ -49,7 +49,6 @@
 #include <omp.h>
 #endif
 
-int (*sgk_cpu_bwd_should_fail)(void) = NULL;
 
 /* rows (or weight rows) that share one pass over a (D, D) matrix; the
  * unrolled sums of project_group are written for 4 */
@@ -59,14 +58,7 @@ int (*sgk_cpu_bwd_should_fail)(void) = NULL;
 /* columns per task of the dgamma, dbeta pass */
 #define COL_BLOCK 64
 
-static void *bwd_alloc(size_t bytes)
-{
-    if (sgk_cpu_bwd_should_fail && sgk_cpu_bwd_should_fail())
-        return NULL;
-    return malloc(bytes ? bytes : 1);
-}
-
-/* a * b, saturating: an impossible size makes the allocation fail */
+/* a * b, saturating: an impossible size stays impossible (SIZE_MAX) */
 static size_t mulsz(size_t a, size_t b)
 {
     return (b != 0 && a > SIZE_MAX / b) ? SIZE_MAX : a * b;
@@ -75,6 +67,21 @@ static size_t mulsz(size_t a, size_t b)
 static size_t addsz(size_t a, size_t b)
 {
     return a > SIZE_MAX - b ? SIZE_MAX : a + b;
+}
+
+/* Scratch carved from the caller's block (aligned to 16 bytes): each piece
+ * at a multiple of 64 bytes from its start, so doubles and int64 are
+ * aligned and pieces share no cache line. */
+typedef struct carve {
+    unsigned char *base;
+    size_t used;
+} carve;
+
+static void *take(carve *c, size_t bytes)
+{
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used = bytes > SIZE_MAX - 63 ? SIZE_MAX : addsz(c->used, (bytes + 63) & ~(size_t)63);
+    return p;
 }
 
 static int thread_count(int threads)
@@ -298,22 +305,41 @@ static void forward_row(const run *R, int64_t r, double *scr, int64_t *js, float
         out[r * D + o] = (float)((double)R->nodes[r * D + o] + dot_df(acc, w->wo + o * D, D));
 }
 
-int sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
-                          const float *pair_feats, const void *mask, int mask_u8, float *out,
-                          float *lse, int threads)
+/* The forward's scratch: x, q, k, v, then each thread's row buffers. With
+ * a NULL base, only counts (c->used). */
+static void forward_scratch(carve *c, const sgk_cpu_weights *w, int64_t B, int64_t N, int nt,
+                            float **f, double **scr, int64_t **js, size_t *per_thread)
+{
+    size_t rows = (size_t)B * (size_t)N, nd = mulsz(rows, (size_t)w->D);
+    *per_thread = (size_t)(N * w->H + N + 2 * w->P + w->D);
+    *f = take(c, mulsz(mulsz(nd, 4), sizeof(float)));
+    *scr = take(c, mulsz(mulsz(*per_thread, (size_t)nt), sizeof(double)));
+    *js = take(c, mulsz(mulsz((size_t)N, (size_t)nt), sizeof(int64_t)));
+}
+
+size_t sgk_cpu_forward_train_scratch(const sgk_cpu_weights *w, int64_t B, int64_t N, int threads)
+{
+    carve c = {NULL, 0};
+    float *f;
+    double *scr;
+    int64_t *js;
+    size_t per_thread;
+    forward_scratch(&c, w, B, N, thread_count(threads), &f, &scr, &js, &per_thread);
+    return c.used;
+}
+
+void sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
+                           const float *pair_feats, const void *mask, int mask_u8, float *out,
+                           float *lse, int threads, void *scratch)
 {
     int nt = thread_count(threads);
-    size_t rows = (size_t)B * (size_t)N, nd = mulsz(rows, (size_t)w->D);
-    size_t per_thread = (size_t)(N * w->H + N + 2 * w->P + w->D);
-    float *f = bwd_alloc(mulsz(mulsz(nd, 4), sizeof(float)));
-    double *scr = bwd_alloc(mulsz(mulsz(per_thread, (size_t)nt), sizeof(double)));
-    int64_t *js = bwd_alloc(mulsz(mulsz((size_t)N, (size_t)nt), sizeof(int64_t)));
-    if (!f || !scr || !js) {
-        free(f);
-        free(scr);
-        free(js);
-        return -1;
-    }
+    size_t rows = (size_t)B * (size_t)N, nd = rows * (size_t)w->D;
+    carve c = {scratch, 0};
+    float *f;
+    double *scr;
+    int64_t *js;
+    size_t per_thread;
+    forward_scratch(&c, w, B, N, nt, &f, &scr, &js, &per_thread);
     run R;
     memset(&R, 0, sizeof R);
     R.w = w;
@@ -351,10 +377,6 @@ int sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const 
             forward_row(&R, r, scr + (size_t)tid * per_thread, js + (size_t)tid * (size_t)N, out,
                         lse);
     }
-    free(f);
-    free(scr);
-    free(js);
-    return 0;
 }
 
 /* ---- backward ----------------------------------------------------------- */
@@ -587,36 +609,61 @@ static void norm_params_cols(const run *R, int64_t c0, float *dgamma, float *dbe
     }
 }
 
-int sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
-                     const float *pair_feats, const void *mask, int mask_u8, const float *lse,
-                     const float *d_out, const sgk_cpu_grads *g, int threads)
+/* The backward's scratch: nine (B*N, D) float arrays, the row statistics,
+ * each thread's row buffers and key lists, the MLP weights' partial sums.
+ * With a NULL base, only counts (c->used). */
+typedef struct bwd_scratch {
+    float *f;
+    double *st, *scr, *part;
+    int64_t *js;
+    size_t per_thread;
+} bwd_scratch;
+
+static void backward_scratch(carve *c, const sgk_cpu_weights *w, int64_t B, int64_t N, int nt,
+                             bwd_scratch *b)
+{
+    int64_t D = w->D, H = w->H, P = w->P, nrows = B * N;
+    int64_t wave = 4 * (int64_t)nt;
+    size_t rows = (size_t)nrows, nd = mulsz(rows, (size_t)D);
+    size_t part_size = (size_t)(P * P + P + H * P + H);
+    b->per_thread = (size_t)(2 * N * P + 3 * N * H + D + 3 * P);
+    if (b->per_thread < (size_t)(2 * P + H + RB * D)) /* key_row's, the groups' share */
+        b->per_thread = (size_t)(2 * P + H + RB * D);
+    size_t stats = addsz(mulsz(rows, 2), mulsz(rows, (size_t)(2 * H)));
+    /* the MLP weights' total, then one partial sum per block of a wave */
+    size_t parts = mulsz(part_size, (size_t)(wave + 1));
+    b->f = take(c, mulsz(mulsz(nd, 9), sizeof(float)));
+    b->st = take(c, mulsz(stats, sizeof(double)));
+    b->scr = take(c, mulsz(mulsz(b->per_thread, (size_t)nt), sizeof(double)));
+    b->js = take(c, mulsz(mulsz((size_t)N, (size_t)nt), sizeof(int64_t)));
+    b->part = take(c, mulsz(parts, sizeof(double)));
+}
+
+size_t sgk_cpu_backward_scratch(const sgk_cpu_weights *w, int64_t B, int64_t N, int threads)
+{
+    carve c = {NULL, 0};
+    bwd_scratch b;
+    backward_scratch(&c, w, B, N, thread_count(threads), &b);
+    return c.used;
+}
+
+void sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
+                      const float *pair_feats, const void *mask, int mask_u8, const float *lse,
+                      const float *d_out, const sgk_cpu_grads *g, int threads, void *scratch)
 {
     (void)lse; /* see the top of the file */
     int nt = thread_count(threads);
     int64_t D = w->D, H = w->H, P = w->P, nrows = B * N;
     int64_t blocks = (nrows + ROW_BLOCK - 1) / ROW_BLOCK, wave = 4 * (int64_t)nt;
-    size_t rows = (size_t)nrows, nd = mulsz(rows, (size_t)D);
+    size_t rows = (size_t)nrows, nd = rows * (size_t)D;
     size_t part_size = (size_t)(P * P + P + H * P + H);
-    size_t per_thread = (size_t)(2 * N * P + 3 * N * H + D + 3 * P);
-    if (per_thread < (size_t)(2 * P + H + RB * D)) /* key_row's, the groups' share */
-        per_thread = (size_t)(2 * P + H + RB * D);
-    size_t stats = addsz(mulsz(rows, 2), mulsz(rows, (size_t)(2 * H)));
-    /* the MLP weights' total, then one partial sum per block of a wave */
-    size_t parts = mulsz(part_size, (size_t)(wave + 1));
-
-    float *f = bwd_alloc(mulsz(mulsz(nd, 9), sizeof(float)));
-    double *st = bwd_alloc(mulsz(stats, sizeof(double)));
-    double *scr = bwd_alloc(mulsz(mulsz(per_thread, (size_t)nt), sizeof(double)));
-    int64_t *js = bwd_alloc(mulsz(mulsz((size_t)N, (size_t)nt), sizeof(int64_t)));
-    double *part = bwd_alloc(mulsz(parts, sizeof(double)));
-    if (!f || !st || !scr || !js || !part) {
-        free(f);
-        free(st);
-        free(scr);
-        free(js);
-        free(part);
-        return -1;
-    }
+    carve c = {scratch, 0};
+    bwd_scratch sb;
+    backward_scratch(&c, w, B, N, nt, &sb);
+    float *f = sb.f;
+    double *st = sb.st, *scr = sb.scr, *part = sb.part;
+    int64_t *js = sb.js;
+    const size_t per_thread = sb.per_thread;
 
     run R;
     memset(&R, 0, sizeof R);
@@ -735,10 +782,4 @@ int sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float
             dst[t][e] = (float)src[e];
         src += count[t];
     }
-    free(f);
-    free(st);
-    free(scr);
-    free(js);
-    free(part);
-    return 0;
 }

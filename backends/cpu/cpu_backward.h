@@ -5,6 +5,7 @@
 #ifndef SGK_CPU_BACKWARD_H
 #define SGK_CPU_BACKWARD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -29,33 +30,35 @@ typedef struct sgk_cpu_grads { /* any may be NULL: not wanted (not written) */
     float *w2, *b2;            /* (H, P), (H) */
 } sgk_cpu_grads;
 
-/* When set and returning nonzero, the allocation about to be made fails (the
- * library's fault injection). NULL by default. */
-extern int (*sgk_cpu_bwd_should_fail)(void);
-
 /* The forward (the math of SPEC section 1: out = nodes + Wo · attention(LN(nodes))
  * with the relation-MLP bias, masked softmax over edges) that also writes
  * lse (B, H, N): lse[(b*H + h)*N + i] = log(sum_j exp(s[b,h,i,j])) over the
  * edges j of row i (natural log), -INFINITY for a row with no edge.
  * mask: float (mask_u8 = 0; nonzero, NaN included, is an edge) or uint8
  * (mask_u8 = 1). threads: OpenMP threads (<= 0: OpenMP's default); the
- * result is bit-identical for any count. Returns 0, or -1 when scratch memory
- * cannot be allocated; all of it is allocated before anything is written, so
- * out and lse are then untouched. */
-int sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
-                          const float *pair_feats, const void *mask, int mask_u8, float *out,
-                          float *lse, int threads);
+ * result is bit-identical for any count. scratch: the caller's block of
+ * sgk_cpu_forward_train_scratch bytes, aligned to 16; nothing is
+ * allocated. */
+void sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
+                           const float *pair_feats, const void *mask, int mask_u8, float *out,
+                           float *lse, int threads, void *scratch);
+/* Bytes of scratch sgk_cpu_forward_train needs (SIZE_MAX when that does
+ * not fit a size_t). */
+size_t sgk_cpu_forward_train_scratch(const sgk_cpu_weights *w, int64_t B, int64_t N, int threads);
 
 /* Gradients of sum(d_out * out) with respect to every input and weight,
  * given the forward's inputs and the lse it saved; written (not accumulated)
  * into g's non-NULL members. (This backend re-forms lse in double from the
- * scores it recomputes, so it does not read lse; other backends may.) A pair with no edge gets zero pair_feats
- * gradient, a row with no edge nothing through its attention. Bit-identical
- * for any thread count. Returns 0, or -1 when scratch memory cannot be
- * allocated (before anything is written: g's tensors are then untouched). */
-int sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
-                     const float *pair_feats, const void *mask, int mask_u8, const float *lse,
-                     const float *d_out, const sgk_cpu_grads *g, int threads);
+ * scores it recomputes, so it does not read lse; other backends may.) A
+ * pair with no edge gets zero pair_feats gradient, a row with no edge
+ * nothing through its attention. Bit-identical for any thread count.
+ * scratch: as for the forward, sgk_cpu_backward_scratch bytes. */
+void sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
+                      const float *pair_feats, const void *mask, int mask_u8, const float *lse,
+                      const float *d_out, const sgk_cpu_grads *g, int threads, void *scratch);
+/* Bytes of scratch sgk_cpu_backward needs (SIZE_MAX when that does not fit
+ * a size_t). */
+size_t sgk_cpu_backward_scratch(const sgk_cpu_weights *w, int64_t B, int64_t N, int threads);
 
 #ifdef __cplusplus
 }
