@@ -21,6 +21,18 @@ sgk_status sgk_check_inputs(const sgk_layer *layer, const void *nodes, const voi
     return SGK_OK;
 }
 
+void sgk_fwd_init(sgk_fwd *args, int64_t B, int64_t N, const void *nodes, const void *pair_feats,
+                  const void *edge_mask, sgk_mask_type mask_type)
+{
+    memset(args, 0, sizeof *args);
+    args->B = B;
+    args->N = N;
+    args->nodes = nodes;
+    args->pair_feats = pair_feats;
+    args->edge_mask = edge_mask;
+    args->mask_type = mask_type;
+}
+
 static sgk_status check_pointers(const sgk_layer *layer, const void *nodes,
                                  const void *pair_feats, const void *edge_mask, const void *out)
 {
@@ -136,13 +148,7 @@ static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *no
         st = sgk_plan_call(layer, B, N, mask_elem, 1, call);
     if (st != SGK_OK)
         return st;
-    memset(args, 0, sizeof *args);
-    args->B = B;
-    args->N = N;
-    args->nodes = nodes;
-    args->pair_feats = pair_feats;
-    args->edge_mask = edge_mask;
-    args->mask_type = mask_type;
+    sgk_fwd_init(args, B, N, nodes, pair_feats, edge_mask, mask_type);
     args->out = out;
     return SGK_OK;
 }

@@ -145,6 +145,9 @@ const char *sgk_variant_name(const sgk_layer *layer, int variant);
 /* layer, nodes, pair_feats and edge_mask not NULL, else an error naming it. */
 sgk_status sgk_check_inputs(const sgk_layer *layer, const void *nodes, const void *pair_feats,
                             const void *edge_mask);
+/* args zeroed, then the call's shape and inputs. */
+void sgk_fwd_init(sgk_fwd *args, int64_t B, int64_t N, const void *nodes, const void *pair_feats,
+                  const void *edge_mask, sgk_mask_type mask_type);
 /* The size of one element of mask_type, or an error naming it. */
 sgk_status sgk_mask_elem_size(sgk_mask_type mask_type, size_t *elem);
 /* SGK_OK when ptr is a multiple of align, else an error naming the buffer. */

@@ -71,13 +71,7 @@ static sgk_status prepare(sgk_layer *layer, const char *name, int64_t B, int64_t
         st = sgk_check_shape(layer, B, N, mask_elem, 1, call);
     if (st != SGK_OK)
         return st;
-    memset(args, 0, sizeof *args);
-    args->B = B;
-    args->N = N;
-    args->nodes = nodes;
-    args->pair_feats = pair_feats;
-    args->edge_mask = edge_mask;
-    args->mask_type = mask_type;
+    sgk_fwd_init(args, B, N, nodes, pair_feats, edge_mask, mask_type);
     return SGK_OK;
 }
 
