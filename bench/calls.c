@@ -34,6 +34,15 @@ int call_forward_host(void *arg, int i)
     return st == SGK_OK ? 0 : sgk_failed(c, "sgk_forward", st);
 }
 
+int call_backward_device(void *arg, int i)
+{
+    call_ctx *c = arg;
+    (void)i;
+    sgk_status st = sgk_backward_device(c->layer, c->B, c->N, c->nodes[0], c->pair[0], c->mask[0], c->mask_type,
+                                        c->saved, c->d_out, c->grads, c->ws, c->ws_bytes, c->stream);
+    return st == SGK_OK ? 0 : sgk_failed(c, "sgk_backward_device", st);
+}
+
 int call_graph(void *arg, int i)
 {
     call_ctx *c = arg;

@@ -39,7 +39,7 @@ ROW = {"backend": str, "device": int, "device_name": str, "variant": str, "auto"
 DEVICE_2 = {"copy_source": str}
 ROW_2 = {"ffma_floor_us": OPT_NUM, "copy_floor_us": OPT_NUM}
 FORMATS = ("sgk-bench/1", "sgk-bench/2")
-MODES = {"host", "stream", "graph", "host-path"}
+MODES = {"host", "stream", "graph", "host-path", "backward"}
 STATUSES = {"ok", "FAIL", "ERROR", "unchecked"}
 
 
@@ -57,8 +57,10 @@ def check_fields(obj, spec, where, problems):
 
 
 def flop_model(r):
+    """The forward's FLOPs (bench/README.md); a backward row counts twice them."""
     B, N, D, H, P = (r[k] for k in "BNDHP")
-    return 8 * B * N * D * D + B * N * N * (2 * P * P + 2 * P * H) + 4 * B * N * N * D
+    f = 8 * B * N * D * D + B * N * N * (2 * P * P + 2 * P * H) + 4 * B * N * N * D
+    return 2 * f if r["mode"] == "backward" else f
 
 
 def close(a, b):

@@ -44,6 +44,10 @@ static const char usage_text[] =
     "                     instead of >= 100 ms each; the output says so\n"
     "  --no-rotate        never rotate among input sets\n"
     "  --no-check         skip the reference (rows then say 'unchecked')\n"
+    "  --train            also time sgk_backward_device (after one sgk_forward_train_device)\n"
+    "                     where the backend has a backward: rows of mode 'backward', variant\n"
+    "                     'train', work counted as twice the forward's; the nodes gradient is\n"
+    "                     checked against the double reference backward\n"
     "  --peak-gflops X    fp32 FMA peak of the FFMA floor, for every backend, or\n"
     "                     BACKEND=X[,BACKEND=X] for some (default: from device\n"
     "                     properties on cuda, the H200's 67000 on other GPU\n"
@@ -204,7 +208,7 @@ static int bad(const char *what, const char *arg)
 enum {
     OPT_PRESET = 256, OPT_SHAPE, OPT_BACKEND, OPT_VARIANT, OPT_DEVICE, OPT_THREADS, OPT_DTYPE, OPT_MASK,
     OPT_SEED, OPT_DENSITY, OPT_REPEATS, OPT_PEAK_GFLOPS, OPT_PEAK_GBPS, OPT_JSON, OPT_QUICK, OPT_NO_ROTATE,
-    OPT_NO_CHECK, OPT_LIST, OPT_VERSION
+    OPT_NO_CHECK, OPT_TRAIN, OPT_LIST, OPT_VERSION
 };
 
 static const struct option long_options[] = {
@@ -227,6 +231,7 @@ static const struct option long_options[] = {
     {"quick", no_argument, NULL, OPT_QUICK},
     {"no-rotate", no_argument, NULL, OPT_NO_ROTATE},
     {"no-check", no_argument, NULL, OPT_NO_CHECK},
+    {"train", no_argument, NULL, OPT_TRAIN},
     {"list", no_argument, NULL, OPT_LIST},
     {NULL, 0, NULL, 0},
 };
@@ -320,6 +325,7 @@ static int apply(bench_options *opt, int id, const char *v)
     case OPT_QUICK: opt->quick = 1; return 0;
     case OPT_NO_ROTATE: opt->rotate = 0; return 0;
     case OPT_NO_CHECK: opt->check = 0; return 0;
+    case OPT_TRAIN: opt->train = 1; return 0;
     case OPT_LIST: opt->list = 1; return 0;
     default: return bad("unhandled option", "");
     }

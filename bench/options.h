@@ -40,6 +40,7 @@ typedef struct bench_options {
     uint64_t seed;
     double density;
     int check;
+    int train; /* --train: also the backward rows */
     bench_peak peak_gflops[BENCH_MAX_LIST];
     int npeak_gflops;
     bench_peak peak_gbps[BENCH_MAX_LIST];

@@ -147,6 +147,13 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
            "bytes / copy bandwidth, in µs; floor = max(FFMA floor, copy floor, launch cost); floor%% = floor / "
            "median (100%% = at the floor), with its bound. Check: rel L2 <= %.0e "
            "and max abs <= %.0e against the double reference.\n", 1e-5, 1e-4);
+    for (int i = 0; i < res->nrows; i++)
+        if (!strcmp(res->rows[i].mode, "backward")) {
+            fputs("Mode backward (--train): sgk_backward_device, its work counted as twice the forward's; check: "
+                  "the nodes gradient within rel L2 1e-4 of the double reference backward (max abs shown).\n",
+                  out);
+            break;
+        }
     if (res->notes[0]) fputs(res->notes, out);
 }
 

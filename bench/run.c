@@ -129,6 +129,107 @@ static void run_variant(backend_run *br, const bench_row *tmpl, call_ctx *c, con
     free(graphs);
 }
 
+/* --train on a host-memory backend (cpu): the backward row of a shape.
+ * One sgk_forward_train_device for the saved state, then
+ * sgk_backward_device timed as the forward is, into every gradient; its
+ * nodes gradient against sgk_ref_backward's (relative L2 <= 1e-4, the
+ * reference's norm floored). The work model counts a backward as twice
+ * the forward's FLOPs and bytes. */
+static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, const case_data *cd,
+                      const call_ctx *fwd)
+{
+    const bench_shape *s = &tmpl->shape;
+    size_t saved_bytes = 0, ws_bytes = 0;
+    if (br->ops || !br->is_cpu) return; /* the training calls run on host memory only, for now */
+    if (sgk_saved_size(layer, s->B, s->N, &saved_bytes) != SGK_OK ||
+        sgk_train_workspace_size(layer, s->B, s->N, &ws_bytes) != SGK_OK) {
+        add_note(br->res, "%s %s: --train: %s", br->name, tmpl->preset, sgk_last_error());
+        return;
+    }
+    bench_row *r = new_row(br->res);
+    if (!r) return;
+    *r = *tmpl;
+    snprintf(r->mode, sizeof r->mode, "backward");
+    snprintf(r->variant, sizeof r->variant, "train");
+    r->is_auto = 0;
+    r->input_sets = 1;
+    r->flops *= 2, r->bytes *= 2, r->ffma_floor_us *= 2, r->copy_floor_us *= 2;
+    progress(br->opt, "%s %s backward ...", r->backend, r->preset);
+    const size_t nd = (size_t)(s->B * s->N * s->D), D = (size_t)s->D, H = (size_t)s->H, P = (size_t)s->P;
+    const size_t counts[12] = {nd, (size_t)(s->B * s->N * s->N) * P, D, D, D * D, D * D, D * D, D * D, P * P,
+                               P, H * P, H};
+    size_t total = 0;
+    for (int k = 0; k < 12; k++) total += counts[k];
+    float *grads = malloc(total * sizeof(float)), *out = malloc(nd * sizeof(float));
+    float *d_out = malloc(nd * sizeof(float)), *saved = malloc(saved_bytes ? saved_bytes : 1);
+    void *ws = NULL;
+    if (posix_memalign(&ws, 64, ws_bytes ? ws_bytes : 1) != 0) ws = NULL;
+    sgk_grads g;
+    void **slot[12] = {&g.nodes, &g.pair_feats, &g.ln_gamma, &g.ln_beta, &g.wq, &g.wk, &g.wv, &g.wo,
+                       &g.w1, &g.b1, &g.w2, &g.b2};
+    int ok = grads && out && d_out && saved && ws;
+    if (!ok) snprintf(r->note, sizeof r->note, "out of host memory for the backward's buffers");
+    call_ctx c = *fwd;
+    c.err[0] = 0;
+    if (ok) {
+        size_t at = 0;
+        for (int k = 0; k < 12; k++) *slot[k] = grads + at, at += counts[k];
+        sgkt_rng rng;
+        sgkt_rng_seed(&rng, br->opt->seed ^ 0xbacull);
+        sgkt_fill_normal(&rng, d_out, nd, 0.0, 1.0);
+        c.saved = saved, c.d_out = d_out, c.grads = &g, c.ws = ws, c.ws_bytes = ws_bytes;
+        sgk_status st = sgk_forward_train_device(layer, s->B, s->N, c.nodes[0], c.pair[0], c.mask[0], c.mask_type,
+                                                 out, saved, ws, ws_bytes, NULL);
+        if (st != SGK_OK) ok = sgk_failed(&c, "sgk_forward_train_device", st) == 0;
+        for (size_t k = 0; k < total; k++) grads[k] = NAN; /* an unwritten gradient cannot pass */
+        if (ok) ok = call_backward_device(&c, 0) == 0;
+    }
+    int checked_ok = 1;
+    double rel = NAN, worst = NAN;
+    if (ok && br->opt->check) {
+        sgk_ref_layer ref;
+        sgkt_weights_to_ref(&cd->w, &ref);
+        sgk_ref_grads rg;
+        memset(&rg, 0, sizeof rg);
+        rg.nodes = malloc(nd * sizeof(double));
+        if (rg.nodes && sgk_ref_backward(&ref, s->B, s->N, c.nodes[0], c.pair[0], c.mask[0], c.mask_type, d_out,
+                                         &rg) == 0) {
+            double d2 = 0, r2 = 0;
+            worst = 0;
+            for (size_t k = 0; k < nd; k++) {
+                const double e = (double)((float *)g.nodes)[k] - rg.nodes[k];
+                d2 += e * e, r2 += rg.nodes[k] * rg.nodes[k];
+                if (!(fabs(e) <= worst)) worst = fabs(e);
+            }
+            rel = sqrt(d2 / (r2 > 1e-6 * (double)nd ? r2 : 1e-6 * (double)nd));
+            checked_ok = rel <= 1e-4;
+        } else {
+            snprintf(r->note, sizeof r->note, "the reference backward could not be computed (out of memory?)");
+            checked_ok = -1;
+        }
+        free(rg.nodes);
+    }
+    bench_timing t;
+    bench_clock hc = bench_host_clock();
+    if (ok) ok = bench_measure(&hc, call_backward_device, &c, &br->proto, &t) == 0;
+    if (ok) finish_timing(br, r, &t, 0);
+    else if (!r->note[0]) snprintf(r->note, sizeof r->note, "%s", c.err);
+    if (!ok) snprintf(r->status, sizeof r->status, "ERROR");
+    else if (!br->opt->check) snprintf(r->status, sizeof r->status, "unchecked");
+    else if (checked_ok < 0) snprintf(r->status, sizeof r->status, "ERROR");
+    else {
+        r->checked = 1;
+        r->rel_l2 = rel;
+        r->max_abs = worst;
+        snprintf(r->status, sizeof r->status, "%s", checked_ok ? "ok" : "FAIL");
+    }
+    free(grads);
+    free(out);
+    free(d_out);
+    free(saved);
+    free(ws);
+}
+
 static void case_error(backend_run *br, const bench_row *tmpl, const char *variant, const char *msg)
 {
     bench_row *r = new_row(br->res);
@@ -265,6 +366,7 @@ static void run_case(backend_run *br, int ci)
         }
         run_variant(br, &t, &c, &b, cd->ref);
     }
+    if (opt->train) run_train(br, &tmpl, layer, cd, &c);
     buffers_free(br, &b);
 out:
     free(names);

@@ -48,15 +48,21 @@ typedef struct call_ctx {
     void **graphs;
     void *copy_src, *copy_dst;
     size_t copy_bytes;
+    /* call_backward_device: set 0's inputs, the forward's saved state */
+    const void *saved, *d_out;
+    const sgk_grads *grads;
     char err[384];
 } call_ctx;
 
 int dev_failed(call_ctx *c);
+/* c->err from a failed sgk call; returns -1. */
+int sgk_failed(call_ctx *c, const char *call, sgk_status st);
 int call_forward_device(void *arg, int i);
 int call_forward_host(void *arg, int i);
 int call_graph(void *arg, int i);
 int call_empty(void *arg, int i);
 int call_copy(void *arg, int i);
+int call_backward_device(void *arg, int i);
 /* The bench's timer module for a backend, NULL when none was built. */
 const bench_dev_ops *module_for(const char *backend);
 
