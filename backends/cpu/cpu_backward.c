@@ -150,6 +150,44 @@ typedef struct run {
     int mlp_back;        /* the MLP's backward is wanted */
 } run;
 
+/* R zeroed, then the call's sizes, inputs and the arrays of f (nd floats
+ * each, in the order of run's x, q, k, v, dctx, ctx, dq, dk, dv; n of them). */
+static void run_init(run *R, const sgk_cpu_weights *w, int64_t B, int64_t N, const float *nodes,
+                     const float *pair_feats, const void *mask, int mask_u8, float *f, size_t nd,
+                     int n)
+{
+    memset(R, 0, sizeof *R);
+    R->w = w;
+    R->B = B;
+    R->N = N;
+    R->D = w->D;
+    R->H = w->H;
+    R->P = w->P;
+    R->hd = w->D / w->H;
+    R->scale = 1.0 / sqrt((double)R->hd);
+    R->nodes = nodes;
+    R->pair = pair_feats;
+    R->mask = mask;
+    R->u8 = mask_u8;
+    float **arrays[] = {&R->x, &R->q, &R->k, &R->v, &R->dctx, &R->ctx, &R->dq, &R->dk, &R->dv};
+    for (int a = 0; a < n; a++)
+        *arrays[a] = f + (size_t)a * nd;
+}
+
+/* acc (n) = sum_e wt[e] * base[js[e] * stride .. + n] */
+static void weighted_rows(double *acc, const float *base, int64_t stride, const int64_t *js,
+                          const double *wt, int64_t ne, int64_t n)
+{
+    zero_d(acc, n);
+    for (int64_t e = 0; e < ne; e++) {
+        const float *row = base + js[e] * stride;
+        const double x = wt[e];
+#pragma omp simd
+        for (int64_t t = 0; t < n; t++)
+            acc[t] += x * (double)row[t];
+    }
+}
+
 /* LayerNorm of row r into x (and mean, rstd when kept) */
 static void norm_row(const run *R, int64_t r, double *mean_out, double *rstd_out)
 {
@@ -341,23 +379,7 @@ void sgk_cpu_forward_train(const sgk_cpu_weights *w, int64_t B, int64_t N, const
     size_t per_thread;
     forward_scratch(&c, w, B, N, nt, &f, &scr, &js, &per_thread);
     run R;
-    memset(&R, 0, sizeof R);
-    R.w = w;
-    R.B = B;
-    R.N = N;
-    R.D = w->D;
-    R.H = w->H;
-    R.P = w->P;
-    R.hd = w->D / w->H;
-    R.scale = 1.0 / sqrt((double)R.hd);
-    R.nodes = nodes;
-    R.pair = pair_feats;
-    R.mask = mask;
-    R.u8 = mask_u8;
-    R.x = f;
-    R.q = f + nd;
-    R.k = f + 2 * nd;
-    R.v = f + 3 * nd;
+    run_init(&R, w, B, N, nodes, pair_feats, mask, mask_u8, f, nd, 4);
     int64_t nrows = (int64_t)rows;
 
 #ifdef _OPENMP
@@ -431,25 +453,11 @@ static void query_row(const run *R, int64_t r, double *scr, int64_t *js, double 
         for (int64_t e = 0; e < ne; e++)
             dh[e] = ph[e] * (dh[e] - dsum);
 
-        zero_d(acc, hd);
-        for (int64_t e = 0; e < ne; e++) {
-            const float *vj = R->v + (rb + js[e]) * D + h * hd;
-            double p = ph[e];
-#pragma omp simd
-            for (int64_t t = 0; t < hd; t++)
-                acc[t] += p * (double)vj[t];
-        }
+        weighted_rows(acc, R->v + rb * D + h * hd, D, js, ph, ne, hd);
         for (int64_t t = 0; t < hd; t++)
             R->ctx[r * D + h * hd + t] = (float)acc[t];
 
-        zero_d(acc, hd);
-        for (int64_t e = 0; e < ne; e++) {
-            const float *kj = R->k + (rb + js[e]) * D + h * hd;
-            double d = dh[e];
-#pragma omp simd
-            for (int64_t t = 0; t < hd; t++)
-                acc[t] += d * (double)kj[t];
-        }
+        weighted_rows(acc, R->k + rb * D + h * hd, D, js, dh, ne, hd);
         for (int64_t t = 0; t < hd; t++)
             R->dq[r * D + h * hd + t] = (float)(R->scale * acc[t]);
     }
@@ -666,23 +674,8 @@ void sgk_cpu_backward(const sgk_cpu_weights *w, int64_t B, int64_t N, const floa
     const size_t per_thread = sb.per_thread;
 
     run R;
-    memset(&R, 0, sizeof R);
-    R.w = w;
-    R.B = B;
-    R.N = N;
-    R.D = D;
-    R.H = H;
-    R.P = P;
-    R.hd = D / H;
-    R.scale = 1.0 / sqrt((double)R.hd);
-    R.nodes = nodes;
-    R.pair = pair_feats;
-    R.mask = mask;
-    R.u8 = mask_u8;
+    run_init(&R, w, B, N, nodes, pair_feats, mask, mask_u8, f, nd, 9);
     R.dout = d_out;
-    float **arrays[] = {&R.x, &R.q, &R.k, &R.v, &R.dctx, &R.ctx, &R.dq, &R.dk, &R.dv};
-    for (size_t a = 0; a < sizeof arrays / sizeof arrays[0]; a++)
-        *arrays[a] = f + a * nd;
     R.mean = st;
     R.rstd = st + rows;
     R.lse_d = st + 2 * rows;
