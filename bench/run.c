@@ -155,25 +155,22 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
     r->input_sets = 1;
     r->flops *= 2, r->bytes *= 2, r->ffma_floor_us *= 2, r->copy_floor_us *= 2;
     progress(br->opt, "%s %s backward ...", r->backend, r->preset);
-    const size_t nd = (size_t)(s->B * s->N * s->D), D = (size_t)s->D, H = (size_t)s->H, P = (size_t)s->P;
-    const size_t counts[12] = {nd, (size_t)(s->B * s->N * s->N) * P, D, D, D * D, D * D, D * D, D * D, P * P,
-                               P, H * P, H};
-    size_t total = 0;
-    for (int k = 0; k < 12; k++) total += counts[k];
+    const size_t nd = (size_t)(s->B * s->N * s->D);
+    size_t counts[SGKT_N_GRADS], total = 0;
+    sgkt_grad_counts(s->B, s->N, s->D, s->H, s->P, counts);
+    for (int k = 0; k < SGKT_N_GRADS; k++) total += counts[k];
     float *grads = malloc(total * sizeof(float)), *out = malloc(nd * sizeof(float));
     float *d_out = malloc(nd * sizeof(float)), *saved = malloc(saved_bytes ? saved_bytes : 1);
     void *ws = NULL;
     if (posix_memalign(&ws, 64, ws_bytes ? ws_bytes : 1) != 0) ws = NULL;
     sgk_grads g;
-    void **slot[12] = {&g.nodes, &g.pair_feats, &g.ln_gamma, &g.ln_beta, &g.wq, &g.wk, &g.wv, &g.wo,
-                       &g.w1, &g.b1, &g.w2, &g.b2};
     int ok = grads && out && d_out && saved && ws;
     if (!ok) snprintf(r->note, sizeof r->note, "out of host memory for the backward's buffers");
     call_ctx c = *fwd;
     c.err[0] = 0;
     if (ok) {
         size_t at = 0;
-        for (int k = 0; k < 12; k++) *slot[k] = grads + at, at += counts[k];
+        for (int k = 0; k < SGKT_N_GRADS; k++) *sgkt_grad_slot(&g, k) = grads + at, at += counts[k];
         sgkt_rng rng;
         sgkt_rng_seed(&rng, br->opt->seed ^ 0xbacull);
         sgkt_fill_normal(&rng, d_out, nd, 0.0, 1.0);
@@ -194,14 +191,8 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
         rg.nodes = malloc(nd * sizeof(double));
         if (rg.nodes && sgk_ref_backward(&ref, s->B, s->N, c.nodes[0], c.pair[0], c.mask[0], c.mask_type, d_out,
                                          &rg) == 0) {
-            double d2 = 0, r2 = 0;
-            worst = 0;
-            for (size_t k = 0; k < nd; k++) {
-                const double e = (double)((float *)g.nodes)[k] - rg.nodes[k];
-                d2 += e * e, r2 += rg.nodes[k] * rg.nodes[k];
-                if (!(fabs(e) <= worst)) worst = fabs(e);
-            }
-            rel = sqrt(d2 / (r2 > 1e-6 * (double)nd ? r2 : 1e-6 * (double)nd));
+            worst = sgkt_compare(g.nodes, rg.nodes, nd).max_abs;
+            rel = sgkt_rel_l2_floored(g.nodes, rg.nodes, nd);
             checked_ok = rel <= 1e-4;
         } else {
             snprintf(r->note, sizeof r->note, "the reference backward could not be computed (out of memory?)");

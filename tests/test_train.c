@@ -2,7 +2,7 @@
  * sgk_backward on every case of the table the double reference backward
  * can take in a few seconds, against sgk_ref_forward_stats and
  * sgk_ref_backward. Per gradient tensor: relative L2 <= 1e-4 (the
- * reference's norm floored, rel_l2_floored) and max abs <= 1e-4 times the
+ * reference's norm floored, sgkt_rel_l2_floored) and max abs <= 1e-4 times the
  * larger of 1 and the reference tensor's largest magnitude; the saved log-sum-exp within 1e-5 relative; every output
  * NaN-poisoned and guarded; a second backward bitwise equal to the first;
  * a NULL member of sgk_grads left alone; the device forms in the
@@ -27,39 +27,11 @@
 #define DEFAULT_SEED 0x5452414eull
 #define GRAD_REL_L2 1e-4
 #define GRAD_MAX_ABS 1e-4
-#define N_GRADS 12
+#define N_GRADS SGKT_N_GRADS
 
 static const char *backend;
 static uint64_t base_seed;
 static sgk_context *ctx;
-
-static const char *const k_grad_names[N_GRADS] = {"nodes", "pair_feats", "ln_gamma", "ln_beta",
-                                                  "wq", "wk", "wv", "wo", "w1", "b1", "w2",
-                                                  "b2"};
-
-/* element counts of the gradients, in k_grad_names order */
-static void grad_counts(const sgkt_case *c, size_t n[N_GRADS])
-{
-    const size_t B = (size_t)c->B, N = (size_t)c->N, D = (size_t)c->D, H = (size_t)c->H,
-                 P = (size_t)c->P;
-    const size_t k[N_GRADS] = {B * N * D, B * N * N * P, D, D, D * D, D * D, D * D, D * D,
-                               P * P, P, H * P, H};
-    memcpy(n, k, sizeof k);
-}
-
-static void **grad_slot(sgk_grads *g, int i)
-{
-    void **s[N_GRADS] = {&g->nodes, &g->pair_feats, &g->ln_gamma, &g->ln_beta, &g->wq, &g->wk,
-                         &g->wv, &g->wo, &g->w1, &g->b1, &g->w2, &g->b2};
-    return s[i];
-}
-
-static double **ref_slot(sgk_ref_grads *g, int i)
-{
-    double **s[N_GRADS] = {&g->nodes, &g->pair_feats, &g->ln_gamma, &g->ln_beta, &g->wq, &g->wk,
-                           &g->wv, &g->wo, &g->w1, &g->b1, &g->w2, &g->b2};
-    return s[i];
-}
 
 /* The cases the reference backward runs quickly: its O(H N^2) scores and
  * pair MLP in double. */
@@ -79,7 +51,7 @@ typedef struct grads_buf {
 static int grads_alloc(grads_buf *b, const sgkt_case *c, unsigned skip_mask)
 {
     memset(b, 0, sizeof *b);
-    grad_counts(c, b->n);
+    sgkt_grad_counts(c->B, c->N, c->D, c->H, c->P, b->n);
     for (int i = 0; i < N_GRADS; i++) {
         if (skip_mask & (1u << i))
             continue;
@@ -87,7 +59,7 @@ static int grads_alloc(grads_buf *b, const sgkt_case *c, unsigned skip_mask)
         if (!p)
             return -1;
         sgkt_poison_nan(p, b->n[i]);
-        *grad_slot(&b->g, i) = p;
+        *sgkt_grad_slot(&b->g, i) = p;
     }
     return 0;
 }
@@ -95,23 +67,7 @@ static int grads_alloc(grads_buf *b, const sgkt_case *c, unsigned skip_mask)
 static void grads_free(grads_buf *b)
 {
     for (int i = 0; i < N_GRADS; i++)
-        sgkt_guarded_free(*grad_slot(&b->g, i));
-}
-
-/* Relative L2 of got against ref, the norm of ref floored at 1e-3 per
- * element's root mean square: a gradient that is exactly zero in exact
- * arithmetic (b2's, since a softmax ignores a constant added to a row)
- * has only rounding in both, which relative error alone would magnify. */
-static double rel_l2_floored(const float *got, const double *ref, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(ref[i])) {
-            d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
-            r += ref[i] * ref[i];
-        }
-    const double floor = 1e-6 * (double)n;
-    return sqrt(d / (r > floor ? r : floor));
+        sgkt_guarded_free(*sgkt_grad_slot(&b->g, i));
 }
 
 static double max_abs_of(const double *x, size_t n)
@@ -210,10 +166,10 @@ static void test_case(void **state)
     sgk_ref_grads rg;
     memset(&rg, 0, sizeof rg);
     size_t n[N_GRADS];
-    grad_counts(c, n);
+    sgkt_grad_counts(c->B, c->N, c->D, c->H, c->P, n);
     for (int i = 0; i < N_GRADS; i++) {
-        *ref_slot(&rg, i) = malloc(n[i] * sizeof(double));
-        assert_non_null(*ref_slot(&rg, i));
+        *sgkt_ref_grad_slot(&rg, i) = malloc(n[i] * sizeof(double));
+        assert_non_null(*sgkt_ref_grad_slot(&rg, i));
     }
     assert_int_equal(grads_alloc(&g1, c, 0), 0);
     /* the second run leaves out the weight gradients of wk and b1 */
@@ -230,10 +186,10 @@ static void test_case(void **state)
         ok = 0;
     } else {
         for (int i = 0; i < N_GRADS; i++) {
-            const float *got = *grad_slot(&g1.g, i);
-            const double *want = *ref_slot(&rg, i);
+            const float *got = *sgkt_grad_slot(&g1.g, i);
+            const double *want = *sgkt_ref_grad_slot(&rg, i);
             sgkt_error e = sgkt_compare(got, want, n[i]);
-            const double rel = rel_l2_floored(got, want, n[i]);
+            const double rel = sgkt_rel_l2_floored(got, want, n[i]);
             const double scale = fmax(1.0, max_abs_of(want, n[i]));
             const size_t fin = finiteness_mismatches(got, want, n[i]);
             const int gok = rel <= GRAD_REL_L2 && e.max_abs <= GRAD_MAX_ABS * scale && fin == 0 &&
@@ -241,7 +197,7 @@ static void test_case(void **state)
             if (!gok)
                 printf("FAIL case=%s grad %s: rel L2 %.2e max abs %.2e (allowed %.2e), "
                        "finiteness mismatches %zu\n",
-                       c->name, k_grad_names[i], rel, e.max_abs, GRAD_MAX_ABS * scale, fin);
+                       c->name, sgkt_grad_names[i], rel, e.max_abs, GRAD_MAX_ABS * scale, fin);
             ok &= gok;
         }
         /* the same bits again, and NULL members left alone */
@@ -250,7 +206,7 @@ static void test_case(void **state)
         int same = st == SGK_OK;
         for (int i = 0; same && i < N_GRADS; i++)
             if (!(skip2 & (1u << i)))
-                same = memcmp(*grad_slot(&g1.g, i), *grad_slot(&g2.g, i),
+                same = memcmp(*sgkt_grad_slot(&g1.g, i), *sgkt_grad_slot(&g2.g, i),
                               n[i] * sizeof(float)) == 0;
         if (!same)
             printf("FAIL case=%s: a second sgk_backward (%s) is not bitwise the first\n",
@@ -276,7 +232,7 @@ static void test_case(void **state)
                                          ws, ws_bytes, NULL) == SGK_OK &&
                      sgkt_guard_ok(ws, ws_bytes);
         for (int i = 0; dev_ok && i < N_GRADS; i++)
-            dev_ok = memcmp(*grad_slot(&g1.g, i), *grad_slot(&g3.g, i), n[i] * sizeof(float)) == 0;
+            dev_ok = memcmp(*sgkt_grad_slot(&g1.g, i), *sgkt_grad_slot(&g3.g, i), n[i] * sizeof(float)) == 0;
         if (!dev_ok)
             printf("FAIL case=%s: the device forms (workspace %zu bytes) differ from the host "
                    "forms: %s\n",
@@ -293,7 +249,7 @@ static void test_case(void **state)
     grads_free(&g1);
     grads_free(&g2);
     for (int i = 0; i < N_GRADS; i++)
-        free(*ref_slot(&rg, i));
+        free(*sgkt_ref_grad_slot(&rg, i));
     sgkt_guarded_free(out);
     sgkt_guarded_free(saved);
     free(rmax);
@@ -402,10 +358,10 @@ static void test_bad_inputs(void **state)
 #undef EXPECT
     /* no refused call wrote a gradient */
     for (int i = 0; i < N_GRADS; i++) {
-        const float *x = *grad_slot(&g.g, i);
+        const float *x = *sgkt_grad_slot(&g.g, i);
         for (size_t j = 0; j < g.n[i]; j++)
             if (!isnan(x[j])) {
-                printf("FAIL a refused sgk_backward wrote grads->%s[%zu]\n", k_grad_names[i], j);
+                printf("FAIL a refused sgk_backward wrote grads->%s[%zu]\n", sgkt_grad_names[i], j);
                 bad++;
                 break;
             }

@@ -440,3 +440,39 @@ int sgkt_error_ok(const sgkt_error *e, double rel_l2_max, double max_abs_max)
 {
     return e->mismatched_nonfinite == 0 && e->rel_l2 <= rel_l2_max && e->max_abs <= max_abs_max;
 }
+
+double sgkt_rel_l2_floored(const float *got, const double *ref, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i])) {
+            d += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+            r += ref[i] * ref[i];
+        }
+    const double floor = 1e-6 * (double)n;
+    return sqrt(d / (r > floor ? r : floor));
+}
+
+const char *const sgkt_grad_names[SGKT_N_GRADS] = {"nodes", "pair_feats", "ln_gamma", "ln_beta", "wq", "wk",
+                                                   "wv", "wo", "w1", "b1", "w2", "b2"};
+
+void sgkt_grad_counts(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, size_t n[SGKT_N_GRADS])
+{
+    const size_t b = (size_t)B, m = (size_t)N, d = (size_t)D, h = (size_t)H, p = (size_t)P;
+    const size_t k[SGKT_N_GRADS] = {b * m * d, b * m * m * p, d, d, d * d, d * d, d * d, d * d, p * p, p, h * p, h};
+    memcpy(n, k, sizeof k);
+}
+
+void **sgkt_grad_slot(sgk_grads *g, int i)
+{
+    void **s[SGKT_N_GRADS] = {&g->nodes, &g->pair_feats, &g->ln_gamma, &g->ln_beta, &g->wq, &g->wk,
+                              &g->wv, &g->wo, &g->w1, &g->b1, &g->w2, &g->b2};
+    return s[i];
+}
+
+double **sgkt_ref_grad_slot(sgk_ref_grads *g, int i)
+{
+    double **s[SGKT_N_GRADS] = {&g->nodes, &g->pair_feats, &g->ln_gamma, &g->ln_beta, &g->wq, &g->wk,
+                                &g->wv, &g->wo, &g->w1, &g->b1, &g->w2, &g->b2};
+    return s[i];
+}

@@ -146,6 +146,24 @@ int sgkt_error_ok(const sgkt_error *e, double rel_l2_max, double max_abs_max);
 #define SGKT_REL_L2_TOL 1e-5
 #define SGKT_MAX_ABS_TOL 1e-4
 
+/* Relative L2 of got against ref over ref's finite elements, ref's norm
+ * floored at 1e-3 per element's root mean square: a gradient that is zero
+ * in exact arithmetic (b2's: a softmax ignores a constant added to a row)
+ * holds only rounding, which relative error alone would magnify. */
+double sgkt_rel_l2_floored(const float *got, const double *ref, size_t n);
+
+/* ---- gradients -------------------------------------------------------- */
+
+/* The members of sgk_grads (and sgk_ref_grads), in this order: nodes,
+ * pair_feats, ln_gamma, ln_beta, wq, wk, wv, wo, w1, b1, w2, b2. */
+#define SGKT_N_GRADS 12
+extern const char *const sgkt_grad_names[SGKT_N_GRADS];
+/* Element counts of the gradients of a (B, N) call of a (D, H, P) layer. */
+void sgkt_grad_counts(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, size_t n[SGKT_N_GRADS]);
+/* The address of member i. */
+void **sgkt_grad_slot(sgk_grads *g, int i);
+double **sgkt_ref_grad_slot(sgk_ref_grads *g, int i);
+
 /* Nonzero when the environment variable is set to something other than "0". */
 int sgkt_env_flag(const char *name);
 

@@ -748,13 +748,12 @@ static void step_train(state *s)
     b.nodes_bytes = (size_t)(B * N * D) * 4;
     b.pair_bytes = (size_t)(B * N * N * P) * 4;
     b.mask_bytes = (size_t)(B * N * N) * (mt == SGK_MASK_U8 ? 1 : 4);
-    const size_t sizes[12] = {b.nodes_bytes, b.pair_bytes, (size_t)D * 4, (size_t)D * 4,
-                              (size_t)(D * D) * 4, (size_t)(D * D) * 4, (size_t)(D * D) * 4,
-                              (size_t)(D * D) * 4, (size_t)(P * P) * 4, (size_t)P * 4,
-                              (size_t)(H * P) * 4, (size_t)H * 4};
-    size_t total = 0, at[12];
-    for (int i = 0; i < 12; i++)
+    size_t counts[SGKT_N_GRADS], sizes[SGKT_N_GRADS], total = 0, at[SGKT_N_GRADS];
+    sgkt_grad_counts(B, N, D, H, P, counts);
+    for (int i = 0; i < SGKT_N_GRADS; i++) {
+        sizes[i] = counts[i] * 4;
         at[i] = total, total += (sizes[i] + 127) & ~(size_t)63;
+    }
     const size_t saved_bytes = (size_t)(B * H * N) * 4;
     unsigned char *grads = NULL;
     float *out = malloc(b.nodes_bytes), *saved = malloc(saved_bytes), *d_out = malloc(b.nodes_bytes);
@@ -778,11 +777,9 @@ static void step_train(state *s)
     if (st == SGK_OK) {
         sgk_grads g;
         memset(&g, 0, sizeof g);
-        void **slot[12] = {&g.nodes, &g.pair_feats, &g.ln_gamma, &g.ln_beta, &g.wq, &g.wk,
-                           &g.wv, &g.wo, &g.w1, &g.b1, &g.w2, &g.b2};
-        for (int i = 0; i < 12; i++)
+        for (int i = 0; i < SGKT_N_GRADS; i++)
             if (!(wanted & 1u << (i % 8)) || i < 2)
-                *slot[i] = grads + at[i];
+                *sgkt_grad_slot(&g, i) = grads + at[i];
         const void *sv = saved, *dd = d_out;
         const sgk_grads *gp = &g;
         int64_t Bc = B, Nc = N;
@@ -814,29 +811,22 @@ static void step_train(state *s)
             sgkt_weights_to_ref(&l->w, &ref);
             sgk_ref_grads rg;
             memset(&rg, 0, sizeof rg);
-            double **rs[12] = {&rg.nodes, &rg.pair_feats, &rg.ln_gamma, &rg.ln_beta, &rg.wq, &rg.wk,
-                               &rg.wv, &rg.wo, &rg.w1, &rg.b1, &rg.w2, &rg.b2};
-            for (int i = 0; i < 12; i++)
-                if (!(*rs[i] = malloc(sizes[i] / 4 * sizeof(double) + 8)))
+            for (int i = 0; i < SGKT_N_GRADS; i++)
+                if (!(*sgkt_ref_grad_slot(&rg, i) = malloc(counts[i] * sizeof(double) + 8)))
                     abort();
             if (sgk_ref_backward(&ref, B, N, b.nodes, b.pair, b.mask, mt, d_out, &rg) != 0)
                 abort();
-            for (int i = 0; i < 12; i++) {
-                const float *got = *slot[i];
-                const size_t n = sizes[i] / 4;
-                double d = 0, r = 0;
-                for (size_t j = 0; got && j < n; j++)
-                    if (isfinite((*rs[i])[j])) {
-                        if (!isfinite(got[j]))
-                            finding("sgk_backward: non-finite where the reference is finite", st, &a);
-                        d += (got[j] - (*rs[i])[j]) * (got[j] - (*rs[i])[j]);
-                        r += (*rs[i])[j] * (*rs[i])[j];
-                    }
-                if (got && l->w.eps > 0 && d > 1e-8 * (r > 1e-6 * (double)n ? r : 1e-6 * (double)n))
+            for (int i = 0; i < SGKT_N_GRADS; i++) {
+                const float *got = *sgkt_grad_slot(&g, i);
+                const double *want = *sgkt_ref_grad_slot(&rg, i);
+                for (size_t j = 0; got && j < counts[i]; j++)
+                    if (isfinite(want[j]) && !isfinite(got[j]))
+                        finding("sgk_backward: non-finite where the reference is finite", st, &a);
+                if (got && l->w.eps > 0 && sgkt_rel_l2_floored(got, want, counts[i]) > 1e-4)
                     finding("sgk_backward result off the reference", st, &a);
                 if (!got && memcmp(snapshot + at[i], grads + at[i], sizes[i]) != 0)
                     finding("sgk_backward wrote a gradient it was not asked for", st, &a);
-                free(*rs[i]);
+                free(*sgkt_ref_grad_slot(&rg, i));
             }
         }
         free(snapshot);

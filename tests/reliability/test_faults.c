@@ -347,13 +347,10 @@ static void test_train(void **state)
         skip();
     }
     const size_t out_bytes = f.out_floats * sizeof(float);
-    const size_t sizes[] = {out_bytes, (size_t)(B_ * N_ * N_ * P_) * sizeof(float), D_ * 4, D_ * 4,
-                            D_ * D_ * 4, D_ * D_ * 4, D_ * D_ * 4, D_ * D_ * 4, P_ * P_ * 4,
-                            P_ * 4, H_ * P_ * 4, H_ * 4};
-    enum { NG = sizeof sizes / sizeof sizes[0] };
-    size_t total = 0;
-    for (int i = 0; i < NG; i++)
-        total += sizes[i];
+    size_t counts[SGKT_N_GRADS], total = 0;
+    sgkt_grad_counts(B_, N_, D_, H_, P_, counts);
+    for (int i = 0; i < SGKT_N_GRADS; i++)
+        total += counts[i] * sizeof(float);
     unsigned char *saved = malloc(saved_bytes), *out = malloc(out_bytes), *d_out = malloc(out_bytes);
     unsigned char *grads = malloc(total), *expect = malloc(total), *pattern = malloc(total);
     assert_true(saved && out && d_out && grads && expect && pattern);
@@ -361,11 +358,9 @@ static void test_train(void **state)
     for (size_t i = 0; i < f.out_floats; i++)
         ((float *)d_out)[i] = (float)((i % 7) * 0.25 - 0.75);
     sgk_grads g;
-    void **slot[NG] = {&g.nodes, &g.pair_feats, &g.ln_gamma, &g.ln_beta, &g.wq, &g.wk,
-                       &g.wv, &g.wo, &g.w1, &g.b1, &g.w2, &g.b2};
     size_t at = 0;
-    for (int i = 0; i < NG; i++, at += sizes[i - 1])
-        *slot[i] = grads + at;
+    for (int i = 0; i < SGKT_N_GRADS; i++, at += counts[i - 1] * sizeof(float))
+        *sgkt_grad_slot(&g, i) = grads + at;
 
     int64_t k;
     for (k = 1; k <= MAX_POINTS; k++) {
