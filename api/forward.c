@@ -2,6 +2,7 @@
  * the caller's device pointers or, for sgk_forward, through device copies
  * of the caller's host buffers. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,24 +54,37 @@ sgk_status sgk_mask_elem_size(sgk_mask_type mask_type, size_t *elem)
                          (int)mask_type);
 }
 
+sgk_status sgk_check_workspace(const char *who, const char *query, size_t need, int64_t B, int64_t N,
+                               const void *workspace, size_t workspace_bytes, size_t align,
+                               const char *why_aligned)
+{
+    if (need > 0 && workspace == NULL)
+        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
+                             "workspace is NULL but %s needs %zu bytes for B=%lld, N=%lld (see %s)",
+                             who, need, (long long)B, (long long)N, query);
+    if (workspace_bytes < need)
+        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
+                             "workspace_bytes (%zu) is less than the %zu bytes %s needs for B=%lld, "
+                             "N=%lld (see %s)",
+                             workspace_bytes, need, who, (long long)B, (long long)N, query);
+    if ((uintptr_t)workspace % align != 0)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "workspace (%p) is not aligned to %zu bytes: %s", workspace, align,
+                             why_aligned);
+    return SGK_OK;
+}
+
 static sgk_status check_workspace(const sgk_layer *layer, const sgk_call *call, int64_t B,
                                   int64_t N, const void *workspace, size_t workspace_bytes)
 {
-    size_t need = call->workspace_bytes;
-    if (need == 0)
-        return SGK_OK;
-    const char *variant = sgk_variant_name(layer, call->variant);
-    if (workspace == NULL)
-        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
-                             "workspace is NULL but variant \"%s\" needs %zu bytes for B=%lld, "
-                             "N=%lld (see sgk_workspace_size)",
-                             variant, need, (long long)B, (long long)N);
-    if (workspace_bytes < need)
-        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
-                             "workspace_bytes (%zu) is less than the %zu bytes variant \"%s\" "
-                             "needs for B=%lld, N=%lld (see sgk_workspace_size)",
-                             workspace_bytes, need, variant, (long long)B, (long long)N);
-    return SGK_OK;
+    const size_t need = call->workspace_bytes;
+    if (workspace_bytes >= need && (need == 0 || workspace != NULL) &&
+        (uintptr_t)workspace % _Alignof(float) == 0)
+        return SGK_OK; /* every call: no message to format */
+    char who[96];
+    snprintf(who, sizeof who, "variant \"%s\"", sgk_variant_name(layer, call->variant));
+    return sgk_check_workspace(who, "sgk_workspace_size", need, B, N, workspace,
+                               workspace_bytes, _Alignof(float), "backends keep floats in it");
 }
 
 int sgk_ranges_overlap(const void *a, size_t a_len, const void *b, size_t b_len)
@@ -264,11 +278,6 @@ SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
                             &call);
     if (st == SGK_OK)
         st = check_workspace(layer, &call, B, N, workspace, workspace_bytes);
-    if (st == SGK_OK && (uintptr_t)workspace % _Alignof(float) != 0)
-        st = sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                           "workspace (%p) is not aligned to %zu bytes: backends keep floats in "
-                           "it",
-                           workspace, (size_t)_Alignof(float));
     if (st != SGK_OK)
         return st;
     args.workspace = workspace;

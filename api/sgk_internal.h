@@ -150,6 +150,13 @@ void sgk_fwd_init(sgk_fwd *args, int64_t B, int64_t N, const void *nodes, const 
                   const void *edge_mask, sgk_mask_type mask_type);
 /* The size of one element of mask_type, or an error naming it. */
 sgk_status sgk_mask_elem_size(sgk_mask_type mask_type, size_t *elem);
+/* The caller's workspace for a call of (B, N) that needs `need` bytes:
+ * not NULL where need > 0, workspace_bytes >= need, aligned to align; else
+ * an error naming who needs it, the query that says how much, and why
+ * the alignment. */
+sgk_status sgk_check_workspace(const char *who, const char *query, size_t need, int64_t B, int64_t N,
+                               const void *workspace, size_t workspace_bytes, size_t align,
+                               const char *why_aligned);
 /* SGK_OK when ptr is a multiple of align, else an error naming the buffer. */
 sgk_status sgk_check_aligned(const char *name, const void *ptr, size_t align);
 /* 1 when the byte ranges [a, a + a_len) and [b, b + b_len) meet. */

@@ -55,6 +55,20 @@ static sgk_status check_buffers(const buf *bufs, int n, int first_out)
     return SGK_OK;
 }
 
+/* The three inputs' entries of a call's buffer list; returns 3. */
+static int input_bufs(buf *b, const void *nodes, const void *pair_feats, const void *edge_mask,
+                      sgk_mask_type mask_type, const sgk_call *call)
+{
+    const buf in[3] = {
+        { "nodes", nodes, call->nodes_bytes, _Alignof(float) },
+        { "pair_feats", pair_feats, call->pair_bytes, _Alignof(float) },
+        { "edge_mask", edge_mask, call->mask_bytes,
+          mask_type == SGK_MASK_F32 ? _Alignof(float) : 1 },
+    };
+    memcpy(b, in, sizeof in);
+    return 3;
+}
+
 /* The checks every training call makes on the layer, the shape and the
  * inputs; fills args (host pointers) and call's byte counts. */
 static sgk_status prepare(sgk_layer *layer, const char *name, int64_t B, int64_t N,
@@ -99,6 +113,20 @@ SGK_EXPORT sgk_status sgk_saved_size(sgk_layer *layer, int64_t B, int64_t N, siz
     return st;
 }
 
+/* The workspace bytes the backend needs for (B, N), or an error where
+ * that does not fit a size_t. */
+static sgk_status train_need(const sgk_layer *layer, const char *name, int64_t B, int64_t N,
+                             size_t *need)
+{
+    *need = layer->ops->train_workspace_size(layer->blayer, B, N);
+    if (*need == SIZE_MAX)
+        return sgk_set_error(SGK_ERR_SIZE_OVERFLOW,
+                             "%s: the workspace for B=%lld, N=%lld is more bytes than size_t "
+                             "can hold",
+                             name, (long long)B, (long long)N);
+    return SGK_OK;
+}
+
 /* The workspace of a training call: the caller's (device form: checked
  * against what the shape needs) or one allocated here (host form, *owned
  * set). */
@@ -106,13 +134,11 @@ static sgk_status workspace_for(const sgk_layer *layer, const char *name, int64_
                                 int host, void *workspace, size_t workspace_bytes, void **ws,
                                 void **owned)
 {
-    const size_t need = layer->ops->train_workspace_size(layer->blayer, B, N);
+    size_t need = 0;
     *ws = *owned = NULL;
-    if (need == SIZE_MAX)
-        return sgk_set_error(SGK_ERR_SIZE_OVERFLOW,
-                             "%s: the workspace for B=%lld, N=%lld is more bytes than size_t "
-                             "can hold",
-                             name, (long long)B, (long long)N);
+    sgk_status st = train_need(layer, name, B, N, &need);
+    if (st != SGK_OK)
+        return st;
     if (host) {
         *ws = *owned = sgk_malloc(need ? need : 1);
         if (*owned == NULL)
@@ -121,21 +147,10 @@ static sgk_status workspace_for(const sgk_layer *layer, const char *name, int64_
                                  need);
         return SGK_OK;
     }
-    if (need > 0 && workspace == NULL)
-        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
-                             "workspace is NULL but %s needs %zu bytes for B=%lld, N=%lld (see "
-                             "sgk_train_workspace_size)",
-                             name, need, (long long)B, (long long)N);
-    if (workspace_bytes < need)
-        return sgk_set_error(SGK_ERR_INSUFFICIENT_WORKSPACE,
-                             "workspace_bytes (%zu) is less than the %zu bytes %s needs for "
-                             "B=%lld, N=%lld (see sgk_train_workspace_size)",
-                             workspace_bytes, need, name, (long long)B, (long long)N);
-    if ((uintptr_t)workspace % 16 != 0)
-        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                             "workspace (%p) is not aligned to 16 bytes: the training calls keep "
-                             "doubles in it",
-                             workspace);
+    st = sgk_check_workspace(name, "sgk_train_workspace_size", need, B, N, workspace,
+                             workspace_bytes, 16, "the training calls keep doubles in it");
+    if (st != SGK_OK)
+        return st;
     *ws = workspace;
     return SGK_OK;
 }
@@ -151,16 +166,12 @@ SGK_EXPORT sgk_status sgk_train_workspace_size(sgk_layer *layer, int64_t B, int6
     sgk_status st = require_backward(layer, "sgk_train_workspace_size");
     if (st == SGK_OK)
         st = sgk_check_shape(layer, B, N, sizeof(float), 1, &call);
-    if (st != SGK_OK)
-        return st;
-    const size_t need = layer->ops->train_workspace_size(layer->blayer, B, N);
-    if (need == SIZE_MAX)
-        return sgk_set_error(SGK_ERR_SIZE_OVERFLOW,
-                             "the training workspace for B=%lld, N=%lld is more bytes than "
-                             "size_t can hold",
-                             (long long)B, (long long)N);
-    *bytes = need;
-    return SGK_OK;
+    size_t need = 0;
+    if (st == SGK_OK)
+        st = train_need(layer, "sgk_train_workspace_size", B, N, &need);
+    if (st == SGK_OK)
+        *bytes = need;
+    return st;
 }
 
 static sgk_status forward_train(int host, sgk_layer *layer, int64_t B, int64_t N,
@@ -183,16 +194,15 @@ static sgk_status forward_train(int host, sgk_layer *layer, int64_t B, int64_t N
     st = saved_bytes(layer, B, N, &sbytes);
     if (st != SGK_OK)
         return st;
-    const buf bufs[] = {
-        { "nodes", nodes, call.nodes_bytes, _Alignof(float) },
-        { "pair_feats", pair_feats, call.pair_bytes, _Alignof(float) },
-        { "edge_mask", edge_mask, call.mask_bytes,
-          mask_type == SGK_MASK_F32 ? _Alignof(float) : 1 },
+    buf bufs[6];
+    const int n_in = input_bufs(bufs, nodes, pair_feats, edge_mask, mask_type, &call);
+    const buf outs[] = {
         { "out", out, call.nodes_bytes, _Alignof(float) },
         { "saved", saved, sbytes, _Alignof(float) },
         { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
-    st = check_buffers(bufs, (int)(sizeof bufs / sizeof bufs[0]), 3);
+    memcpy(bufs + n_in, outs, sizeof outs);
+    st = check_buffers(bufs, n_in + 3, n_in);
     void *owned = NULL;
     if (st == SGK_OK)
         st = workspace_for(layer, name, B, N, host, workspace, workspace_bytes, &args.workspace,
@@ -250,11 +260,9 @@ static sgk_status backward(int host, sgk_layer *layer, int64_t B, int64_t N, con
         return st;
     const size_t f = sizeof(float), D = (size_t)layer->D, H = (size_t)layer->H,
                  P = (size_t)layer->P;
-    const buf bufs[] = {
-        { "nodes", nodes, call.nodes_bytes, _Alignof(float) },
-        { "pair_feats", pair_feats, call.pair_bytes, _Alignof(float) },
-        { "edge_mask", edge_mask, call.mask_bytes,
-          mask_type == SGK_MASK_F32 ? _Alignof(float) : 1 },
+    buf bufs[18];
+    const int n_in = input_bufs(bufs, nodes, pair_feats, edge_mask, mask_type, &call);
+    const buf rest[] = {
         { "saved", saved, sbytes, _Alignof(float) },
         { "d_out", d_out, call.nodes_bytes, _Alignof(float) },
         { "grads->nodes", grads->nodes, call.nodes_bytes, _Alignof(float) },
@@ -271,7 +279,8 @@ static sgk_status backward(int host, sgk_layer *layer, int64_t B, int64_t N, con
         { "grads->b2", grads->b2, H * f, _Alignof(float) },
         { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
-    st = check_buffers(bufs, (int)(sizeof bufs / sizeof bufs[0]), 5);
+    memcpy(bufs + n_in, rest, sizeof rest);
+    st = check_buffers(bufs, n_in + (int)(sizeof rest / sizeof rest[0]), n_in + 2);
     void *owned = NULL;
     if (st == SGK_OK)
         st = workspace_for(layer, name, B, N, host, workspace, workspace_bytes, &args.workspace,
