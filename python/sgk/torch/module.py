@@ -22,6 +22,7 @@ import threading
 import weakref
 
 import torch
+from torch._subclasses.fake_tensor import is_fake as _is_fake
 
 from .. import _lib
 from ..layer import WEIGHTS, Layer
@@ -309,27 +310,42 @@ def _reference_forward(nodes, pair_feats, edge_mask, weights, eps):
 
 
 def _setup_context(ctx, inputs, output):
-    nodes, pair_feats, edge_mask, weights, eps, _ = inputs
+    nodes, pair_feats, edge_mask, weights, eps, layer_id = inputs
     ctx.save_for_backward(nodes, pair_feats, edge_mask, *weights)
     ctx.eps = eps
+    ctx.layer_id = layer_id
 
 
 def _real_cpu(tensors):
     """Whether these are plain CPU tensors sgk can read: not fake or meta
     (torch.compile and opcheck trace the backward with those)."""
-    from torch._subclasses.fake_tensor import is_fake
-    return all(t.device.type == "cpu" and not is_fake(t) for t in tensors)
+    return all(t.device.type == "cpu" and not _is_fake(t) for t in tensors)
 
 
-def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, grad):
-    """The cpu backend's backward (sgk.Layer.backward) on these tensors."""
-    host = {k: w.detach().contiguous().numpy() for k, w in zip(KEYS, weights)}
+_CPU = torch.device("cpu")
+
+
+def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad):
+    """The cpu backend's backward (sgk.Layer.backward) on these tensors: on
+    the module's own cpu layer where that was packed from these very
+    weights (held under the module's lock, so no forward repacks it
+    meanwhile), else on a layer made from them."""
     mask = edge_mask.detach().contiguous()
     if mask.dtype == torch.bool:
         mask = mask.view(torch.uint8)
-    with Layer("cpu", host, eps=eps) as layer:
-        g = layer.backward(nodes.detach().contiguous().numpy(), pair_feats.detach().contiguous().numpy(),
-                           mask.numpy(), grad.detach().to(torch.float32).contiguous().numpy())
+    args = (nodes.detach().contiguous().numpy(), pair_feats.detach().contiguous().numpy(), mask.numpy(),
+            grad.detach().to(torch.float32).contiguous().numpy())
+    state = _STATES.get(layer_id) if layer_id >= 0 else None
+    g = None
+    if state is not None:
+        with state.lock:
+            b, now = state.bound.get(_CPU), _versions(weights)
+            if b is not None and now is not None and b.packed_from == now and b.layer.eps == eps:
+                g = b.layer.backward(*args)
+    if g is None:
+        host = {k: w.detach().contiguous().numpy() for k, w in zip(KEYS, weights)}
+        with Layer("cpu", host, eps=eps) as layer:
+            g = layer.backward(*args)
     return (torch.from_numpy(g["nodes"]), torch.from_numpy(g["pair_feats"]),
             [torch.from_numpy(g[k]) for k in KEYS])
 
@@ -339,7 +355,7 @@ def _backward(ctx, grad):
     # On the CPU, sgk's own backward; it gives no graph, so a double
     # backward (grad mode on here) takes the path below.
     if not torch.is_grad_enabled() and _real_cpu([nodes, pair_feats, edge_mask, grad, *weights]):
-        dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, ctx.eps, grad)
+        dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, ctx.eps, ctx.layer_id, grad)
         return dn, dp, None, dw, None, None
     # Elsewhere, until sgk's backward runs there: recompute the forward
     # with PyTorch ops and differentiate that.
