@@ -96,21 +96,19 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, f->stream);
 }
 
-cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_tc_proj &p, cudaStream_t s)
+cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaStream_t s)
 {
     sgkc_tc_gemm_args g;
     memset(&g, 0, sizeof g);
     g.A = p.A;
-    g.W = p.W;
+    g.W = p.Wnk;
     g.C = p.C;
     g.M = p.M;
     g.Nc = p.Nc;
     g.K = p.K;
-    if (p.layernorm) {
-        g.gamma = L->gamma;
-        g.beta = L->beta;
-        g.eps = L->eps;
-    }
+    g.gamma = p.gamma;
+    g.beta = p.beta;
+    g.eps = p.eps;
     g.residual = p.residual;
     g.scale_cols = p.scale_cols;
     g.scale = p.scale;

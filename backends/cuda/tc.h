@@ -3,6 +3,7 @@
 #define SGK_CUDA_TC_H
 
 #include "cuda_layer.h"
+#include "sgemm.cuh"
 
 int sgkc_tc_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan);
 size_t sgkc_tc_workspace(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *);
@@ -10,22 +11,12 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
 /* Raises the kernels' shared memory limits on L's device (current). */
 cudaError_t sgkc_tc_prepare(const sgkc_layer *L);
 
-/* One of the layer's projections on tuned-tc's 3xTF32 GEMM, for the other
- * variants: C = LN?(A) W^T (+ residual), W (Nc, K) as PyTorch's
- * weight[out][in], columns n < scale_cols scaled; LayerNorm with the
- * layer's gamma, beta and eps. Where sgkc_tc_project_fits (compute
- * capability 8.0 and the shared memory for its larger tile). */
-struct sgkc_tc_proj {
-    const float *A, *W;
-    float *C;
-    int64_t M;
-    int Nc, K;
-    bool layernorm;
-    const float *residual;
-    int scale_cols;
-    float scale;
-};
-cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_tc_proj &p, cudaStream_t s);
+/* One of the layer's projections, as the other variants describe it
+ * (sgemm.cuh's arguments: A, Wnk as PyTorch's weight[out][in], C, sizes,
+ * LayerNorm where gamma is set, residual, column scale), on tuned-tc's
+ * 3xTF32 GEMM. Where sgkc_tc_project_fits (compute capability 8.0 and the
+ * shared memory for its larger tile). */
+cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &g, cudaStream_t s);
 bool sgkc_tc_project_fits(const sgkc_layer *L);
 /* The blocks of a cluster that sgkc_tc_project splits each output tile's k
  * range over (1: none). */

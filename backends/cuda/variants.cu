@@ -235,31 +235,12 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
     return g;
 }
 
-/* g on tuned-tc's 3xTF32 GEMM (tc_gemm.cuh): the projections at every
- * shape gemm_panel.cuh does not take, from compute capability 8.0. Its
- * tiles and its split over k follow the shape, so that small row counts
- * (one robot's graph) still spread over every SM, where sgemm.cuh's grid
- * of output tiles left most SMs idle. */
-static cudaError_t launch_tc(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
-{
-    sgkc_tc_proj p;
-    p.A = g.A;
-    p.W = g.Wnk;
-    p.C = g.C;
-    p.M = g.M;
-    p.Nc = g.Nc;
-    p.K = g.K;
-    p.layernorm = g.gamma != nullptr;
-    p.residual = g.residual;
-    p.scale_cols = g.scale_cols;
-    p.scale = g.scale;
-    return sgkc_tc_project(L, p, s);
-}
-
-/* Whether tuned-tc's GEMM is the faster for g where gemm_panel.cuh does
- * not take it: where its split over k spreads a small grid over the SMs,
- * or at K >= 384, where its tensor cores outrun sgemm.cuh's FFMA even on a
- * full grid; below that sgemm.cuh was the faster on a full grid. */
+/* Whether tuned-tc's 3xTF32 GEMM (tc_gemm.cuh) takes g where gemm_panel.cuh
+ * does not: where its split over k spreads a small grid (one robot's
+ * graph) over every SM, which sgemm.cuh's grid of output tiles leaves
+ * mostly idle, or at K >= 384, where its tensor cores outrun sgemm.cuh's
+ * FFMA even on a full grid. Below that, on a full grid, sgemm.cuh's
+ * register tiles keep up without the split's ALU work (DESIGN.md). */
 static bool tc_wins(const sgkc_layer *L, const sgkc_gemm_args &g)
 {
     return sgkc_tc_project_fits(L) && (g.K >= 384 || sgkc_tc_project_ksplit(L, g.M, g.Nc, g.K) > 1);
@@ -268,7 +249,7 @@ static bool tc_wins(const sgkc_layer *L, const sgkc_gemm_args &g)
 static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     /* D = 256 where its grid has a block for every SM: gemm_panel.cuh,
-     * faster than sgemm.cuh at mid, large and xl (DESIGN.md). Otherwise
+     * whose panels outrun sgemm.cuh's tiles there (DESIGN.md). Otherwise
      * tc_gemm.cuh where tc_wins, else sgemm.cuh, in 64x128 tiles of 8x8 a thread
      * (128 threads, 168 registers, three blocks an SM) wherever they give
      * every SM two blocks or more: each 16-byte shared-memory load then
@@ -285,7 +266,7 @@ static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
         return walk.y < one.y ? launch_panel<SGKC_GP_QKVW>(L, s, g, walk) : launch_panel<SGKC_GP_QKV>(L, s, g, one);
     }
     if (tc_wins(L, g))
-        return launch_tc(L, s, g);
+        return sgkc_tc_project(L, g, s);
     const int64_t wide = ((g.M + 63) / 64) * ((g.Nc + 127) / 128);
     if (wide >= 2 * (int64_t)L->sm_count)
         return launch_gemm<true, false, 64, 128, 16, 8, 8, 3>(L, s, g);
@@ -314,9 +295,9 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     /* D = 256 and the grid in one wave of three blocks an SM, with a block
-     * for every SM: gemm_panel.cuh (faster at mid). Past one wave it lost:
-     * large's 512 blocks ran 1.3 waves there against one of sgemm.cuh's
-     * four an SM. Otherwise tc_gemm.cuh where tc_wins, else sgemm.cuh's 32x64
+     * for every SM: gemm_panel.cuh. Past one wave its three blocks an SM
+     * take more waves than sgemm.cuh's four (DESIGN.md). Otherwise
+     * tc_gemm.cuh where tc_wins, else sgemm.cuh's 32x64
      * tiles (4x4 a thread): Nc = D gives few column blocks, so shorter row
      * blocks put two or more blocks on each SM at mid and large (32x32 and
      * 8x4 a thread were slower at every preset). */
@@ -329,7 +310,7 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
     if (!few && panel_fits<SGKC_GP_OUT>(L, g, true))
         return launch_panel<SGKC_GP_OUT>(L, s, g, panel_grid<SGKC_GP_OUT>(L, g));
     if (tc_wins(L, g))
-        return launch_tc(L, s, g);
+        return sgkc_tc_project(L, g, s);
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
 
@@ -545,7 +526,7 @@ static int tiled_dmma_prefer(const sgkc_layer *L, int64_t, int64_t, const sgk_ba
  * block the same number of key tiles. A split is taken only where that
  * cost is at most two thirds of the unsplit one: what the model leaves
  * out (cluster placement, the merge, each block's own MLP weights and Q
- * tile) made splits of smaller promise slower (DESIGN.md). One below
+ * tile) can outweigh a smaller gain (DESIGN.md). One below
  * compute capability 9.0 (no clusters). */
 static int attn_ksplit(const sgkc_layer *L, int64_t blocks, int ktiles, int per_sm)
 {
