@@ -58,6 +58,18 @@ const sgkt_case sgkt_cases[] = {
     {"mask_sparse_5", 2, 130, 32, 2, 4, SGKT_MASK_RANDOM, 0.05, SGK_MASK_U8, 0},
     {"mask_odd_values_f32", 2, 24, 48, 6, 8, SGKT_MASK_ODD_VALUES, 0.5, SGK_MASK_F32, 0},
     {"mask_odd_values_u8", 2, 24, 48, 6, 8, SGKT_MASK_ODD_VALUES, 0.5, SGK_MASK_U8, 0},
+    /* SPEC section 4's sweep, scaled down in B and N: each of its head dims
+     * (16 .. 256) and P classes (<= 16, 32, 64, 128), with H from 1 to 16
+     * (odd, and over 8) */
+    {"sweep_s02_like", 1, 50, 512, 8, 24, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"sweep_s03_like", 1, 24, 1024, 16, 32, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
+    {"sweep_s05_like", 2, 40, 320, 5, 48, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
+    {"sweep_s07_like", 1, 60, 256, 16, 64, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
+    {"sweep_s08_like", 1, 70, 384, 4, 24, SGKT_MASK_RANDOM, 0.3, SGK_MASK_F32, 0},
+    {"sweep_s09_like", 1, 150, 128, 1, 16, SGKT_MASK_RANDOM, 0.5, SGK_MASK_U8, 0},
+    {"sweep_s12_like", 1, 40, 1024, 4, 128, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"sweep_s13_like", 2, 32, 768, 12, 32, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
+    {"sweep_s14_like", 1, 100, 128, 8, 4, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     /* LayerNorm of rows with |mean| >> std (each LayerNorm of every
      * backend: D = 2, the seed shape, D = 256, another D) */
     {"ln_offset_d2", 3, 7, 2, 1, 4, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, SGKT_CASE_LN_OFFSET},

@@ -30,6 +30,7 @@ struct sgkc_attn_args {
     const void *mask;
     int mask_u8;
     const float *w1, *b1, *w2t, *b2;
+    const float *bias; /* PCAP 0 instances: the relation MLP's output, (B*N*N, H) (mlp_tc.cuh) */
     float *ctx; /* (B*N, D) */
     int N, D, H, P, hd;
     int HG, G, qtiles; /* heads per block, head groups, query tiles per batch */
@@ -192,6 +193,30 @@ __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], c
     }
 }
 
+/* A pair's bias for the block's heads h0 .. h0 + nh (zero past nh), from
+ * the MLP pass's (B*N*N, H) output, for the PCAP = 0 instances of the
+ * attention kernels; vec: H, h0 and nh multiples of 4 (the buffer is
+ * 16-byte aligned). */
+template <int HMAX>
+__device__ __forceinline__ void sgkc_ld_bias(float (&v)[HMAX], const float *src, int nh, bool vec, bool load)
+{
+#pragma unroll
+    for (int h4 = 0; h4 < HMAX / 4; h4++) {
+        float4 w = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (load && 4 * h4 < nh) {
+            if (vec) {
+                w = sgkc_ld4(src + 4 * h4);
+            } else {
+                w.x = __ldg(src + 4 * h4);
+                if (4 * h4 + 1 < nh) w.y = __ldg(src + 4 * h4 + 1);
+                if (4 * h4 + 2 < nh) w.z = __ldg(src + 4 * h4 + 2);
+                if (4 * h4 + 3 < nh) w.w = __ldg(src + 4 * h4 + 3);
+            }
+        }
+        v[4 * h4 + 0] = w.x; v[4 * h4 + 1] = w.y; v[4 * h4 + 2] = w.z; v[4 * h4 + 3] = w.w;
+    }
+}
+
 /* Shared memory of one block, in floats; ld is the padded row of Q/K/V. */
 __host__ __device__ inline size_t sgkc_at_smem_floats(int pcap, int hmax, int ld)
 {
@@ -208,6 +233,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
     constexpr int PPT = PCAP <= 32 ? 2 : 1;
     constexpr int BK = sgkc_at_bk(PCAP);
     constexpr int R4 = PCAP / 4;
+    constexpr bool PRE = PCAP == 0; /* the bias comes from the MLP pass (a.bias) */
     constexpr int MT = (BQ / 4) * (SGKC_AT_DGMAX / 4) / NT;
     constexpr int LDS_ = BK + 1, LDP = BQ + 4;
     static_assert(BQ * BK == PPT * NT, "pairs of a tile spread evenly");
@@ -245,13 +271,14 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
     /* ---- prologue: weights, Q tile, zeroed K/V, softmax state ---- */
     for (int i = tid; i < BQ * LD + 4 * BK * LD; i += NT)
         smem[i] = 0.0f;
-    sgkc_mlp_stage<PCAP, HMAX>(W1t, a, h0, nh, tid, NT);
+    if constexpr (!PRE)
+        sgkc_mlp_stage<PCAP, HMAX>(W1t, a, h0, nh, tid, NT);
     for (int i = tid; i < HMAX * BQ; i += NT) {
         Ms[i] = SGKC_NEG_INF;
         Ls[i] = 0.0f;
     }
     __syncthreads(); /* zero fill before the loads below overwrite it */
-    sgkc_grid_wait(); /* qkv is the previous kernel's */
+    sgkc_grid_wait(); /* qkv (and the bias) are earlier kernels' */
 
     for (int i = tid; i < BQ * DG; i += NT) {
         const int q = i / DG, d = i % DG;
@@ -287,8 +314,10 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
         sgkc_cp_commit();
     };
 
-    float4 x[PPT][R4];
+    float4 x[PPT][PRE ? 1 : R4];
+    float bx[PPT][PRE ? HMAX : 1];
     bool edge[PPT];
+    const bool bvec = (a.H & 3) == 0 && (h0 & 3) == 0;
     auto load_pairs = [&](int k0) {
 #pragma unroll
         for (int s = 0; s < PPT; s++) {
@@ -296,7 +325,10 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
             const int qg = q0 + q, kg = k0 + k;
             const size_t pi = ((size_t)b * N + qg) * N + kg;
             edge[s] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
-            sgkc_ld_feats<R4>(x[s], a.pair + pi * P, P, a.pvec, edge[s]);
+            if constexpr (PRE)
+                sgkc_ld_bias<HMAX>(bx[s], a.bias + pi * a.H + h0, nh, bvec, edge[s]);
+            else
+                sgkc_ld_feats<R4>(x[s], a.pair + pi * P, P, a.pvec, edge[s]);
         }
     };
 
@@ -321,7 +353,16 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
         const float *Kc = Ks + cur * BK * LD, *Vc = Vs + cur * BK * LD;
 
         /* ---- relation MLP: bias of this thread's pairs for the group's heads ---- */
-        {
+        if constexpr (PRE) {
+#pragma unroll
+            for (int s = 0; s < PPT; s++) {
+                const int t = tid + s * NT, q = t / BK, k = t % BK;
+#pragma unroll
+                for (int h = 0; h < HMAX; h++)
+                    if (h < nh)
+                        Ss[(h * BQ + q) * LDS_ + k] = edge[s] ? bx[s][h] : SGKC_NEG_INF;
+            }
+        } else {
             float acc[PPT][HMAX] = {};
             bool any = false;
 #pragma unroll

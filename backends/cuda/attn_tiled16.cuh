@@ -57,6 +57,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
     /* With more than 16 features the two pairs of a thread run one after
      * the other, to hold registers to 128. */
     constexpr int PREG = PCAP <= 16 ? PPT : 1;
+    constexpr bool PRE = PCAP == 0; /* the bias comes from the MLP pass (a.bias) */
     constexpr int LDS_ = BK + 1, LDP = BQ + 4;
     static_assert(PPT == 2 && BK == 32 && NT == 256, "tile shape assumed below");
     static_assert(HMAX % 4 == 0 && PCAP % 4 == 0, "vector widths");
@@ -94,13 +95,15 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
     /* ---- prologue: weights, Q tile (zero padded), softmax state ---- */
     for (int i = tid; i < BQ * LD + 2 * BK * LD; i += NT)
         smem[i] = 0.0f;
-    sgkc_mlp_stage<PCAP, HMAX>(W1t, a, h0, nh, tid, NT);
+    if constexpr (!PRE)
+        sgkc_mlp_stage<PCAP, HMAX>(W1t, a, h0, nh, tid, NT);
     for (int i = tid; i < HMAX * BQ; i += NT) {
         Ms[i] = SGKC_NEG_INF;
         Ls[i] = 0.0f;
     }
     __syncthreads(); /* zero fill before the loads below overwrite it */
-    sgkc_grid_wait(); /* qkv is the previous kernel's */
+    sgkc_grid_wait(); /* qkv (and the bias) are earlier kernels' */
+    const bool bvec = (a.H & 3) == 0 && (h0 & 3) == 0;
     for (int i = tid; i < BQ * DG; i += NT) {
         const int q = i / DG, d = i % DG;
         if (q0 + q < N)
@@ -148,11 +151,19 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
             for (int s = 0; s < PPT; s++) {
                 const int e = tid + s * NT, q = e / BK, k = e % BK;
                 const int qg = q0 + q, kg = k0 + k;
-                ed[s] = qg < N && kg < N &&
-                        sgkc_edge(a.mask, a.mask_u8, ((size_t)b * N + qg) * N + kg);
-                if (!ed[s])
+                const size_t pi = ((size_t)b * N + qg) * N + kg;
+                ed[s] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
+                if (!ed[s]) {
                     for (int h = 0; h < nh; h++)
                         Ss[(h * BQ + q) * LDS_ + k] = SGKC_NEG_INF;
+                } else if constexpr (PRE) {
+                    float bv[HMAX];
+                    sgkc_ld_bias<HMAX>(bv, a.bias + pi * a.H + h0, nh, bvec, true);
+#pragma unroll
+                    for (int h = 0; h < HMAX; h++)
+                        if (h < nh)
+                            Ss[(h * BQ + q) * LDS_ + k] = bv[h];
+                }
                 const unsigned bal = __ballot_sync(0xffffffffu, ed[s]);
                 pos[s] = __popc(bal & ((1u << lane) - 1u));
                 if (lane == 0)
@@ -172,14 +183,14 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
         __syncthreads();
 
         /* ---- relation MLP for the listed edges ---- */
-        {
+        if constexpr (!PRE) {
             int total = 0;
             for (int i = 0; i < PPT * NW; i++)
                 total += wcnt[i];
             for (int s0 = 0; s0 < PPT; s0 += PREG) {
                 if (s0 * NT >= total) /* uniform: nothing left for any thread */
                     break;
-                float4 x[PREG][R4];
+                float4 x[PREG][R4 > 0 ? R4 : 1];
                 int pid[PREG];
 #pragma unroll
                 for (int s = 0; s < PREG; s++) {

@@ -60,6 +60,8 @@ struct sgkc_layer {
     /* blocks an SM of the attn_tiled.cuh and attn_tiled16.cuh instances this
      * layer runs (their occupancy, at creation): what their key split plans with */
     int at_per_sm, at16_per_sm;
+    /* and of the relation MLP pass (mlp_tc.cuh) where tuned-tiled runs one */
+    int mt_per_sm;
     /* shared memory of an SM, and what the device keeps back per block */
     size_t smem_sm, smem_rsv;
 };

@@ -14,6 +14,7 @@
 #include "fused_small.cuh"
 #include "gemm_dmma.cuh"
 #include "gemm_panel.cuh"
+#include "mlp_tc.cuh"
 #include "sgemm.cuh"
 
 #include <limits.h>
@@ -437,6 +438,7 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgk_backend_plan *p
 
 struct tiled_cfg {
     int pcap, hmax, HG, G, ld;
+    int mpcap;    /* the MLP pass's padded P (mlp_tc.cuh), then pcap = 0; 0: the MLP runs in the attention */
     size_t smem;
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
     size_t smem16;
@@ -444,6 +446,18 @@ struct tiled_cfg {
     int ks;       /* its key groups */
     size_t smem_rows;
 };
+
+/* Whether tuned-tiled runs the relation MLP as a pass of its own on the
+ * tensor cores (mlp_tc.cuh), writing the bias for the attention to read,
+ * instead of on FFMA inside the attention (attn_rows' shapes keep theirs):
+ * at P > 16, where it was faster at every such sweep shape; at P = 16 and
+ * below the FFMA MLP staged once a block was the faster (DESIGN.md). The
+ * H floats a pair it writes and reads back stay no more than the P it
+ * reads, and its second layer takes up to 16 heads. */
+static bool mlp_pass_pays(const sgkc_layer *L)
+{
+    return L->cc_major >= 8 && L->P > 16 && L->H <= 16 && L->H <= L->P;
+}
 
 /* dm: tuned-tiled-dmma, which is attn_rows with its MLP on DMMA and the
  * projections of gemm_dmma.cuh, nothing else: a shape attn_rows does not
@@ -480,8 +494,16 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     c->ks = blocks_rows <= L->sm_count && N > SGKC_AR_BK && smem_ks2 <= L->smem_optin ? 2 : 1;
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
+    c->mpcap = 0;
     if (dm) /* rows' D = 256 is gemm_dmma.cuh's K, and 3D and D are whole column tiles */
         return c->rows;
+    if (!c->rows && mlp_pass_pays(L)) {
+        c->mpcap = c->pcap;
+        c->pcap = 0;
+        c->smem = sgkc_at_smem_floats(0, c->hmax, c->ld) * sizeof(float);
+        c->smem16 = sgkc_at16_smem_floats(0, c->hmax, c->ld) * sizeof(float);
+        c->q16 = 2 * blocks32 <= L->sm_count && c->smem16 <= L->smem_optin;
+    }
     return c->smem <= L->smem_optin || c->rows;
 }
 
@@ -612,13 +634,41 @@ static void tiled_occupancy(sgkc_layer *L, const tiled_cfg &c)
             L->at16_per_sm = n;
 }
 
+/* the MLP pass's instance for the plan's P and heads */
+typedef void (*mlp_fn)(sgkc_mlp_args);
+static mlp_fn mlp_kernel(const tiled_cfg &c, int H)
+{
+    switch (c.mpcap * 10 + (H <= 8 ? 1 : 2)) {
+    case 161: return sgkc_mlp_tc_kernel<16, 1>;
+    case 162: return sgkc_mlp_tc_kernel<16, 2>;
+    case 321: return sgkc_mlp_tc_kernel<32, 1>;
+    case 322: return sgkc_mlp_tc_kernel<32, 2>;
+    case 641: return sgkc_mlp_tc_kernel<64, 1>;
+    case 642: return sgkc_mlp_tc_kernel<64, 2>;
+    case 1281: return sgkc_mlp_tc_kernel<128, 1>;
+    default: return sgkc_mlp_tc_kernel<128, 2>;
+    }
+}
+static size_t mlp_smem(const tiled_cfg &c, int H)
+{
+    return sgkc_mt_smem_floats(c.mpcap, H <= 8 ? 1 : 2) * sizeof(float);
+}
+
 static void tiled_occupancy_of(sgkc_layer *L)
 {
     tiled_cfg c;
-    L->at_per_sm = L->at16_per_sm = 1;
+    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = 1;
     if (!tiled_plan(L, 1, 1, false, &c))
         return;
+    int n = 0;
+    if (c.mpcap &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mlp_kernel(c, L->H), SGKC_MT_NT, mlp_smem(c, L->H)) ==
+            cudaSuccess &&
+        n > 0)
+        L->mt_per_sm = n;
     switch (c.pcap * 100 + c.hmax) {
+    case 8: tiled_occupancy<0, 8>(L, c); break;
+    case 16: tiled_occupancy<0, 16>(L, c); break;
     case 1608: tiled_occupancy<16, 8>(L, c); break;
     case 1616: tiled_occupancy<16, 16>(L, c); break;
     case 3208: tiled_occupancy<32, 8>(L, c); break;
@@ -629,6 +679,38 @@ static void tiled_occupancy_of(sgkc_layer *L)
     default: tiled_occupancy<128, 16>(L, c); break;
     }
     (void)cudaGetLastError(); /* a query that failed leaves 1 */
+}
+
+/* The workspace: qkv and ctx, then the MLP pass's bias (B*N*N, H) where
+ * the plan runs one. */
+static size_t tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan)
+{
+    const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
+    const size_t bias = c.mpcap ? (size_t)B * (size_t)N * (size_t)N * (size_t)L->H * sizeof(float) : 0;
+    return ws_qkv_ctx(L, B, N, plan) + bias;
+}
+
+/* The MLP pass into bias: a grid of what fits on the SMs at once (its
+ * warps stride over the pairs), launched early behind the Q/K/V GEMM. */
+static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgkc_fwd *f, float *bias)
+{
+    sgkc_mlp_args m;
+    m.pair = f->pair;
+    m.w1 = L->w1;
+    m.b1 = L->b1;
+    m.w2t = L->w2t;
+    m.b2 = L->b2;
+    m.bias = bias;
+    m.M = f->B * f->N * f->N;
+    m.P = L->P;
+    m.H = L->H;
+    m.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
+    const int64_t tiles = (m.M + 15) / 16, nw = SGKC_MT_NT / 32;
+    int64_t grid = (int64_t)L->sm_count * L->mt_per_sm;
+    if (grid > (tiles + nw - 1) / nw)
+        grid = (tiles + nw - 1) / nw;
+    const size_t smem = spread_smem(L, mlp_smem(c, L->H), grid, L->mt_per_sm);
+    return launch_after(L, mlp_kernel(c, L->H), dim3((unsigned)grid), SGKC_MT_NT, smem, f->stream, 0, m);
 }
 
 static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f, bool dm)
@@ -644,6 +726,12 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     a.HG = c.HG;
     a.G = c.G;
     a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
+    a.bias = nullptr;
+    if (c.mpcap) {
+        float *bias = ctx + (size_t)f->B * f->N * L->D;
+        SGKC_RETURN_IF(launch_mlp(L, c, f, bias));
+        a.bias = bias;
+    }
     a.qvec = L->D % 4 == 0;
     a.ks = 1;
     cudaError_t e;
@@ -657,6 +745,8 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
         switch (c.pcap * 100 + c.hmax) {
+        case 8: e = tiled16_attn<0, 8>(L, a, blocks, c.smem16, f->stream); break;
+        case 16: e = tiled16_attn<0, 16>(L, a, blocks, c.smem16, f->stream); break;
         case 1608: e = tiled16_attn<16, 8>(L, a, blocks, c.smem16, f->stream); break;
         case 1616: e = tiled16_attn<16, 16>(L, a, blocks, c.smem16, f->stream); break;
         case 3208: e = tiled16_attn<32, 8>(L, a, blocks, c.smem16, f->stream); break;
@@ -668,6 +758,8 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
         a.qtiles = (a.N + SGKC_AT_BQ - 1) / SGKC_AT_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
         switch (c.pcap * 100 + c.hmax) {
+        case 8: e = tiled_attn<0, 8>(L, a, blocks, c.smem, f->stream); break;
+        case 16: e = tiled_attn<0, 16>(L, a, blocks, c.smem, f->stream); break;
         case 1608: e = tiled_attn<16, 8>(L, a, blocks, c.smem, f->stream); break;
         case 1616: e = tiled_attn<16, 16>(L, a, blocks, c.smem, f->stream); break;
         case 3208: e = tiled_attn<32, 8>(L, a, blocks, c.smem, f->stream); break;
@@ -829,7 +921,7 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 const sgkc_variant sgkc_variants[] = {
     {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
     {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
-    {"tuned-tiled", tiled_supports, nullptr, ws_qkv_ctx, tiled_launch},
+    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch},
     {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch},
     {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
     {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
@@ -862,6 +954,12 @@ static cudaError_t raise_smem_limits(int limit)
 {
     const void *fns[] = {
         (const void *)sgkc_attn_general_kernel,
+        (const void *)sgkc_attn_tiled_kernel<0, 8>,   (const void *)sgkc_attn_tiled_kernel<0, 16>,
+        (const void *)sgkc_attn_tiled16_kernel<0, 8>, (const void *)sgkc_attn_tiled16_kernel<0, 16>,
+        (const void *)sgkc_mlp_tc_kernel<16, 1>,  (const void *)sgkc_mlp_tc_kernel<16, 2>,
+        (const void *)sgkc_mlp_tc_kernel<32, 1>,  (const void *)sgkc_mlp_tc_kernel<32, 2>,
+        (const void *)sgkc_mlp_tc_kernel<64, 1>,  (const void *)sgkc_mlp_tc_kernel<64, 2>,
+        (const void *)sgkc_mlp_tc_kernel<128, 1>, (const void *)sgkc_mlp_tc_kernel<128, 2>,
         (const void *)sgkc_attn_tiled_kernel<16, 8>,  (const void *)sgkc_attn_tiled_kernel<16, 16>,
         (const void *)sgkc_attn_tiled_kernel<32, 8>,  (const void *)sgkc_attn_tiled_kernel<32, 16>,
         (const void *)sgkc_attn_tiled_kernel<64, 8>,  (const void *)sgkc_attn_tiled_kernel<64, 16>,
