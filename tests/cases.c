@@ -70,6 +70,11 @@ const sgkt_case sgkt_cases[] = {
     {"sweep_s12_like", 1, 40, 1024, 4, 128, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     {"sweep_s13_like", 2, 32, 768, 12, 32, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
     {"sweep_s14_like", 1, 100, 128, 8, 4, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    /* wide pair features with head dims off the multiples of 4 and 8, and
+     * of 128 (CUDA's relation MLP pass and tensor-core attention) */
+    {"pass_head_dim_6", 1, 37, 30, 5, 20, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0},
+    {"pass_head_dim_24", 2, 33, 96, 4, 24, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
+    {"pass_head_dim_128", 1, 70, 256, 2, 40, SGKT_MASK_RANDOM, 0.2, SGK_MASK_U8, 0},
     /* LayerNorm of rows with |mean| >> std (each LayerNorm of every
      * backend: D = 2, the seed shape, D = 256, another D) */
     {"ln_offset_d2", 3, 7, 2, 1, 4, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, SGKT_CASE_LN_OFFSET},

@@ -61,7 +61,7 @@ struct sgkc_layer {
      * layer runs (their occupancy, at creation): what their key split plans with */
     int at_per_sm, at16_per_sm;
     /* and of the relation MLP pass (mlp_tc.cuh) where tuned-tiled runs one */
-    int mt_per_sm;
+    int mt_per_sm, am_per_sm; /* and attn_mma.cuh's after it */
     /* shared memory of an SM, and what the device keeps back per block */
     size_t smem_sm, smem_rsv;
 };

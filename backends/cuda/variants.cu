@@ -10,6 +10,7 @@
 #include "attn_general.cuh"
 #include "attn_tiled.cuh"
 #include "attn_tiled16.cuh"
+#include "attn_mma.cuh"
 #include "attn_rows.cuh"
 #include "fused_small.cuh"
 #include "gemm_dmma.cuh"
@@ -439,6 +440,8 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgk_backend_plan *p
 struct tiled_cfg {
     int pcap, hmax, HG, G, ld;
     int mpcap;    /* the MLP pass's padded P (mlp_tc.cuh), then pcap = 0; 0: the MLP runs in the attention */
+    int hdp;      /* where the pass runs, attn_mma.cuh's padded head dim; 0: attn_tiled(16).cuh */
+    size_t smem_mma;
     size_t smem;
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
     size_t smem16;
@@ -457,6 +460,12 @@ struct tiled_cfg {
 static bool mlp_pass_pays(const sgkc_layer *L)
 {
     return L->cc_major >= 8 && L->P > 16 && L->H <= 16 && L->H <= L->P;
+}
+
+/* attn_mma.cuh's padded head dim: its instances */
+static int mma_hdp(int hd)
+{
+    return hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
 }
 
 /* dm: tuned-tiled-dmma, which is attn_rows with its MLP on DMMA and the
@@ -495,6 +504,8 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
     c->mpcap = 0;
+    c->hdp = 0;
+    c->smem_mma = 0;
     if (dm) /* rows' D = 256 is gemm_dmma.cuh's K, and 3D and D are whole column tiles */
         return c->rows;
     if (!c->rows && mlp_pass_pays(L)) {
@@ -504,7 +515,14 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
         c->smem16 = sgkc_at16_smem_floats(0, c->hmax, c->ld) * sizeof(float);
         c->q16 = 2 * blocks32 <= L->sm_count && c->smem16 <= L->smem_optin;
     }
-    return c->smem <= L->smem_optin || c->rows;
+    /* Where the MLP runs as a pass, the attention that is left takes the
+     * tensor cores too (attn_mma.cuh), where its tiles fit */
+    if (c->mpcap) {
+        c->smem_mma = sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
+        if (c->smem_mma <= L->smem_optin)
+            c->hdp = mma_hdp(L->hd);
+    }
+    return c->smem <= L->smem_optin || c->rows || c->hdp;
 }
 
 static int tiled_supports_dm(const sgkc_layer *L, int64_t B, int64_t N, bool dm, sgk_backend_plan *plan)
@@ -649,6 +667,18 @@ static mlp_fn mlp_kernel(const tiled_cfg &c, int H)
     default: return sgkc_mlp_tc_kernel<128, 2>;
     }
 }
+typedef void (*attn_fn)(sgkc_attn_args);
+static attn_fn mma_kernel(int hdp)
+{
+    switch (hdp) {
+    case 16: return sgkc_attn_mma_kernel<16>;
+    case 32: return sgkc_attn_mma_kernel<32>;
+    case 64: return sgkc_attn_mma_kernel<64>;
+    case 128: return sgkc_attn_mma_kernel<128>;
+    default: return sgkc_attn_mma_kernel<256>;
+    }
+}
+
 static size_t mlp_smem(const tiled_cfg &c, int H)
 {
     return sgkc_mt_smem_floats(c.mpcap, H <= 8 ? 1 : 2) * sizeof(float);
@@ -657,7 +687,7 @@ static size_t mlp_smem(const tiled_cfg &c, int H)
 static void tiled_occupancy_of(sgkc_layer *L)
 {
     tiled_cfg c;
-    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = 1;
+    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = L->am_per_sm = 1;
     if (!tiled_plan(L, 1, 1, false, &c))
         return;
     int n = 0;
@@ -666,6 +696,11 @@ static void tiled_occupancy_of(sgkc_layer *L)
             cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
+    if (c.hdp &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mma_kernel(c.hdp), SGKC_AM_NT, c.smem_mma) ==
+            cudaSuccess &&
+        n > 0)
+        L->am_per_sm = n;
     switch (c.pcap * 100 + c.hmax) {
     case 8: tiled_occupancy<0, 8>(L, c); break;
     case 16: tiled_occupancy<0, 16>(L, c); break;
@@ -741,6 +776,10 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
         const size_t smem = spread_smem(L, c.smem_rows, blocks, 2 / c.ks);
         e = dm ? rows_dispatch<true>(L, c, a, blocks, smem, f->stream)
                : rows_dispatch<false>(L, c, a, blocks, smem, f->stream);
+    } else if (c.hdp) {
+        a.qtiles = (a.N + SGKC_AM_BQ - 1) / SGKC_AM_BQ;
+        const unsigned blocks = (unsigned)(f->B * a.qtiles * L->H);
+        e = split_attn(L, mma_kernel(c.hdp), a, blocks, SGKC_AM_BK, L->am_per_sm, SGKC_AM_NT, c.smem_mma, f->stream);
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
@@ -956,6 +995,9 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_general_kernel,
         (const void *)sgkc_attn_tiled_kernel<0, 8>,   (const void *)sgkc_attn_tiled_kernel<0, 16>,
         (const void *)sgkc_attn_tiled16_kernel<0, 8>, (const void *)sgkc_attn_tiled16_kernel<0, 16>,
+        (const void *)sgkc_attn_mma_kernel<16>,   (const void *)sgkc_attn_mma_kernel<32>,
+        (const void *)sgkc_attn_mma_kernel<64>,   (const void *)sgkc_attn_mma_kernel<128>,
+        (const void *)sgkc_attn_mma_kernel<256>,
         (const void *)sgkc_mlp_tc_kernel<16, 1>,  (const void *)sgkc_mlp_tc_kernel<16, 2>,
         (const void *)sgkc_mlp_tc_kernel<32, 1>,  (const void *)sgkc_mlp_tc_kernel<32, 2>,
         (const void *)sgkc_mlp_tc_kernel<64, 1>,  (const void *)sgkc_mlp_tc_kernel<64, 2>,
