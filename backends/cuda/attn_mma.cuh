@@ -5,11 +5,11 @@
  * four warps owns 16 of the rows and keeps its scores, softmax state and
  * O in registers. Per tile of BK = 32 keys:
  *   the block stages the tile's K and V rows of the head in shared memory
- *   (rows past N zero) and ORs a scan of V for NaN/Inf into the barrier;
- *   each warp computes S = Q.K^T (16 x 32, Q pre-scaled, Q in shared
+ *   (rows past N zero); after a barrier each warp computes S = Q.K^T (16 x 32, Q pre-scaled, Q in shared
  *   memory since the prologue), adds the bias of each edge and gives
  *   non-edges -inf, folds the tile into its online softmax (row max and
- *   sums over the four lanes of a quad), and adds P.V to O: the score
+ *   sums over the four lanes of a quad); a second barrier ORs a scan of the
+ *   V tile for NaN/Inf; each warp adds P.V to O: the score
  *   accumulators become the A operand without a shuffle, as in
  *   mlp_tc.cuh (columns 2t, 2t + 1 of key tile j are fed as k = t, t + 4,
  *   with V's rows read in that order). A tile whose V holds a NaN or Inf
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(SGKC_AM_NT) sgkc_attn_mma_kernel(sgkc_attn_arg
                 Vs[k * LD + d] = in ? __ldg(src + D) : 0.0f;
             }
         }
-        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vs, BK * LD, tid, NT));
+        __syncthreads(); /* the tile is in (every thread's copies and stores) */
 
         /* ---- S = Q.K^T: s[j] = {[r0][8j+2t], [r0][8j+2t+1], [r0+8][8j+2t], [r0+8][8j+2t+1]} ---- */
         float s[NK][4];
@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(SGKC_AM_NT) sgkc_attn_mma_kernel(sgkc_attn_arg
             O[n][3] *= alpha[1];
         }
 
-        /* ---- O += P.V ---- */
+        /* ---- O += P.V: does this tile's V hold a NaN or Inf (padding is zero)? ---- */
+        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vs, BK * LD, tid, NT));
         if (!v_nonfinite) {
 #pragma unroll
             for (int j = 0; j < NK; j++) {

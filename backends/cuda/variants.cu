@@ -516,8 +516,13 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
         c->q16 = 2 * blocks32 <= L->sm_count && c->smem16 <= L->smem_optin;
     }
     /* Where the MLP runs as a pass, the attention that is left takes the
-     * tensor cores too (attn_mma.cuh), where its tiles fit */
-    if (c->mpcap) {
+     * tensor cores too (attn_mma.cuh), where its tiles fit and its blocks
+     * of 64 queries of one head are at least one an SM: on smaller grids
+     * (s02, s03, s12) it was the slower even split over keys, since it
+     * makes fewer blocks than attn_tiled(16).cuh's of 32 or 16 queries of a
+     * head group (DESIGN.md). */
+    const int64_t blocks_mma = B * ((N + SGKC_AM_BQ - 1) / SGKC_AM_BQ) * L->H;
+    if (c->mpcap && blocks_mma >= L->sm_count) {
         c->smem_mma = sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
         if (c->smem_mma <= L->smem_optin)
             c->hdp = mma_hdp(L->hd);
@@ -696,9 +701,11 @@ static void tiled_occupancy_of(sgkc_layer *L)
             cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
-    if (c.hdp &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mma_kernel(c.hdp), SGKC_AM_NT, c.smem_mma) ==
-            cudaSuccess &&
+    /* attn_mma.cuh's, whichever grids it will take */
+    const size_t smem_mma = sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
+    if (c.mpcap && smem_mma <= L->smem_optin &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mma_kernel(mma_hdp(L->hd)), SGKC_AM_NT,
+                                                      smem_mma) == cudaSuccess &&
         n > 0)
         L->am_per_sm = n;
     switch (c.pcap * 100 + c.hmax) {
