@@ -14,6 +14,14 @@
 #                                        into h200-sgk.json/.txt
 #   bash tools/h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options),
 #                                        into h200-torch.json/.txt
+#   bash tools/h200.sh results           what bench/results/ files for the H200, in one call:
+#                                        sgk-bench on every preset and sweep shape and
+#                                        torch_compare at the same shapes, both on the cuda
+#                                        variants RESULT_VARIANTS names, then
+#                                        bench/check_autopick.py on the sgk-bench JSON
+#   bash tools/h200.sh kernels [PRESETS] each kernel's time in one call of tuned-tiled (or
+#                                        KERNEL_VARIANT) at each preset (default s12 s13 s08),
+#                                        by ncu at the run's clocks, into kernels.txt
 #   bash tools/h200.sh tcgemm [SEED]     backends/cuda/dev/tc_gemm_check.cu: tuned-tc's GEMM
 #                                        validated against fp64, then timed
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
@@ -81,6 +89,23 @@ torch)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
       ${TORCH_ARGS:-} --json "$O/h200-torch.json" > "$O/h200-torch.txt" 2>&1
   stamp "torch_compare rc=$?"; tail -60 "$O/h200-torch.txt";;
+results)
+  v=${RESULT_VARIANTS:-tuned-tc,tuned-fused-small,tuned-tiled,tuned-tiled-dmma}
+  build/bench/sgk-bench --backend cuda --preset all --variant "$v" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
+  stamp "sgk-bench rc=$?"
+  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
+      --preset all --torch-variants eager,sdpa,compile --sgk-variants "$v" --json "$O/h200-torch.json" \
+      > "$O/h200-torch.txt" 2>&1
+  stamp "torch_compare rc=$?"
+  python3 bench/check_autopick.py "$O/h200-sgk.json" > "$O/autopick.txt" 2>&1
+  stamp "check_autopick rc=$?"; grep -v " ok$" "$O/autopick.txt"
+  sed -n '/^shape  B,N,D,H,P/,$p' "$O/h200-torch.txt";;
+kernels)
+  for p in ${*:-s12 s13 s08}; do
+    ncu --clock-control none --metrics gpu__time_duration.sum -k regex:sgkc -c 8 build/bench/sgk-bench \
+        --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --preset "$p" --quick --no-check > "$O/ncu-$p.txt" 2>&1
+    echo "$p: $(awk '/^  [a-zA-Z_]/ {name = $1 == "void" ? $2 : $1} /gpu__time_duration.sum/ {printf "%s %s %s; ", name, $NF, $(NF-1)}' "$O/ncu-$p.txt")"
+  done | tee "$O/kernels.txt";;
 harness)
   # The kernels without the core (backends/cuda/dev/harness.cu), built from this tree.
   H=/tmp/sgk-harness
@@ -103,7 +128,7 @@ tcgemm)
   /tmp/sgk-tcg ${1:-7} > "$O/tcgemm.txt" 2>&1
   stamp "tc_gemm_check rc=$?"; tail -70 "$O/tcgemm.txt";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|harness [ARGS]|tcgemm [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|harness [ARGS]|tcgemm [SEED]" >&2
   exit 2;;
 esac
 stamp done
