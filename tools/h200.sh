@@ -24,6 +24,8 @@
 #                                        by ncu at the run's clocks, into kernels.txt
 #   bash tools/h200.sh tcgemm [SEED]     backends/cuda/dev/tc_gemm_check.cu: tuned-tc's GEMM
 #                                        validated against fp64, then timed
+#   bash tools/h200.sh attncheck [SEED]  backends/cuda/dev/attn_check.cu: the attention kernels
+#                                        on the MLP pass's bias and candidates, validated, timed
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize")
@@ -127,8 +129,14 @@ tcgemm)
       > "$O/tcgemm-build.txt" 2>&1 || { tail -40 "$O/tcgemm-build.txt"; exit 1; }
   /tmp/sgk-tcg ${1:-7} > "$O/tcgemm.txt" 2>&1
   stamp "tc_gemm_check rc=$?"; tail -70 "$O/tcgemm.txt";;
+attncheck)
+  # the attention kernels on the MLP pass's bias, and candidates: validated, then timed
+  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/attn_check.cu -o /tmp/sgk-attn \
+      > "$O/attncheck-build.txt" 2>&1 || { tail -40 "$O/attncheck-build.txt"; exit 1; }
+  /tmp/sgk-attn ${1:-7} > "$O/attncheck.txt" 2>&1
+  stamp "attn_check rc=$?"; tail -80 "$O/attncheck.txt";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|harness [ARGS]|tcgemm [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
