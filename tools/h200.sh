@@ -22,6 +22,9 @@
 #   bash tools/h200.sh kernels [PRESETS] each kernel's time in one call of tuned-tiled (or
 #                                        KERNEL_VARIANT) at each preset (default s12 s13 s08),
 #                                        by ncu at the run's clocks, into kernels.txt
+#   bash tools/h200.sh profile REGEX PRESET  ncu's full report (speed of light, pipes, warp
+#                                        stalls, memory) of the first kernel of tuned-tiled (or
+#                                        KERNEL_VARIANT) matching REGEX at PRESET, into profile.txt
 #   bash tools/h200.sh tcgemm [SEED]     backends/cuda/dev/tc_gemm_check.cu: tuned-tc's GEMM
 #                                        validated against fp64, then timed
 #   bash tools/h200.sh attncheck [SEED]  backends/cuda/dev/attn_check.cu: the attention kernels
@@ -129,6 +132,13 @@ tcgemm)
       > "$O/tcgemm-build.txt" 2>&1 || { tail -40 "$O/tcgemm-build.txt"; exit 1; }
   /tmp/sgk-tcg ${1:-7} > "$O/tcgemm.txt" 2>&1
   stamp "tc_gemm_check rc=$?"; tail -70 "$O/tcgemm.txt";;
+profile)
+  ncu --clock-control none --set full -k "regex:${1:?a kernel name regex}" -c 1 build/bench/sgk-bench \
+      --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --preset "${2:?a preset}" --quick --no-check \
+      > "$O/profile.txt" 2>&1
+  stamp "ncu rc=$?"
+  grep -E "^  [a-zA-Z_]|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issue Slots|Executed Ipc|Stall|Pipe|Bank|Warp Cycles|Eligible|L1/TEX Hit|L2 Hit|DRAM" \
+      "$O/profile.txt" | head -80;;
 attncheck)
   # the attention kernels on the MLP pass's bias, and candidates: validated, then timed
   nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/attn_check.cu -o /tmp/sgk-attn \
@@ -136,7 +146,7 @@ attncheck)
   /tmp/sgk-attn ${1:-7} > "$O/attncheck.txt" 2>&1
   stamp "attn_check rc=$?"; tail -80 "$O/attncheck.txt";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
