@@ -219,7 +219,9 @@ SGK_EXPORT sgk_status sgk_forward(sgk_layer *layer, int64_t B, int64_t N,
                                   void *out);
 
 /* Bytes of device workspace sgk_forward_device needs for this shape with the
- * variant that would run (0 for some variants). */
+ * variant that would run (0 for some variants). It can grow with N^2: a
+ * variant that keeps the relation MLP's per-pair bias asks for B*N*N*H
+ * floats of it besides its per-row buffers. */
 SGK_EXPORT sgk_status sgk_workspace_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes);
 
 /* Device pointers of the layer's device (host pointers on the cpu backend;
