@@ -29,6 +29,8 @@
 #                                        validated against fp64, then timed
 #   bash tools/h200.sh attncheck [SEED]  backends/cuda/dev/attn_check.cu: the attention kernels
 #                                        on the MLP pass's bias and candidates, validated, timed
+#   bash tools/h200.sh mlpcheck [SEED]   backends/cuda/dev/mlp_check.cu: the relation MLP pass
+#                                        and candidates, validated, timed
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize")
@@ -139,6 +141,12 @@ profile)
   stamp "ncu rc=$?"
   grep -E "^  [a-zA-Z_]|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issue Slots|Executed Ipc|Stall|Pipe|Bank|Warp Cycles|Eligible|L1/TEX Hit|L2 Hit|DRAM" \
       "$O/profile.txt" | head -80;;
+mlpcheck)
+  # the relation MLP pass and candidates: validated, then timed
+  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/mlp_check.cu -o /tmp/sgk-mlp \
+      > "$O/mlpcheck-build.txt" 2>&1 || { tail -40 "$O/mlpcheck-build.txt"; exit 1; }
+  /tmp/sgk-mlp ${1:-7} > "$O/mlpcheck.txt" 2>&1
+  stamp "mlp_check rc=$?"; tail -40 "$O/mlpcheck.txt";;
 attncheck)
   # the attention kernels on the MLP pass's bias, and candidates: validated, then timed
   nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/attn_check.cu -o /tmp/sgk-attn \
@@ -146,7 +154,7 @@ attncheck)
   /tmp/sgk-attn ${1:-7} > "$O/attncheck.txt" 2>&1
   stamp "attn_check rc=$?"; tail -80 "$O/attncheck.txt";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
