@@ -119,31 +119,33 @@ static sgk_status check_aliasing(const sgk_fwd *a, const sgk_call *call, int ran
     return SGK_OK;
 }
 
-/* Data is read as float (and the mask as float or uint8): a float buffer at
- * an address that is not a multiple of alignof(float) is undefined
- * behaviour on the host and faults on GPUs, so it is refused rather than
- * read. cl_mem handles are pointers to objects and pass. */
+/* Data is read in elements of the layer's dtype (and the mask as float or
+ * uint8): a buffer at an address that is not a multiple of its element
+ * size is undefined behaviour on the host and faults on GPUs, so it is
+ * refused rather than read. cl_mem handles are pointers to objects and
+ * pass. */
 sgk_status sgk_check_aligned(const char *name, const void *ptr, size_t align)
 {
     if ((uintptr_t)ptr % align == 0)
         return SGK_OK;
     return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
-                         "%s (%p) is not aligned to %zu bytes: float buffers must be aligned to "
-                         "alignof(float)",
+                         "%s (%p) is not aligned to %zu bytes: a buffer must be aligned to the "
+                         "size of its elements",
                          name, ptr, align);
 }
 
-static sgk_status check_alignment(const void *nodes, const void *pair_feats,
+static sgk_status check_alignment(const sgk_layer *layer, const void *nodes, const void *pair_feats,
                                   const void *edge_mask, size_t mask_elem, const void *out)
 {
-    sgk_status st = sgk_check_aligned("nodes", nodes, _Alignof(float));
+    const size_t elem = sgk_dtype_size(layer->dtype);
+    sgk_status st = sgk_check_aligned("nodes", nodes, elem);
     if (st == SGK_OK)
-        st = sgk_check_aligned("pair_feats", pair_feats, _Alignof(float));
+        st = sgk_check_aligned("pair_feats", pair_feats, elem);
     if (st == SGK_OK)
         st = sgk_check_aligned("edge_mask", edge_mask,
                                mask_elem == sizeof(float) ? _Alignof(float) : 1);
     if (st == SGK_OK)
-        st = sgk_check_aligned("out", out, _Alignof(float));
+        st = sgk_check_aligned("out", out, elem);
     return st;
 }
 
@@ -157,7 +159,7 @@ static sgk_status prepare(sgk_layer *layer, int64_t B, int64_t N, const void *no
     if (st == SGK_OK)
         st = sgk_mask_elem_size(mask_type, &mask_elem);
     if (st == SGK_OK)
-        st = check_alignment(nodes, pair_feats, edge_mask, mask_elem, out);
+        st = check_alignment(layer, nodes, pair_feats, edge_mask, mask_elem, out);
     if (st == SGK_OK)
         st = sgk_plan_call(layer, B, N, mask_elem, 1, call);
     if (st != SGK_OK)

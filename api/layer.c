@@ -2,6 +2,7 @@
  * creation and whenever the caller replaces them. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,24 +29,17 @@ static sgk_status read_desc(const sgk_layer_desc *desc, sgk_layer_desc *d)
                            DESC_OLDEST, sizeof *d, d);
 }
 
-static sgk_status check_dtype(sgk_dtype dtype)
+size_t sgk_dtype_size(sgk_dtype dtype)
 {
     switch (dtype) {
-    case SGK_DTYPE_F32:
-        return SGK_OK;
-    case SGK_DTYPE_BF16:
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "desc->dtype SGK_DTYPE_BF16 is not supported yet; only SGK_DTYPE_F32");
-    case SGK_DTYPE_F16:
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "desc->dtype SGK_DTYPE_F16 is not supported yet; only SGK_DTYPE_F32");
+    case SGK_DTYPE_F32: return 4;
+    case SGK_DTYPE_BF16: return 2;
+    case SGK_DTYPE_F16: return 2;
     }
-    return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                         "desc->dtype (%d) is not an sgk_dtype; only SGK_DTYPE_F32 is supported",
-                         (int)dtype);
+    return 0;
 }
 
-static const char *dtype_name(sgk_dtype dtype)
+const char *sgk_dtype_name(sgk_dtype dtype)
 {
     switch (dtype) {
     case SGK_DTYPE_F32: return "SGK_DTYPE_F32";
@@ -53,6 +47,32 @@ static const char *dtype_name(sgk_dtype dtype)
     case SGK_DTYPE_F16: return "SGK_DTYPE_F16";
     }
     return "not an sgk_dtype";
+}
+
+int sgk_backend_runs_dtype(const sgk_backend_ops *ops, sgk_dtype dtype)
+{
+    const unsigned runs = ops->dtypes ? ops->dtypes : SGK_DTYPE_BIT(SGK_DTYPE_F32);
+    return sgk_dtype_size(dtype) != 0 && (runs & SGK_DTYPE_BIT(dtype)) != 0;
+}
+
+/* A dtype the backend's layers take; the message lists those it does. */
+static sgk_status check_dtype(sgk_dtype dtype, const sgk_backend_ops *ops)
+{
+    if (sgk_backend_runs_dtype(ops, dtype))
+        return SGK_OK;
+    char runs[64] = "";
+    const sgk_dtype all[] = { SGK_DTYPE_F32, SGK_DTYPE_BF16, SGK_DTYPE_F16 };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (sgk_backend_runs_dtype(ops, all[i]))
+            snprintf(runs + strlen(runs), sizeof runs - strlen(runs), "%s%s", runs[0] ? ", " : "",
+                     sgk_dtype_name(all[i]));
+    if (sgk_dtype_size(dtype) == 0)
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "desc->dtype (%d) is not an sgk_dtype; backend %s runs %s",
+                             (int)dtype, ops->name, runs);
+    return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                         "desc->dtype %s is not supported by backend %s, which runs %s",
+                         sgk_dtype_name(dtype), ops->name, runs);
 }
 
 static sgk_status check_eps(float eps)
@@ -98,18 +118,19 @@ static sgk_status check_weight_sizes(const sgk_layer_desc *desc, const sgk_backe
     const int64_t dd[] = { desc->dim, desc->dim };
     const int64_t pp[] = { desc->pair_dim, desc->pair_dim };
     const int64_t hp[] = { desc->heads, desc->pair_dim };
+    const size_t elem = sgk_dtype_size(desc->dtype);
     size_t bytes;
-    sgk_status st = sgk_tensor_bytes("desc->wq", "D*D", dd, 2, sizeof(float), ops, 1, &bytes);
+    sgk_status st = sgk_tensor_bytes("desc->wq", "D*D", dd, 2, elem, ops, 1, &bytes);
     if (st == SGK_OK)
-        st = sgk_tensor_bytes("desc->w1", "P*P", pp, 2, sizeof(float), ops, 1, &bytes);
+        st = sgk_tensor_bytes("desc->w1", "P*P", pp, 2, elem, ops, 1, &bytes);
     if (st == SGK_OK)
-        st = sgk_tensor_bytes("desc->w2", "H*P", hp, 2, sizeof(float), ops, 1, &bytes);
+        st = sgk_tensor_bytes("desc->w2", "H*P", hp, 2, elem, ops, 1, &bytes);
     return st;
 }
 
 static sgk_status check_desc(const sgk_context *ctx, const sgk_layer_desc *desc)
 {
-    sgk_status st = check_dtype(desc->dtype);
+    sgk_status st = check_dtype(desc->dtype, ctx->ops);
     if (st == SGK_OK)
         st = check_dims(desc);
     if (st == SGK_OK)
@@ -193,8 +214,8 @@ static sgk_status check_replacement(const sgk_layer *layer, const sgk_layer_desc
         return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                              "desc->dtype (%d, %s) differs from the layer's dtype (%d, %s): %s "
                              "keeps the layer's dtype",
-                             (int)d->dtype, dtype_name(d->dtype), (int)layer->dtype,
-                             dtype_name(layer->dtype), call);
+                             (int)d->dtype, sgk_dtype_name(d->dtype), (int)layer->dtype,
+                             sgk_dtype_name(layer->dtype), call);
     sgk_status st = check_eps(d->eps);
     if (st != SGK_OK)
         return st;
@@ -215,12 +236,13 @@ static sgk_status check_replacement(const sgk_layer *layer, const sgk_layer_desc
         { "wq", d->wq }, { "wk", d->wk }, { "wv", d->wv }, { "wo", d->wo },
         { "w1", d->w1 }, { "b1", d->b1 }, { "w2", d->w2 }, { "b2", d->b2 },
     };
+    const size_t align = sgk_dtype_size(layer->dtype);
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
-        if ((uintptr_t)w[i].ptr % _Alignof(float) != 0)
+        if ((uintptr_t)w[i].ptr % align != 0)
             return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                                  "desc->%s (%p) is not aligned to %zu bytes: device weights must "
-                                 "be aligned to alignof(float)",
-                                 w[i].name, w[i].ptr, (size_t)_Alignof(float));
+                                 "be aligned to their element size (%s)",
+                                 w[i].name, w[i].ptr, align, sgk_dtype_name(layer->dtype));
     return SGK_OK;
 }
 

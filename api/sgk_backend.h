@@ -55,6 +55,11 @@
  *
  * ABI 4 added saved_size, train_workspace_size, forward_train and
  * backward (optional): the training calls.
+ *
+ * ABI 5 added dtypes: the sgk_dtype values the backend's layers take
+ * (weights, nodes, pair_feats and out of that dtype), as bits
+ * SGK_DTYPE_BIT(dtype); 0 means SGK_DTYPE_F32 alone. The core refuses a
+ * layer of any other dtype with SGK_ERR_UNSUPPORTED before layer_create.
  */
 #ifndef SGK_BACKEND_H
 #define SGK_BACKEND_H
@@ -65,7 +70,8 @@
 extern "C" {
 #endif
 
-#define SGK_BACKEND_ABI 4
+#define SGK_BACKEND_ABI 5
+#define SGK_DTYPE_BIT(dtype) (1u << (unsigned)(dtype))
 #define SGK_BACKEND_ENTRY "sgk_backend_entry"
 
 /* Services the core offers a backend. */
@@ -185,6 +191,9 @@ typedef struct sgk_backend_ops {
     sgk_status (*forward_train)(void *blayer, const sgk_fwd *args, void *saved);
     sgk_status (*backward)(void *blayer, const sgk_fwd *args, const void *saved,
                            const void *d_out, const sgk_grads *grads);
+
+    /* ABI 5: SGK_DTYPE_BIT of each dtype layer_create takes; 0: F32 only. */
+    unsigned dtypes;
 } sgk_backend_ops;
 
 typedef const sgk_backend_ops *(*sgk_backend_entry_fn)(const sgk_host *host);

@@ -97,6 +97,13 @@ struct sgk_context {
     void *bctx;
 };
 
+/* Bytes of one element of a tensor of dtype (weights, nodes, pair_feats,
+ * out); 0 for a value that is not an sgk_dtype. */
+size_t sgk_dtype_size(sgk_dtype dtype);
+/* 1 when the backend's layers take dtype (sgk_backend_ops.dtypes). */
+int sgk_backend_runs_dtype(const sgk_backend_ops *ops, sgk_dtype dtype);
+const char *sgk_dtype_name(sgk_dtype dtype);
+
 struct sgk_layer {
     sgk_context *ctx;
     const sgk_backend_ops *ops;

@@ -118,10 +118,11 @@ sgk_status sgk_check_shape(const sgk_layer *layer, int64_t B, int64_t N, size_t 
     const int64_t nodes[] = { B, N, layer->D };
     const int64_t pair[] = { B, N, N, layer->P };
     const int64_t mask[] = { B, N, N };
-    sgk_status st = sgk_tensor_bytes("nodes", "B*N*D", nodes, 3, sizeof(float), ops, report,
+    const size_t elem = sgk_dtype_size(layer->dtype);
+    sgk_status st = sgk_tensor_bytes("nodes", "B*N*D", nodes, 3, elem, ops, report,
                                      &call->nodes_bytes);
     if (st == SGK_OK)
-        st = sgk_tensor_bytes("pair_feats", "B*N*N*P", pair, 4, sizeof(float), ops, report,
+        st = sgk_tensor_bytes("pair_feats", "B*N*N*P", pair, 4, elem, ops, report,
                               &call->pair_bytes);
     if (st == SGK_OK)
         st = sgk_tensor_bytes("edge_mask", "B*N*N", mask, 3, mask_elem, ops, report,

@@ -457,11 +457,13 @@ static void test_layer_errors(void **state)
     assert_int_equal(sgk_layer_create(f->ctx, &d, &layer), SGK_OK);
     sgk_layer_destroy(layer);
 
-    d = good;
+    d = good; /* the cpu backend runs both 16-bit dtypes (tests/test_dtypes.c) */
     d.dtype = SGK_DTYPE_BF16;
-    layer_expect(f, &d, SGK_ERR_UNSUPPORTED, "dtype", __LINE__);
+    assert_int_equal(sgk_layer_create(f->ctx, &d, &layer), SGK_OK);
+    sgk_layer_destroy(layer);
     d.dtype = SGK_DTYPE_F16;
-    layer_expect(f, &d, SGK_ERR_UNSUPPORTED, "dtype", __LINE__);
+    assert_int_equal(sgk_layer_create(f->ctx, &d, &layer), SGK_OK);
+    sgk_layer_destroy(layer);
     d.dtype = (sgk_dtype)77;
     layer_expect(f, &d, SGK_ERR_UNSUPPORTED, "dtype", __LINE__);
 

@@ -9,6 +9,7 @@
 #endif
 
 #include "sgk_backend.h"
+#include "dtype.h"
 #include "plan.h"
 #include "relation_c.h"
 #include "cpu_backward.h"
@@ -32,6 +33,7 @@ typedef struct cpu_ctx {
 typedef struct cpu_layer {
     const cpu_ctx *ctx;
     int64_t D, H, P;
+    sgk_dtype dtype; /* BF16 and F16 are widened to float on load, rounded back on store */
     float eps;
     sgk_packed off;
     float *w;
@@ -92,11 +94,78 @@ static sgk_status cpu_context_create(int device, const sgk_context_options *opt,
 
 static void cpu_context_destroy(void *c) { free(c); }
 
-static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc, void **out)
+/* One element of a 16-bit dtype as float. */
+static float widen1(sgk_dtype dtype, uint16_t h)
 {
+    return dtype == SGK_DTYPE_BF16 ? sgk_f32_from_bf16(h) : sgk_f32_from_f16(h);
+}
+
+/* n elements of dtype at src as floats at dst, over the context's threads. */
+static void widen(sgk_dtype dtype, const void *src, float *dst, size_t n, int threads)
+{
+    const uint16_t *h = src;
+    (void)threads;
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        dst[i] = widen1(dtype, h[i]);
+}
+
+static void narrow(sgk_dtype dtype, const float *src, void *dst, size_t n, int threads)
+{
+    uint16_t *h = dst;
+    (void)threads;
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++)
+        h[i] = dtype == SGK_DTYPE_BF16 ? sgk_bf16_from_f32(src[i]) : sgk_f16_from_f32(src[i]);
+}
+
+/* desc as an F32 descriptor: itself, or (16-bit dtypes) its weights widened
+ * into one allocation, *store, which the caller frees after use. */
+static sgk_status widen_desc(const sgk_layer_desc *desc, sgk_layer_desc *f, float **store)
+{
+    *f = *desc;
+    *store = NULL;
+    if (desc->dtype == SGK_DTYPE_F32)
+        return SGK_OK;
+    const size_t D = (size_t)desc->dim, H = (size_t)desc->heads, P = (size_t)desc->pair_dim;
+    const void *src[] = {desc->ln_gamma, desc->ln_beta, desc->wq, desc->wk, desc->wv, desc->wo,
+                         desc->w1, desc->b1, desc->w2, desc->b2};
+    const void **dst[] = {&f->ln_gamma, &f->ln_beta, &f->wq, &f->wk, &f->wv, &f->wo,
+                          &f->w1, &f->b1, &f->w2, &f->b2};
+    const size_t n[] = {D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
+    size_t total = 0;
+    for (int i = 0; i < 10; i++)
+        total += n[i];
+    float *w = host_alloc(total * sizeof(float));
+    if (!w)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "cpu: cannot allocate %zu bytes to widen the weights to float",
+                                 total * sizeof(float));
+    float *at = w;
+    for (int i = 0; i < 10; i++) {
+        widen(desc->dtype, src[i], at, n[i], 1);
+        *dst[i] = at;
+        at += n[i];
+    }
+    f->dtype = SGK_DTYPE_F32;
+    *store = w;
+    return SGK_OK;
+}
+
+static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, void **out)
+{
+    sgk_layer_desc fdesc;
+    float *wide;
+    sgk_status st = widen_desc(desc16, &fdesc, &wide);
+    if (st != SGK_OK)
+        return st;
+    const sgk_layer_desc *desc = &fdesc;
     cpu_layer *l = host_alloc(sizeof *l);
-    if (!l)
+    if (!l) {
+        free(wide);
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate the layer");
+    }
+    l->dtype = desc16->dtype;
     l->ctx = bctx;
     l->D = desc->dim;
     l->H = desc->heads;
@@ -107,12 +176,15 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc, void 
     if (!l->w) {
         const size_t bytes = l->off.total * sizeof(float);
         free(l);
+        free(wide);
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes of packed weights",
                                  bytes);
     }
     sgk_pack_weights(desc, l->w);
-    if (sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, l->off.total, l->w,
-                             g_host->alloc_should_fail, &l->map) != 0) {
+    const int mapped = sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, l->off.total, l->w,
+                                            g_host->alloc_should_fail, &l->map) == 0;
+    free(wide);
+    if (!mapped) {
         free(l->w);
         free(l);
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY,
@@ -134,22 +206,34 @@ static void cpu_layer_destroy(void *bl)
 
 /* The packed weights are read only by forward calls, which the caller
  * keeps from running meanwhile (sgk.h), so they are written in place. */
-static sgk_status cpu_set_weights(void *bl, const sgk_layer_desc *desc)
+static sgk_status cpu_set_weights(void *bl, const sgk_layer_desc *desc16)
 {
     cpu_layer *l = bl;
-    sgk_pack_weights(desc, l->w);
-    l->eps = desc->eps;
+    sgk_layer_desc desc;
+    float *wide;
+    sgk_status st = widen_desc(desc16, &desc, &wide);
+    if (st != SGK_OK)
+        return st;
+    sgk_pack_weights(&desc, l->w);
+    l->eps = desc.eps;
+    free(wide);
     return SGK_OK;
 }
 
-static sgk_status cpu_set_weights_device(void *bl, const sgk_layer_desc *desc, void *stream)
+static sgk_status cpu_set_weights_device(void *bl, const sgk_layer_desc *desc16, void *stream)
 {
     (void)stream;
     cpu_layer *l = bl;
     if (l->map.runs == NULL)
         return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no repack map for this layer: %s",
                                  l->map.reason);
-    sgk_repack_apply(&l->map, desc, l->w);
+    sgk_layer_desc desc;
+    float *wide;
+    sgk_status st = widen_desc(desc16, &desc, &wide);
+    if (st != SGK_OK)
+        return st;
+    sgk_repack_apply(&l->map, &desc, l->w);
+    free(wide);
     return SGK_OK;
 }
 
@@ -190,22 +274,55 @@ static size_t pool_floats(const sgk_plan *p)
     return p->smem_ln > p->smem_attn ? p->smem_ln : p->smem_attn;
 }
 
+/* Floats of the widened nodes, pair_feats and out of a 16-bit call, ahead
+ * of the float path's workspace; 0 for F32. */
+static size_t wide_floats(const cpu_layer *l, int64_t B, int64_t N)
+{
+    if (l->dtype == SGK_DTYPE_F32)
+        return 0;
+    const size_t rows = (size_t)B * (size_t)N;
+    return 2 * rows * (size_t)l->D + rows * (size_t)N * (size_t)l->P;
+}
+
 static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N,
                                  const sgk_backend_plan *plan)
 {
     (void)v;
-    (void)B;
-    (void)N;
     const cpu_layer *l = bl;
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return p.workspace_bytes + (size_t)l->ctx->threads * pool_floats(&p) * sizeof(float);
+    return (wide_floats(l, B, N) + (size_t)l->ctx->threads * pool_floats(&p)) * sizeof(float) +
+           p.workspace_bytes;
 }
 
+static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, const sgk_fwd *a);
+
+/* 16-bit calls widen nodes and pair_feats into the workspace, run the
+ * float path, and round its out back: SPEC's fp32 accumulation, with
+ * every input exactly the caller's value. */
 static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, const sgk_fwd *a)
 {
     (void)v;
     const cpu_layer *l = bl;
+    if (l->dtype == SGK_DTYPE_F32)
+        return forward_f32(l, plan, a);
+    const size_t rows = (size_t)a->B * (size_t)a->N, nd = rows * (size_t)l->D;
+    const size_t np = rows * (size_t)a->N * (size_t)l->P;
+    float *nodes = a->workspace, *pair = nodes + nd, *out = pair + np;
+    sgk_fwd f = *a;
+    f.nodes = nodes;
+    f.pair_feats = pair;
+    f.out = out;
+    f.workspace = out + nd;
+    widen(l->dtype, a->nodes, nodes, nd, l->ctx->threads);
+    widen(l->dtype, a->pair_feats, pair, np, l->ctx->threads);
+    sgk_status st = forward_f32(l, plan, &f);
+    narrow(l->dtype, out, a->out, nd, l->ctx->threads);
+    return st;
+}
+
+static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, const sgk_fwd *a)
+{
     sgk_plan p;
     sgk_plan_load(plan, &p);
     const float *w = l->w;
@@ -334,6 +451,7 @@ static const sgk_backend_ops k_ops = {
     .train_workspace_size = cpu_train_workspace_size,
     .forward_train = cpu_forward_train,
     .backward = cpu_backward,
+    .dtypes = SGK_DTYPE_BIT(SGK_DTYPE_F32) | SGK_DTYPE_BIT(SGK_DTYPE_BF16) | SGK_DTYPE_BIT(SGK_DTYPE_F16),
 };
 
 const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host)

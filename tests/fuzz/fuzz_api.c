@@ -252,7 +252,9 @@ static void step_layer_create(state *s)
     if (ctx == NULL || null_desc || null_out) { allow(&a, SGK_ERR_NULL_POINTER); bad = 1; }
     if (desc.struct_size < sizeof desc) { allow(&a, SGK_ERR_INVALID_ARGUMENT); bad = 1; }
     if (desc.struct_size > sizeof desc) { allow(&a, SGK_ERR_UNSUPPORTED); bad = 1; }
-    if (desc.dtype != SGK_DTYPE_F32) { allow(&a, SGK_ERR_UNSUPPORTED); bad = 1; }
+    /* the cpu backend runs both 16-bit dtypes; the model follows F32 layers */
+    const int half = desc.dtype == SGK_DTYPE_BF16 || desc.dtype == SGK_DTYPE_F16;
+    if (desc.dtype != SGK_DTYPE_F32 && !half) { allow(&a, SGK_ERR_UNSUPPORTED); bad = 1; }
     int dims_ok = D >= 1 && H >= 1 && P >= 1;
     if (!dims_ok || (dims_ok && D % H != 0) || !isfinite(eps) || eps < 0) { allow(&a, SGK_ERR_INVALID_ARGUMENT); bad = 1; }
     if (null_weight >= 0 && null_weight < 10) { allow(&a, SGK_ERR_NULL_POINTER); bad = 1; }
@@ -303,6 +305,11 @@ static void step_layer_create(state *s)
     if (st != SGK_OK) {
         if (layer != sentinel)
             finding("failed sgk_layer_create wrote its out handle", st, &a);
+        sgkt_weights_free(&w);
+        return;
+    }
+    if (half) { /* made and gone: the model's later steps are F32 */
+        sgk_layer_destroy(layer);
         sgkt_weights_free(&w);
         return;
     }

@@ -1,0 +1,328 @@
+/* The conformance table in SGK_DTYPE_BF16 and SGK_DTYPE_F16 (SPEC section 6):
+ * weights and inputs are drawn as in test_conformance, rounded to the dtype
+ * (kernels/dtype.h), and the double reference runs on the rounded values;
+ * every variant that takes the shape, and the automatic choice, must come
+ * within relative L2 1e-2 of it, with the same non-finite elements, fully
+ * masked rows equal to their input bit for bit, and the guards around the
+ * 16-bit output intact. Then the dtype's own argument rules: 2-byte
+ * alignment (not 4), and the training calls refused. A dtype the backend
+ * does not run is skipped with its message; a backend that runs neither
+ * exits 77.
+ * Usage: test_dtypes BACKEND (SGK_TEST_SEED changes the base seed). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dtype.h"
+#include "harness.h"
+
+static const char *g_backend;
+static sgk_context *g_ctx;
+static uint64_t g_seed;
+
+#define REL_L2_16 1e-2
+
+static uint16_t to16(sgk_dtype t, float x)
+{
+    return t == SGK_DTYPE_BF16 ? sgk_bf16_from_f32(x) : sgk_f16_from_f32(x);
+}
+
+static float from16(sgk_dtype t, uint16_t h)
+{
+    return t == SGK_DTYPE_BF16 ? sgk_f32_from_bf16(h) : sgk_f32_from_f16(h);
+}
+
+/* x rounded to the dtype in place; its 16-bit copy in a new buffer. */
+static uint16_t *round_to(sgk_dtype t, float *x, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = to16(t, x[i]);
+        x[i] = from16(t, h[i]);
+    }
+    return h;
+}
+
+/* A case's weights and inputs in the dtype (the floats rounded to match). */
+typedef struct case16 {
+    uint16_t *w[10], *nodes, *pair;
+    sgk_layer_desc desc;
+} case16;
+
+static void make16(sgk_dtype t, sgkt_prepared *p, case16 *c)
+{
+    sgkt_weights *w = &p->w;
+    const size_t D = (size_t)w->D, H = (size_t)w->H, P = (size_t)w->P;
+    float *src[10] = {w->ln_gamma, w->ln_beta, w->wq, w->wk, w->wv, w->wo, w->w1, w->b1, w->w2, w->b2};
+    const size_t n[10] = {D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
+    for (int i = 0; i < 10; i++)
+        c->w[i] = round_to(t, src[i], n[i]);
+    const size_t rows = (size_t)p->in.B * (size_t)p->in.N;
+    c->nodes = round_to(t, p->in.nodes, rows * D);
+    c->pair = round_to(t, p->in.pair_feats, rows * (size_t)p->in.N * P);
+    assert_int_equal(sgkt_prepare_reference(p), 0);
+    sgk_layer_desc_init(&c->desc);
+    sgkt_weights_to_desc(w, &c->desc);
+    c->desc.dtype = t;
+    c->desc.ln_gamma = c->w[0]; c->desc.ln_beta = c->w[1];
+    c->desc.wq = c->w[2]; c->desc.wk = c->w[3]; c->desc.wv = c->w[4]; c->desc.wo = c->w[5];
+    c->desc.w1 = c->w[6]; c->desc.b1 = c->w[7]; c->desc.w2 = c->w[8]; c->desc.b2 = c->w[9];
+}
+
+static void free16(case16 *c)
+{
+    for (int i = 0; i < 10; i++)
+        free(c->w[i]);
+    free(c->nodes);
+    free(c->pair);
+}
+
+/* One forward (host form, or the device form on a host-memory backend)
+ * into a guarded 16-bit buffer poisoned with NaN; 0 when everything holds. */
+static int check_run(sgk_dtype t, sgk_layer *layer, const sgkt_prepared *p, const case16 *c, int device_api,
+                     const char *what)
+{
+    const size_t n = p->n_out, bytes = n * sizeof(uint16_t);
+    uint16_t *out = sgkt_guarded_alloc(bytes);
+    assert_non_null(out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = 0x7fffu; /* NaN in both dtypes */
+    sgk_status st;
+    void *ws = NULL;
+    size_t wsb = 0;
+    if (device_api) {
+        assert_int_equal(sgk_workspace_size(layer, p->in.B, p->in.N, &wsb), SGK_OK);
+        ws = wsb ? sgkt_guarded_alloc(wsb) : NULL;
+        st = sgk_forward_device(layer, p->in.B, p->in.N, c->nodes, c->pair, p->in.edge_mask, p->in.mask_type,
+                                out, ws, wsb, NULL);
+    } else {
+        st = sgk_forward(layer, p->in.B, p->in.N, c->nodes, c->pair, p->in.edge_mask, p->in.mask_type, out);
+    }
+    int bad = 0;
+    if (st != SGK_OK) {
+        printf("FAIL %s: status %s: %s\n", what, sgk_status_string(st), sgk_last_error());
+        bad = 1;
+    } else {
+        float *got = malloc(n * sizeof(float));
+        assert_non_null(got);
+        for (size_t i = 0; i < n; i++)
+            got[i] = from16(t, out[i]);
+        const sgkt_error e = sgkt_compare(got, p->ref, n);
+        /* fully masked rows: the input's 16 bits */
+        const size_t D = (size_t)p->in.D;
+        int rows_exact = 1;
+        for (int64_t r = 0; r < p->in.B * p->in.N; r++) {
+            const int64_t b = r / p->in.N, i = r % p->in.N;
+            int edges = 0;
+            for (int64_t j = 0; j < p->in.N && !edges; j++)
+                edges = sgkt_mask_is_edge(p->in.edge_mask, p->in.mask_type, (size_t)((b * p->in.N + i) * p->in.N + j));
+            if (!edges && memcmp(out + (size_t)r * D, c->nodes + (size_t)r * D, D * sizeof(uint16_t)) != 0)
+                rows_exact = 0;
+        }
+        const int guards = sgkt_guard_ok(out, bytes) && (!ws || sgkt_guard_ok(ws, wsb));
+        bad = !(e.mismatched_nonfinite == 0 && e.rel_l2 <= REL_L2_16 && rows_exact && guards);
+        if (bad)
+            printf("FAIL %s: rel_l2=%.3e (bound %.0e) nonfinite_mismatch=%zu at %zu (got %.9g ref %.9g) "
+                   "masked_rows_exact=%d guards=%d seed=0x%016llx\n",
+                   what, e.rel_l2, REL_L2_16, e.mismatched_nonfinite, e.worst, (double)got[e.worst],
+                   p->ref[e.worst], rows_exact, guards, (unsigned long long)p->seed);
+        free(got);
+    }
+    if (ws)
+        sgkt_guarded_free(ws);
+    sgkt_guarded_free(out);
+    return bad;
+}
+
+/* Whether the backend runs dtype; prints why not. */
+static int runs(sgk_dtype t)
+{
+    sgkt_prepared p;
+    const sgkt_case tiny = {"tiny", 1, 3, 8, 2, 3, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0};
+    assert_int_equal(sgkt_prepare(&p, &tiny, 1), 0);
+    case16 c;
+    make16(t, &p, &c);
+    sgk_layer *layer = NULL;
+    const sgk_status st = sgk_layer_create(g_ctx, &c.desc, &layer);
+    if (st == SGK_OK)
+        sgk_layer_destroy(layer);
+    else
+        printf("dtypes: backend=%s %s: %s (%s)\n", g_backend, t == SGK_DTYPE_BF16 ? "bf16" : "f16",
+               sgk_status_string(st), sgk_last_error());
+    free16(&c);
+    sgkt_prepared_free(&p);
+    return st == SGK_OK;
+}
+
+static void table(sgk_dtype t)
+{
+    const char *tname = t == SGK_DTYPE_BF16 ? "bf16" : "f16";
+    if (!runs(t)) {
+        printf("dtypes: backend=%s leaves %s out\n", g_backend, tname);
+        return;
+    }
+    int bad = 0, runs_done = 0;
+    /* the device form takes host pointers only where device memory is host memory */
+    const int forms = strcmp(g_backend, "cpu") == 0 ? 2 : 1;
+    for (int k = 0; k < sgkt_case_count; k++) {
+        const sgkt_case *cs = &sgkt_cases[k];
+        if (!sgkt_case_enabled(cs))
+            continue;
+        sgkt_prepared p;
+        assert_int_equal(sgkt_prepare(&p, cs, sgkt_seed_mix(g_seed, (uint64_t)k)), 0);
+        case16 c;
+        make16(t, &p, &c);
+        sgk_layer *layer = NULL;
+        assert_int_equal(sgk_layer_create(g_ctx, &c.desc, &layer), SGK_OK);
+        const char *names[16];
+        int supported[16], count = 0;
+        assert_int_equal(sgk_layer_variants(layer, p.in.B, p.in.N, names, supported, 16, &count), SGK_OK);
+        for (int v = -1; v < count; v++) {
+            if (v >= 0 && !supported[v])
+                continue;
+            assert_int_equal(sgk_layer_set_variant(layer, v < 0 ? NULL : names[v]), SGK_OK);
+            for (int dev = 0; dev < forms; dev++) {
+                char what[200];
+                snprintf(what, sizeof what, "backend=%s dtype=%s case=%s variant=%s%s", g_backend, tname,
+                         cs->name, v < 0 ? "auto" : names[v], dev ? " (device form)" : "");
+                bad += check_run(t, layer, &p, &c, dev, what);
+                runs_done++;
+            }
+        }
+        sgk_layer_destroy(layer);
+        free16(&c);
+        sgkt_prepared_free(&p);
+    }
+    printf("dtypes: backend=%s dtype=%s: %d runs, %d failed\n", g_backend, tname, runs_done, bad);
+    assert_int_equal(bad, 0);
+}
+
+static void test_bf16_table(void **state)
+{
+    (void)state;
+    table(SGK_DTYPE_BF16);
+}
+
+static void test_f16_table(void **state)
+{
+    (void)state;
+    table(SGK_DTYPE_F16);
+}
+
+/* 16-bit buffers need 2-byte alignment, not float's; an odd address is
+ * refused naming the buffer, with the output untouched; the training calls
+ * refuse 16-bit layers. */
+static void test_rules(void **state)
+{
+    (void)state;
+    const sgk_dtype t = runs(SGK_DTYPE_BF16) ? SGK_DTYPE_BF16 : runs(SGK_DTYPE_F16) ? SGK_DTYPE_F16 : SGK_DTYPE_F32;
+    if (t == SGK_DTYPE_F32) {
+        printf("dtypes: backend=%s runs no 16-bit dtype: rules not checked\n", g_backend);
+        return;
+    }
+    const sgkt_case cs = {"rules", 2, 9, 16, 2, 5, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0};
+    sgkt_prepared p;
+    assert_int_equal(sgkt_prepare(&p, &cs, g_seed), 0);
+    case16 c;
+    make16(t, &p, &c);
+    sgk_layer *layer = NULL;
+    assert_int_equal(sgk_layer_create(g_ctx, &c.desc, &layer), SGK_OK);
+    const size_t nn = p.n_out, np = (size_t)(cs.B * cs.N * cs.N * cs.P);
+    /* 2 mod 4: fine for 16-bit elements */
+    uint16_t *nodes = malloc((nn + 2) * 2), *pair = malloc((np + 2) * 2), *out = malloc((nn + 2) * 2);
+    assert_non_null(nodes);
+    assert_non_null(pair);
+    assert_non_null(out);
+    memcpy(nodes + 1, c.nodes, nn * 2);
+    memcpy(pair + 1, c.pair, np * 2);
+    assert_int_equal(sgk_forward(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type, out + 1),
+                     SGK_OK);
+    /* odd addresses */
+    const char *bytes_n = (const char *)nodes + 1;
+    for (size_t i = 0; i < nn + 2; i++)
+        out[i] = 0x7fffu;
+    assert_int_equal(sgk_forward(layer, cs.B, cs.N, bytes_n, pair + 1, p.in.edge_mask, p.in.mask_type, out + 1),
+                     SGK_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(sgk_last_error(), "nodes"));
+    assert_int_equal(sgk_forward(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type,
+                                 (char *)out + 1),
+                     SGK_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(sgk_last_error(), "out"));
+    for (size_t i = 0; i < nn + 2; i++)
+        assert_int_equal(out[i], 0x7fffu);
+    /* new 16-bit weights, from host and (cpu) device pointers: the same bits
+     * as a layer built from them */
+    {
+        sgkt_prepared q;
+        assert_int_equal(sgkt_prepare(&q, &cs, g_seed + 1), 0);
+        case16 c2;
+        make16(t, &q, &c2);
+        sgk_layer *fresh = NULL;
+        assert_int_equal(sgk_layer_create(g_ctx, &c2.desc, &fresh), SGK_OK);
+        uint16_t *want = malloc(nn * 2), *got = malloc(nn * 2);
+        assert_non_null(want);
+        assert_non_null(got);
+        assert_int_equal(sgk_forward(fresh, cs.B, cs.N, c.nodes, c.pair, p.in.edge_mask, p.in.mask_type, want),
+                         SGK_OK);
+        for (int dev = 0; dev < (strcmp(g_backend, "cpu") == 0 ? 2 : 1); dev++) {
+            assert_int_equal(dev ? sgk_layer_set_weights_device(layer, &c2.desc, NULL)
+                                 : sgk_layer_set_weights(layer, &c2.desc),
+                             SGK_OK);
+            assert_int_equal(sgk_forward(layer, cs.B, cs.N, c.nodes, c.pair, p.in.edge_mask, p.in.mask_type, got),
+                             SGK_OK);
+            assert_memory_equal(got, want, nn * 2);
+            assert_int_equal(sgk_layer_set_weights(layer, &c.desc), SGK_OK);
+        }
+        free(want);
+        free(got);
+        sgk_layer_destroy(fresh);
+        free16(&c2);
+        sgkt_prepared_free(&q);
+    }
+    /* the training calls */
+    size_t bytes = 0;
+    assert_int_equal(sgk_saved_size(layer, cs.B, cs.N, &bytes), SGK_ERR_UNSUPPORTED);
+    assert_non_null(strstr(sgk_last_error(), "dtype"));
+    free(nodes);
+    free(pair);
+    free(out);
+    sgk_layer_destroy(layer);
+    free16(&c);
+    sgkt_prepared_free(&p);
+}
+
+int main(int argc, char **argv)
+{
+    g_backend = sgkt_backend_arg(argc, argv);
+    sgk_backend_info info;
+    int usable = sgkt_backend_usable(g_backend, &info);
+    if (usable)
+        return usable;
+    g_ctx = sgkt_open_context(g_backend, 0);
+    if (!g_ctx)
+        return 1;
+    g_seed = sgkt_env_seed(0x44545950ull);
+    printf("dtypes: backend=%s base seed 0x%016llx (set SGK_TEST_SEED to change)\n", g_backend,
+           (unsigned long long)g_seed);
+    if (!runs(SGK_DTYPE_BF16) && !runs(SGK_DTYPE_F16)) {
+        printf("SKIP %s: runs neither SGK_DTYPE_BF16 nor SGK_DTYPE_F16\n", g_backend);
+        sgk_context_destroy(g_ctx);
+        return SGKT_EXIT_SKIP;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_table),
+        cmocka_unit_test(test_f16_table),
+        cmocka_unit_test(test_rules),
+    };
+    int rc = cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
+    sgk_context_destroy(g_ctx);
+    return rc;
+}
