@@ -20,6 +20,7 @@
  * and max abs 1e-4 of a double reference. Then each is timed with events
  * (3 warm-ups, median of 15). Exit status 1 on any failure. */
 #include "attn_mma.cuh"
+#include "dev_common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -28,14 +29,6 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                               \
-    do {                                                                                    \
-        cudaError_t e_ = (x);                                                               \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
 
 /* ---- the candidate: attn_mma.cuh with NW warps and BK keys a tile ---- */
 template <int NW, int BK>
@@ -242,18 +235,6 @@ __global__ void __launch_bounds__(32 * NW) attn_mma_nw(sgkc_attn_args a)
 }
 
 /* ---- host side ---- */
-static uint64_t g_rng;
-static double urand()
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return ((g_rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-static float nrand()
-{
-    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
-}
 
 struct shape {
     const char *name;
@@ -404,25 +385,8 @@ static void check_and_time(const char *shape_name, const char *version, const la
         const bool ok = bad == 0 && rel <= 1e-5 && mx <= 1e-4;
         g_fail += !ok;
         float us = -1;
-        if (ok) {
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            std::vector<float> ts;
-            for (int r = 0; r < 18; r++) {
-                CK(cudaEventRecord(e0));
-                run(L, ks, 0);
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (r >= 3) ts.push_back(ms * 1000.0f);
-            }
-            std::sort(ts.begin(), ts.end());
-            us = ts[ts.size() / 2];
-            CK(cudaEventDestroy(e0));
-            CK(cudaEventDestroy(e1));
-        }
+        if (ok)
+            us = median_us([&] { run(L, ks, 0); });
         printf("%-6s %-9s blocks %5u x ks %d  rel L2 %.1e  max abs %.1e  non-finite %zu  %s  %9.2f us\n", shape_name,
                version, L.blocks, ks, rel, mx, bad, ok ? "ok   " : "WRONG", us);
     }

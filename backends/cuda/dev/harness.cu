@@ -12,6 +12,7 @@
  * through several input sets so that small presets are not timed on one
  * L2-resident buffer. */
 #include "../cuda_layer.h"
+#include "dev_common.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,28 +23,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
-/* ---- random numbers ---- */
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static double urand()
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return ((g_rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-static float nrand()
-{
-    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
-}
 
 struct Shape {
     const char *name;

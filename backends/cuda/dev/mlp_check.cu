@@ -15,6 +15,7 @@
  * each is timed with events (3 warm-ups, median of 15). Exit status 1 on
  * any failure. */
 #include "mlp_tc.cuh"
+#include "dev_common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,14 +24,6 @@
 #include <cstring>
 #include <vector>
 
-#define CK(x)                                                                               \
-    do {                                                                                    \
-        cudaError_t e_ = (x);                                                               \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
 
 /* ---- the candidates: mlp_tc.cuh with NW warps, W1 and W2 split once per block where SPLIT ---- */
 template <int PCAP, int HT, bool SPLIT>
@@ -181,18 +174,6 @@ __global__ void __launch_bounds__(32 * NW) mlp_cand(sgkc_mlp_args a)
 }
 
 /* ---- host side ---- */
-static uint64_t g_rng;
-static double urand()
-{
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return ((g_rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-static float nrand()
-{
-    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
-}
 
 struct shape {
     const char *name;
@@ -284,25 +265,8 @@ static void check_and_time(const char *sname, const char *vname, void (*kernel)(
     const bool ok = bad == 0 && rel <= 1e-5 && mx <= 1e-4 * std::max(p.scale, 1.0);
     g_fail += !ok;
     float us = -1;
-    if (ok) {
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        std::vector<float> ts;
-        for (int r = 0; r < 18; r++) {
-            CK(cudaEventRecord(e0));
-            kernel<<<(unsigned)grid, nt, smem>>>(a);
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (r >= 3) ts.push_back(ms * 1000.0f);
-        }
-        std::sort(ts.begin(), ts.end());
-        us = ts[ts.size() / 2];
-        CK(cudaEventDestroy(e0));
-        CK(cudaEventDestroy(e1));
-    }
+    if (ok)
+        us = median_us([&] { kernel<<<(unsigned)grid, nt, smem>>>(a); });
     const double flop = (double)p.M * (2.0 * p.P * p.P + 2.0 * p.P * p.H);
     printf("%-6s %-13s %3d blocks/SM  rel L2 %.1e  max abs %.1e  non-finite %zu  %s  %9.2f us  %6.1f TFLOP/s\n", sname,
            vname, per_sm, rel, mx, bad, ok ? "ok   " : "WRONG", us, ok ? flop / us * 1e-6 : 0.0);

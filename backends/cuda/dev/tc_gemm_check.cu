@@ -11,6 +11,7 @@
  * timed with events (3 warm-ups, median of 25). Exit status 1 on any
  * failure. */
 #include "tc_gemm.cuh"
+#include "dev_common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,14 +19,6 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                               \
-    do {                                                                                    \
-        cudaError_t e_ = (x);                                                               \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
 
 struct tc_case {
     int M, Nc, K;
@@ -59,7 +52,7 @@ static const tc_case cases[] = {
 };
 
 static uint64_t rng_state;
-static double urand() /* [-1, 1) */
+static double urand_pm() /* [-1, 1) */
 {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(rng_state >> 11) * (2.0 / 9007199254740992.0) - 1.0;
@@ -102,18 +95,18 @@ int main(int argc, char **argv)
         const size_t M = c.M, Nc = c.Nc, K = c.K;
         std::vector<float> A(M * K), W(Nc * K), gam(K), bet(K), R(M * Nc), C(M * Nc);
         for (size_t i = 0; i < M; i++) {
-            const double mu = c.adv ? 1e3 + 9e3 * (0.5 + 0.5 * urand()) : 0.0, sp = c.adv ? 1e-2 : 1.0;
+            const double mu = c.adv ? 1e3 + 9e3 * (0.5 + 0.5 * urand_pm()) : 0.0, sp = c.adv ? 1e-2 : 1.0;
             for (size_t k = 0; k < K; k++)
-                A[i * K + k] = (float)(mu + sp * urand());
+                A[i * K + k] = (float)(mu + sp * urand_pm());
         }
         for (auto &w : W)
-            w = (float)(urand() / std::sqrt((double)K));
+            w = (float)(urand_pm() / std::sqrt((double)K));
         for (size_t k = 0; k < K; k++) {
-            gam[k] = (float)(1.0 + 0.2 * urand());
-            bet[k] = (float)(0.2 * urand());
+            gam[k] = (float)(1.0 + 0.2 * urand_pm());
+            bet[k] = (float)(0.2 * urand_pm());
         }
         for (auto &r : R)
-            r = (float)urand();
+            r = (float)urand_pm();
         const int hd = 32;
         const int scale_cols = c.ln ? std::min<int>(c.K, c.Nc) : 0;
         const float scale = (float)(1.0 / std::sqrt((double)hd));
@@ -127,7 +120,7 @@ int main(int argc, char **argv)
             for (size_t i = 0; i < 128; i++)
                 rows.push_back(i), rows.push_back(M - 1 - i);
             for (int i = 0; i < 64; i++)
-                rows.push_back(128 + (size_t)((0.5 + 0.5 * urand()) * (double)(M - 256)));
+                rows.push_back(128 + (size_t)((0.5 + 0.5 * urand_pm()) * (double)(M - 256)));
         }
         std::vector<double> ref(rows.size() * Nc), xr(K);
         for (size_t ri = 0; ri < rows.size(); ri++) {
