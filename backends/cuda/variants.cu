@@ -518,9 +518,9 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     /* Where the MLP runs as a pass, the attention that is left takes the
      * tensor cores too (attn_mma.cuh), where its tiles fit and its blocks
      * of 64 queries of one head are at least one an SM: on smaller grids
-     * (s02, s03, s12) it was the slower even split over keys, since it
-     * makes fewer blocks than attn_tiled(16).cuh's of 32 or 16 queries of a
-     * head group (DESIGN.md). */
+     * it was the slower, even split over keys, since it makes fewer blocks
+     * than attn_tiled(16).cuh's of 32 or 16 queries of a head group
+     * (DESIGN.md). */
     const int64_t blocks_mma = B * ((N + SGKC_AM_BQ - 1) / SGKC_AM_BQ) * L->H;
     if (c->mpcap && blocks_mma >= L->sm_count) {
         c->smem_mma = sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
