@@ -72,6 +72,14 @@ ninja -C build > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.t
 stamp "built ($commit)"
 build/bench/sgk-bench --list | tee "$O/list.txt"
 
+# A standalone program of backends/cuda/dev/ (NAME.cu): built, run with SEED, its log's tail.
+dev_check() {
+  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda "backends/cuda/dev/$1.cu" -o "/tmp/sgk-$1" \
+      > "$O/$1-build.txt" 2>&1 || { tail -40 "$O/$1-build.txt"; exit 1; }
+  "/tmp/sgk-$1" "$2" > "$O/$1.txt" 2>&1
+  stamp "$1 rc=$?"; tail -80 "$O/$1.txt"
+}
+
 case $mode in
 test)
   SGK_TEST_XL=1 meson test -C build --no-rebuild --print-errorlogs --num-processes 1 \
@@ -130,10 +138,7 @@ harness)
   stamp "harness $* rc=$?"; tail -40 "$O/harness-$1.txt";;
 tcgemm)
   # tuned-tc's 3xTF32 GEMM alone: validated against a double reference, then timed.
-  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/tc_gemm_check.cu -o /tmp/sgk-tcg \
-      > "$O/tcgemm-build.txt" 2>&1 || { tail -40 "$O/tcgemm-build.txt"; exit 1; }
-  /tmp/sgk-tcg ${1:-7} > "$O/tcgemm.txt" 2>&1
-  stamp "tc_gemm_check rc=$?"; tail -70 "$O/tcgemm.txt";;
+  dev_check tc_gemm_check "${1:-7}";;
 profile)
   ncu --clock-control none --set full -k "regex:${1:?a kernel name regex}" -c 1 build/bench/sgk-bench \
       --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --preset "${2:?a preset}" --quick --no-check \
@@ -142,17 +147,11 @@ profile)
   grep -E "^  [a-zA-Z_]|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issue Slots|Executed Ipc|Stall|Pipe|Bank|Warp Cycles|Eligible|L1/TEX Hit|L2 Hit|DRAM" \
       "$O/profile.txt" | head -80;;
 mlpcheck)
-  # the relation MLP pass and candidates: validated, then timed
-  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/mlp_check.cu -o /tmp/sgk-mlp \
-      > "$O/mlpcheck-build.txt" 2>&1 || { tail -40 "$O/mlpcheck-build.txt"; exit 1; }
-  /tmp/sgk-mlp ${1:-7} > "$O/mlpcheck.txt" 2>&1
-  stamp "mlp_check rc=$?"; tail -40 "$O/mlpcheck.txt";;
+  # the relation MLP pass and its other instances: validated, then timed
+  dev_check mlp_check "${1:-7}";;
 attncheck)
-  # the attention kernels on the MLP pass's bias, and candidates: validated, then timed
-  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda backends/cuda/dev/attn_check.cu -o /tmp/sgk-attn \
-      > "$O/attncheck-build.txt" 2>&1 || { tail -40 "$O/attncheck-build.txt"; exit 1; }
-  /tmp/sgk-attn ${1:-7} > "$O/attncheck.txt" 2>&1
-  stamp "attn_check rc=$?"; tail -80 "$O/attncheck.txt";;
+  # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
+  dev_check attn_check "${1:-7}";;
 *)
   echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;

@@ -94,29 +94,37 @@ static sgk_status cpu_context_create(int device, const sgk_context_options *opt,
 
 static void cpu_context_destroy(void *c) { free(c); }
 
-/* One element of a 16-bit dtype as float. */
-static float widen1(sgk_dtype dtype, uint16_t h)
-{
-    return dtype == SGK_DTYPE_BF16 ? sgk_f32_from_bf16(h) : sgk_f32_from_f16(h);
-}
-
-/* n elements of dtype at src as floats at dst, over the context's threads. */
+/* n elements of a 16-bit dtype at src as floats at dst, and back (nearest,
+ * ties to even), over threads: a loop per dtype, so that the forward's
+ * widening of pair_feats tests the dtype once. */
 static void widen(sgk_dtype dtype, const void *src, float *dst, size_t n, int threads)
 {
     const uint16_t *h = src;
     (void)threads;
+    if (dtype == SGK_DTYPE_BF16) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        dst[i] = widen1(dtype, h[i]);
+        for (size_t i = 0; i < n; i++)
+            dst[i] = sgk_f32_from_bf16(h[i]);
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = sgk_f32_from_f16(h[i]);
+    }
 }
 
 static void narrow(sgk_dtype dtype, const float *src, void *dst, size_t n, int threads)
 {
     uint16_t *h = dst;
     (void)threads;
+    if (dtype == SGK_DTYPE_BF16) {
 #pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++)
-        h[i] = dtype == SGK_DTYPE_BF16 ? sgk_bf16_from_f32(src[i]) : sgk_f16_from_f32(src[i]);
+        for (size_t i = 0; i < n; i++)
+            h[i] = sgk_bf16_from_f32(src[i]);
+    } else {
+#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++)
+            h[i] = sgk_f16_from_f32(src[i]);
+    }
 }
 
 /* desc as an F32 descriptor: itself, or (16-bit dtypes) its weights widened

@@ -34,18 +34,21 @@ __host__ __device__ constexpr int sgkc_am_ld(int hdp)
 {
     return hdp + 4;
 }
-__host__ __device__ constexpr size_t sgkc_am_smem_floats(int hdp)
+/* Shared memory of a block of nw warps (16 nw queries) and bk-key tiles,
+ * in floats. The library runs nw = 4, bk = 32; dev/attn_check.cu times
+ * other instances. */
+__host__ __device__ constexpr size_t sgkc_am_smem_floats(int hdp, int nw = SGKC_AM_NT / 32, int bk = SGKC_AM_BK)
 {
-    return (size_t)(SGKC_AM_BQ + 2 * SGKC_AM_BK) * sgkc_am_ld(hdp) + 2 * SGKC_AM_BQ;
+    return (size_t)(16 * nw + 2 * bk) * sgkc_am_ld(hdp) + 2 * 16 * nw;
 }
 
-template <int HDP>
-__global__ void __launch_bounds__(SGKC_AM_NT) sgkc_attn_mma_kernel(sgkc_attn_args a)
+template <int HDP, int NW = SGKC_AM_NT / 32, int BK = SGKC_AM_BK>
+__global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a)
 {
-    constexpr int NT = SGKC_AM_NT, BQ = SGKC_AM_BQ, BK = SGKC_AM_BK, LD = sgkc_am_ld(HDP);
+    constexpr int NT = 32 * NW, BQ = 16 * NW, LD = sgkc_am_ld(HDP);
     constexpr int NK = BK / 8;   /* key tiles of 8: S's n-tiles, P.V's k-steps */
     constexpr int ND = HDP / 8;  /* head-dim tiles of 8: Q.K's k-steps, O's n-tiles */
-    static_assert(HDP % 8 == 0 && BQ == 16 * (NT / 32), "a warp's 16 rows");
+    static_assert(HDP % 8 == 0 && BK % 8 == 0, "whole tiles of 8");
 
     extern __shared__ __align__(16) float smem[];
     float *Qs = smem, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ms = Vs + BK * LD, *Ls = Ms + BQ;

@@ -352,31 +352,31 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
         const int k0 = kt * BK;
         const float *Kc = Ks + cur * BK * LD, *Vc = Vs + cur * BK * LD;
 
-        /* ---- relation MLP: bias of this thread's pairs for the group's heads ---- */
-        if constexpr (PRE) {
-#pragma unroll
-            for (int s = 0; s < PPT; s++) {
-                const int t = tid + s * NT, q = t / BK, k = t % BK;
-#pragma unroll
-                for (int h = 0; h < HMAX; h++)
-                    if (h < nh)
-                        Ss[(h * BQ + q) * LDS_ + k] = edge[s] ? bx[s][h] : SGKC_NEG_INF;
-            }
-        } else {
+        /* ---- relation MLP: bias of this thread's pairs for the group's heads
+         * (read back from the pass where PRE) ---- */
+        {
             float acc[PPT][HMAX] = {};
-            bool any = false;
+            if constexpr (PRE) {
 #pragma unroll
-            for (int s = 0; s < PPT; s++)
-                any |= edge[s];
-            if (__any_sync(0xffffffffu, any))
-                sgkc_mlp_regs<PCAP, HMAX, PPT>(x, W1t, acc);
+                for (int s = 0; s < PPT; s++)
+#pragma unroll
+                    for (int h = 0; h < HMAX; h++)
+                        acc[s][h] = bx[s][h];
+            } else {
+                bool any = false;
+#pragma unroll
+                for (int s = 0; s < PPT; s++)
+                    any |= edge[s];
+                if (__any_sync(0xffffffffu, any))
+                    sgkc_mlp_regs<PCAP, HMAX, PPT>(x, W1t, acc);
+            }
 #pragma unroll
             for (int s = 0; s < PPT; s++) {
                 const int t = tid + s * NT, q = t / BK, k = t % BK;
 #pragma unroll
                 for (int h = 0; h < HMAX; h++)
                     if (h < nh)
-                        Ss[(h * BQ + q) * LDS_ + k] = edge[s] ? acc[s][h] + b2s[h] : SGKC_NEG_INF;
+                        Ss[(h * BQ + q) * LDS_ + k] = edge[s] ? (PRE ? acc[s][h] : acc[s][h] + b2s[h]) : SGKC_NEG_INF;
             }
         }
 

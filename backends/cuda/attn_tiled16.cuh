@@ -143,9 +143,10 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
             }
         }
 
-        /* ---- mask scan: non-edges -> -inf, edges -> compacted list ---- */
+        /* ---- mask scan: non-edges -> -inf, edges -> compacted list (for the
+         * MLP; where PRE, edges take the pass's bias here and need no list) ---- */
         {
-            int pos[PPT];
+            [[maybe_unused]] int pos[PPT];
             bool ed[PPT];
 #pragma unroll
             for (int s = 0; s < PPT; s++) {
@@ -164,23 +165,28 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                         if (h < nh)
                             Ss[(h * BQ + q) * LDS_ + k] = bv[h];
                 }
-                const unsigned bal = __ballot_sync(0xffffffffu, ed[s]);
-                pos[s] = __popc(bal & ((1u << lane) - 1u));
-                if (lane == 0)
-                    wcnt[s * NW + warp] = __popc(bal);
+                if constexpr (!PRE) {
+                    const unsigned bal = __ballot_sync(0xffffffffu, ed[s]);
+                    pos[s] = __popc(bal & ((1u << lane) - 1u));
+                    if (lane == 0)
+                        wcnt[s * NW + warp] = __popc(bal);
+                }
             }
-            __syncthreads();
-            /* list order: every warp's first pairs, then every warp's second */
+            if constexpr (!PRE) {
+                __syncthreads();
+                /* list order: every warp's first pairs, then every warp's second */
 #pragma unroll
-            for (int s = 0; s < PPT; s++) {
-                int base = 0;
-                for (int i = 0; i < s * NW + warp; i++)
-                    base += wcnt[i];
-                if (ed[s])
-                    list[base + pos[s]] = tid + s * NT;
+                for (int s = 0; s < PPT; s++) {
+                    int base = 0;
+                    for (int i = 0; i < s * NW + warp; i++)
+                        base += wcnt[i];
+                    if (ed[s])
+                        list[base + pos[s]] = tid + s * NT;
+                }
             }
         }
-        __syncthreads();
+        if constexpr (!PRE)
+            __syncthreads();
 
         /* ---- relation MLP for the listed edges ---- */
         if constexpr (!PRE) {

@@ -54,9 +54,13 @@ __host__ __device__ constexpr int sgkc_mt_ldw2(int pcap)
 {
     return pcap + 8;
 }
-__host__ __device__ constexpr size_t sgkc_mt_smem_floats(int pcap, int ht)
+/* Shared memory in floats; split: W1 and W2 kept as their TF32 halves
+ * (hi, then lo), split once per block. The library runs the unsplit
+ * four-warp instances; dev/mlp_check.cu times the others. */
+__host__ __device__ constexpr size_t sgkc_mt_smem_floats(int pcap, int ht, bool split = false)
 {
-    return (size_t)pcap * sgkc_mt_ldw(pcap) + pcap + (size_t)8 * ht * sgkc_mt_ldw2(pcap) + 8 * ht;
+    return (split ? 2 : 1) * ((size_t)pcap * sgkc_mt_ldw(pcap) + (size_t)8 * ht * sgkc_mt_ldw2(pcap)) + pcap +
+           8 * ht;
 }
 
 /* the inf-safe split for every operand: features, weights and hidden units
@@ -66,11 +70,12 @@ __device__ __forceinline__ void sgkc_mt_split(float x, uint32_t &hi, uint32_t &l
     sgkc_split_tf32_inf(x, hi, lo);
 }
 
-template <int PCAP, int HT>
-__global__ void __launch_bounds__(SGKC_MT_NT) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
+template <int PCAP, int HT, int NW = SGKC_MT_NT / 32, bool SPLIT = false>
+__global__ void __launch_bounds__(32 * NW) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
 {
-    constexpr int NT = SGKC_MT_NT, NW = NT / 32;
+    constexpr int NT = 32 * NW;
     constexpr int LDW = sgkc_mt_ldw(PCAP), LDW2 = sgkc_mt_ldw2(PCAP);
+    constexpr int W1F = PCAP * LDW, W2F = 8 * HT * LDW2; /* floats of each half where SPLIT */
     constexpr int NC = PCAP / 16; /* float4 columns of a lane's row: chunks of 16 features */
     constexpr int NJ = PCAP / 8;  /* hidden units in tiles of 8 */
     constexpr int JG = NJ < 8 ? NJ : 8; /* hidden tiles accumulated at once */
@@ -81,17 +86,29 @@ __global__ void __launch_bounds__(SGKC_MT_NT) sgkc_mlp_tc_kernel(sgkc_mlp_args a
     static_assert(PCAP % 16 == 0 && NJ % JG == 0, "whole chunks");
 
     extern __shared__ __align__(16) float smem[];
-    float *W1s = smem, *b1s = W1s + PCAP * LDW, *W2s = b1s + PCAP, *b2s = W2s + 8 * HT * LDW2;
+    float *W1s = smem, *b1s = W1s + (SPLIT ? 2 : 1) * W1F, *W2s = b1s + PCAP, *b2s = W2s + (SPLIT ? 2 : 1) * W2F;
     const int P = a.P, H = a.H, tid = (int)threadIdx.x;
+    /* a weight into its place: the float, or its halves at base[idx] and base[half + idx] */
+    auto put = [&](float *base, int idx, int half, float v) {
+        if constexpr (SPLIT) {
+            uint32_t hi, lo;
+            sgkc_mt_split(v, hi, lo);
+            reinterpret_cast<uint32_t *>(base)[idx] = hi;
+            reinterpret_cast<uint32_t *>(base)[half + idx] = lo;
+        } else {
+            (void)half;
+            base[idx] = v;
+        }
+    };
     for (int i = tid; i < PCAP * PCAP; i += NT) {
         const int n = i / PCAP, k = i % PCAP;
-        W1s[n * LDW + k] = n < P && k < P ? __ldg(a.w1 + (size_t)n * P + k) : 0.0f;
+        put(W1s, n * LDW + k, W1F, n < P && k < P ? __ldg(a.w1 + (size_t)n * P + k) : 0.0f);
     }
     for (int i = tid; i < PCAP; i += NT)
         b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
     for (int i = tid; i < 8 * HT * PCAP; i += NT) {
         const int h = i / PCAP, p = i % PCAP;
-        W2s[h * LDW2 + p] = h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f;
+        put(W2s, h * LDW2 + p, W2F, h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f);
     }
     for (int i = tid; i < 8 * HT; i += NT)
         b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
@@ -140,12 +157,20 @@ __global__ void __launch_bounds__(SGKC_MT_NT) sgkc_mlp_tc_kernel(sgkc_mlp_args a
                 sgkc_mt_split(x1[c].w, ah1[3], al1[3]);
 #pragma unroll
                 for (int j = 0; j < JG; j++) {
-                    const float4 u = *reinterpret_cast<const float4 *>(W1s + (8 * (jg + j) + g) * LDW + 16 * c + 4 * t);
+                    const int off = (8 * (jg + j) + g) * LDW + 16 * c + 4 * t;
                     uint32_t bh0[2], bl0[2], bh1[2], bl1[2];
-                    sgkc_mt_split(u.x, bh0[0], bl0[0]);
-                    sgkc_mt_split(u.y, bh0[1], bl0[1]);
-                    sgkc_mt_split(u.z, bh1[0], bl1[0]);
-                    sgkc_mt_split(u.w, bh1[1], bl1[1]);
+                    if constexpr (SPLIT) {
+                        const uint4 uh = *reinterpret_cast<const uint4 *>(W1s + off);
+                        const uint4 ul = *reinterpret_cast<const uint4 *>(W1s + W1F + off);
+                        bh0[0] = uh.x; bh0[1] = uh.y; bh1[0] = uh.z; bh1[1] = uh.w;
+                        bl0[0] = ul.x; bl0[1] = ul.y; bl1[0] = ul.z; bl1[1] = ul.w;
+                    } else {
+                        const float4 u = *reinterpret_cast<const float4 *>(W1s + off);
+                        sgkc_mt_split(u.x, bh0[0], bl0[0]);
+                        sgkc_mt_split(u.y, bh0[1], bl0[1]);
+                        sgkc_mt_split(u.z, bh1[0], bl1[0]);
+                        sgkc_mt_split(u.w, bh1[1], bl1[1]);
+                    }
                     sgkc_mma3_tf32(acc[j], ah0, al0, bh0, bl0);
                     sgkc_mma3_tf32(acc[j], ah1, al1, bh1, bl1);
                 }
@@ -163,10 +188,17 @@ __global__ void __launch_bounds__(SGKC_MT_NT) sgkc_mlp_tc_kernel(sgkc_mlp_args a
                 sgkc_mt_split(sgkc_silu_fast(acc[j][3] + bb.y), hh[3], hl[3]);
 #pragma unroll
                 for (int ht = 0; ht < HT; ht++) {
-                    const float2 w = *reinterpret_cast<const float2 *>(W2s + (8 * ht + g) * LDW2 + n);
+                    const int off = (8 * ht + g) * LDW2 + n;
                     uint32_t wh[2], wl[2];
-                    sgkc_mt_split(w.x, wh[0], wl[0]);
-                    sgkc_mt_split(w.y, wh[1], wl[1]);
+                    if constexpr (SPLIT) {
+                        const uint2 uh = *reinterpret_cast<const uint2 *>(W2s + off);
+                        const uint2 ul = *reinterpret_cast<const uint2 *>(W2s + W2F + off);
+                        wh[0] = uh.x; wh[1] = uh.y; wl[0] = ul.x; wl[1] = ul.y;
+                    } else {
+                        const float2 w = *reinterpret_cast<const float2 *>(W2s + off);
+                        sgkc_mt_split(w.x, wh[0], wl[0]);
+                        sgkc_mt_split(w.y, wh[1], wl[1]);
+                    }
                     sgkc_mma3_tf32(o[ht], hh, hl, wh, wl);
                 }
             }

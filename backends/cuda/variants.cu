@@ -453,8 +453,9 @@ struct tiled_cfg {
 /* Whether tuned-tiled runs the relation MLP as a pass of its own on the
  * tensor cores (mlp_tc.cuh), writing the bias for the attention to read,
  * instead of on FFMA inside the attention (attn_rows' shapes keep theirs):
- * at P > 16, where it was faster at every such sweep shape; at P = 16 and
- * below the FFMA MLP staged once a block was the faster (DESIGN.md). The
+ * at P > 16, where the MLP's 2P^2 FLOPs a pair outweigh the bias's round
+ * trip through memory; at P <= 16 the FFMA MLP staged once a block is the
+ * faster (DESIGN.md has the measurements). The
  * H floats a pair it writes and reads back stay no more than the P it
  * reads, and its second layer takes up to 16 heads. */
 static bool mlp_pass_pays(const sgkc_layer *L)
@@ -462,10 +463,14 @@ static bool mlp_pass_pays(const sgkc_layer *L)
     return L->cc_major >= 8 && L->P > 16 && L->H <= 16 && L->H <= L->P;
 }
 
-/* attn_mma.cuh's padded head dim: its instances */
+/* attn_mma.cuh's padded head dim (its instances), and its block's shared memory */
 static int mma_hdp(int hd)
 {
     return hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
+}
+static size_t mma_smem(const sgkc_layer *L)
+{
+    return sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
 }
 
 /* dm: tuned-tiled-dmma, which is attn_rows with its MLP on DMMA and the
@@ -523,7 +528,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
      * (DESIGN.md). */
     const int64_t blocks_mma = B * ((N + SGKC_AM_BQ - 1) / SGKC_AM_BQ) * L->H;
     if (c->mpcap && blocks_mma >= L->sm_count) {
-        c->smem_mma = sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
+        c->smem_mma = mma_smem(L);
         if (c->smem_mma <= L->smem_optin)
             c->hdp = mma_hdp(L->hd);
     }
@@ -702,7 +707,7 @@ static void tiled_occupancy_of(sgkc_layer *L)
         n > 0)
         L->mt_per_sm = n;
     /* attn_mma.cuh's, whichever grids it will take */
-    const size_t smem_mma = sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
+    const size_t smem_mma = mma_smem(L);
     if (c.mpcap && smem_mma <= L->smem_optin &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mma_kernel(mma_hdp(L->hd)), SGKC_AM_NT,
                                                       smem_mma) == cudaSuccess &&

@@ -11,9 +11,9 @@
  *   tiled   attn_tiled.cuh's PCAP 0 instance (32 queries of a head group a
  *           block, FFMA), what tuned-tiled runs on grids attn_mma takes not;
  *   mma     attn_mma.cuh as the library runs it (64 queries of one head);
- *   mmaNW   the candidate below: attn_mma.cuh's design with NW warps (16 NW
- *           queries) a block and BK keys a tile, for the small grids that
- *           64-query blocks leave under one an SM.
+ *   mmaNW   attn_mma.cuh's other instances: NW warps (16 NW queries) a
+ *           block, BK keys a tile, for the small grids that 64-query
+ *           blocks leave under one an SM.
  * Inputs: Q/K/V rows (q pre-scaled), a bias (B*N*N, H), a uint8 mask of
  * density 0.5 with every seventh row fully masked. ctx is poisoned with NaN
  * before each run; every element must come out within relative L2 1e-5
@@ -29,210 +29,6 @@
 #include <cstring>
 #include <vector>
 
-
-/* ---- the candidate: attn_mma.cuh with NW warps and BK keys a tile ---- */
-template <int NW, int BK>
-__host__ __device__ constexpr size_t nw_smem_floats(int hdp)
-{
-    return (size_t)(16 * NW + 2 * BK) * sgkc_am_ld(hdp) + 2 * 16 * NW;
-}
-
-template <int HDP, int NW, int BK>
-__global__ void __launch_bounds__(32 * NW) attn_mma_nw(sgkc_attn_args a)
-{
-    constexpr int NT = 32 * NW, BQ = 16 * NW, LD = sgkc_am_ld(HDP), NK = BK / 8, ND = HDP / 8;
-    extern __shared__ __align__(16) float smem[];
-    float *Qs = smem, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ms = Vs + BK * LD, *Ls = Ms + BQ;
-    const int N = a.N, D = a.D, H = a.H, hd = a.hd;
-    const int rank = (int)(blockIdx.x % (unsigned)a.ks);
-    const int64_t tile = blockIdx.x / (unsigned)a.ks;
-    const int h = (int)(tile % H);
-    const int64_t rest = tile / H;
-    const int qt = (int)(rest % a.qtiles);
-    const int64_t b = rest / a.qtiles;
-    const int q0 = qt * BQ, d0 = h * hd;
-    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const size_t row3 = 3 * (size_t)D;
-    const float *qkv_b = a.qkv + (size_t)b * N * row3;
-    const bool v4 = a.qvec && (d0 % 4 == 0) && (hd % 4 == 0);
-    for (int i = tid; i < (BQ + 2 * BK) * LD; i += NT)
-        smem[i] = 0.0f;
-    __syncthreads();
-    for (int i = tid; i < BQ * hd; i += NT) {
-        const int q = i / hd, d = i % hd;
-        if (q0 + q < N)
-            Qs[q * LD + d] = __ldg(qkv_b + (size_t)(q0 + q) * row3 + d0 + d);
-    }
-    const int r0 = 16 * warp + g;
-    float O[ND][4];
-#pragma unroll
-    for (int n = 0; n < ND; n++)
-        O[n][0] = O[n][1] = O[n][2] = O[n][3] = 0.0f;
-    float m[2] = {SGKC_NEG_INF, SGKC_NEG_INF}, l[2] = {0.0f, 0.0f};
-    int kb, ke;
-    sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
-    for (int kt = kb; kt < ke; kt++) {
-        const int k0 = kt * BK;
-        __syncthreads();
-        if (v4) {
-            const int c4 = hd / 4;
-            for (int i = tid; i < BK * c4; i += NT) {
-                const int k = i / c4, c = (i % c4) * 4;
-                if (k0 + k < N) {
-                    const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + c;
-                    sgkc_cp_async16(Ks + k * LD + c, src);
-                    sgkc_cp_async16(Vs + k * LD + c, src + D);
-                } else {
-                    *reinterpret_cast<float4 *>(Ks + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-                    *reinterpret_cast<float4 *>(Vs + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-                }
-            }
-            sgkc_cp_commit();
-            sgkc_cp_wait<0>();
-        } else {
-            for (int i = tid; i < BK * hd; i += NT) {
-                const int k = i / hd, d = i % hd;
-                const bool in = k0 + k < N;
-                const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + d;
-                Ks[k * LD + d] = in ? __ldg(src) : 0.0f;
-                Vs[k * LD + d] = in ? __ldg(src + D) : 0.0f;
-            }
-        }
-        __syncthreads();
-        float s[NK][4];
-#pragma unroll
-        for (int j = 0; j < NK; j++)
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll 4
-        for (int kk = 0; kk < ND; kk++) {
-            uint32_t ah[4], al[4];
-            const float *qa = Qs + r0 * LD + 8 * kk + t;
-            sgkc_split_tf32_inf(qa[0], ah[0], al[0]);
-            sgkc_split_tf32_inf(qa[8 * LD], ah[1], al[1]);
-            sgkc_split_tf32_inf(qa[4], ah[2], al[2]);
-            sgkc_split_tf32_inf(qa[8 * LD + 4], ah[3], al[3]);
-#pragma unroll
-            for (int j = 0; j < NK; j++) {
-                const float *kp = Ks + (8 * j + g) * LD + 8 * kk + t;
-                uint32_t bh[2], bl[2];
-                sgkc_split_tf32_inf(kp[0], bh[0], bl[0]);
-                sgkc_split_tf32_inf(kp[4], bh[1], bl[1]);
-                sgkc_mma3_tf32(s[j], ah, al, bh, bl);
-            }
-        }
-        float tmax[2] = {SGKC_NEG_INF, SGKC_NEG_INF};
-#pragma unroll
-        for (int j = 0; j < NK; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int qg = q0 + r0 + (e >> 1) * 8, kg = k0 + 8 * j + 2 * t + (e & 1);
-                const size_t pi = ((size_t)b * N + qg) * N + kg;
-                const bool edge = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
-                s[j][e] = edge ? sgkc_add_score(__ldg(a.bias + pi * H + h), s[j][e]) : SGKC_NEG_INF;
-                tmax[e >> 1] = fmaxf(tmax[e >> 1], s[j][e]);
-            }
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 1));
-            tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
-            const float m_new = fmaxf(m[r], tmax[r]);
-            m_use[r] = m_new == SGKC_NEG_INF ? 0.0f : m_new;
-            alpha[r] = expf(m[r] - m_use[r]);
-            m[r] = m_new;
-            l[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int j = 0; j < NK; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[j][e] = expf(s[j][e] - m_use[e >> 1]);
-                l[e >> 1] += s[j][e];
-            }
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            O[n][0] *= alpha[0];
-            O[n][1] *= alpha[0];
-            O[n][2] *= alpha[1];
-            O[n][3] *= alpha[1];
-        }
-        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vs, BK * LD, tid, NT));
-        if (!v_nonfinite) {
-#pragma unroll
-            for (int j = 0; j < NK; j++) {
-                uint32_t ph[4], pl[4];
-                sgkc_split_tf32(s[j][0], ph[0], pl[0]);
-                sgkc_split_tf32(s[j][2], ph[1], pl[1]);
-                sgkc_split_tf32(s[j][1], ph[2], pl[2]);
-                sgkc_split_tf32(s[j][3], ph[3], pl[3]);
-                const float *vp = Vs + (8 * j + 2 * t) * LD + g;
-#pragma unroll
-                for (int n = 0; n < ND; n++) {
-                    uint32_t bh[2], bl[2];
-                    sgkc_split_tf32(vp[8 * n], bh[0], bl[0]);
-                    sgkc_split_tf32(vp[LD + 8 * n], bh[1], bl[1]);
-                    sgkc_mma3_tf32(O[n], ph, pl, bh, bl);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < NK; j++)
-#pragma unroll
-                for (int w = 0; w < 8; w++) {
-                    const int src = (lane & ~3) | (w >> 1);
-                    const float pa = __shfl_sync(0xffffffffu, s[j][w & 1], src);
-                    const float pb = __shfl_sync(0xffffffffu, s[j][2 + (w & 1)], src);
-                    const float *vr = Vs + (8 * j + w) * LD + 2 * t;
-#pragma unroll
-                    for (int n = 0; n < ND; n++) {
-                        O[n][0] = sgkc_pv<true>(pa, vr[8 * n], O[n][0]);
-                        O[n][1] = sgkc_pv<true>(pa, vr[8 * n + 1], O[n][1]);
-                        O[n][2] = sgkc_pv<true>(pb, vr[8 * n], O[n][2]);
-                        O[n][3] = sgkc_pv<true>(pb, vr[8 * n + 1], O[n][3]);
-                    }
-                }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
-    if (a.ks > 1) {
-        __syncthreads();
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            const int c = 8 * n + 2 * t;
-            Qs[r0 * LD + c] = O[n][0];
-            Qs[r0 * LD + c + 1] = O[n][1];
-            Qs[(r0 + 8) * LD + c] = O[n][2];
-            Qs[(r0 + 8) * LD + c + 1] = O[n][3];
-        }
-        if (t == 0) {
-            Ms[r0] = m[0];
-            Ls[r0] = l[0];
-            Ms[r0 + 8] = m[1];
-            Ls[r0 + 8] = l[1];
-        }
-        sgkc_attn_merge<BQ, NT>(a, Qs, LD, Ms, Ls, rank, b, q0, d0, hd);
-        return;
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qg = q0 + r0 + 8 * r;
-        if (qg >= N)
-            continue;
-        float *dst = a.ctx + ((size_t)b * N + qg) * D + d0;
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            const int c = 8 * n + 2 * t;
-            if (c < hd)
-                dst[c] = l[r] == 0.0f ? 0.0f : O[n][2 * r] / l[r];
-            if (c + 1 < hd)
-                dst[c + 1] = l[r] == 0.0f ? 0.0f : O[n][2 * r + 1] / l[r];
-        }
-    }
-}
 
 /* ---- host side ---- */
 
@@ -374,14 +170,9 @@ static void check_and_time(const char *shape_name, const char *version, const la
         run(L, ks, 0);
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(got.data(), p.ctx, n * sizeof(float), cudaMemcpyDeviceToHost));
-        double e2 = 0, r2 = 0, mx = 0;
-        size_t bad = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (!std::isfinite(got[i])) { bad++; continue; }
-            const double d = got[i] - p.ref[i];
-            e2 += d * d; r2 += p.ref[i] * p.ref[i]; mx = std::max(mx, fabs(d));
-        }
-        const double rel = sqrt(e2 / std::max(r2, 1e-300));
+        const dev_error e = compare(got.data(), p.ref.data(), n);
+        const double rel = e.rel_l2, mx = e.max_abs;
+        const size_t bad = e.nonfinite;
         const bool ok = bad == 0 && rel <= 1e-5 && mx <= 1e-4;
         g_fail += !ok;
         float us = -1;
@@ -428,10 +219,10 @@ static void versions(const shape &s, const problem &p)
         launch L;
         L.a = base;
         L.a.qtiles = (p.N + 16 * NW - 1) / (16 * NW);
-        L.kernel = attn_mma_nw<HDP, NW, BK>;
+        L.kernel = sgkc_attn_mma_kernel<HDP, NW, BK>;
         L.blocks = (unsigned)(p.B * L.a.qtiles * p.H);
         L.nt = 32 * NW;
-        L.smem = nw_smem_floats<NW, BK>(HDP) * sizeof(float);
+        L.smem = sgkc_am_smem_floats(HDP, NW, BK) * sizeof(float);
         L.bk = BK;
         check_and_time(s.name, name, L, p);
     };

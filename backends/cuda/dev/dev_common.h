@@ -36,6 +36,29 @@ static float nrand()
     return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
 }
 
+/* got (floats, all expected finite) against a double reference: relative
+ * L2, max abs and the count of non-finite elements. */
+struct dev_error {
+    double rel_l2, max_abs;
+    size_t nonfinite;
+};
+static dev_error compare(const float *got, const double *ref, size_t n)
+{
+    double e2 = 0, r2 = 0, mx = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!std::isfinite(got[i])) {
+            bad++;
+            continue;
+        }
+        const double d = got[i] - ref[i];
+        e2 += d * d;
+        r2 += ref[i] * ref[i];
+        mx = std::max(mx, fabs(d));
+    }
+    return {sqrt(e2 / std::max(r2, 1e-300)), mx, bad};
+}
+
 /* Median over 15 timed runs (after 3 warm-ups) of launch() on the default stream, in µs. */
 template <typename F>
 static float median_us(F launch)
