@@ -75,6 +75,10 @@ const sgkt_case sgkt_cases[] = {
     {"pass_head_dim_6", 1, 37, 30, 5, 20, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0},
     {"pass_head_dim_24", 2, 33, 96, 4, 24, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     {"pass_head_dim_128", 1, 70, 256, 2, 40, SGKT_MASK_RANDOM, 0.2, SGK_MASK_U8, 0},
+    /* the same pass with grids of 64-query blocks of one head that fill a
+     * GPU of up to 144 SMs (CUDA's attn_mma.cuh takes those) */
+    {"mma_grid_head_dim_8", 3, 192, 128, 16, 24, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0},
+    {"mma_grid_head_dim_64", 17, 100, 256, 4, 20, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     /* LayerNorm of rows with |mean| >> std (each LayerNorm of every
      * backend: D = 2, the seed shape, D = 256, another D) */
     {"ln_offset_d2", 3, 7, 2, 1, 4, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, SGKT_CASE_LN_OFFSET},
