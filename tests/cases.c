@@ -76,7 +76,7 @@ const sgkt_case sgkt_cases[] = {
     {"pass_head_dim_24", 2, 33, 96, 4, 24, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     {"pass_head_dim_128", 1, 70, 256, 2, 40, SGKT_MASK_RANDOM, 0.2, SGK_MASK_U8, 0},
     /* the same pass with grids of 64-query blocks of one head that fill a
-     * GPU of up to 144 SMs (CUDA's attn_mma.cuh takes those) */
+     * GPU of up to 144 SMs (CUDA's attn_mma.cuh runs them unsplit) */
     {"mma_grid_head_dim_8", 3, 192, 128, 16, 24, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_U8, 0},
     {"mma_grid_head_dim_64", 17, 100, 256, 4, 20, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
     /* LayerNorm of rows with |mean| >> std (each LayerNorm of every

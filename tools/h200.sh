@@ -74,7 +74,7 @@ build/bench/sgk-bench --list | tee "$O/list.txt"
 
 # A standalone program of backends/cuda/dev/ (NAME.cu): built, run with SEED, its log's tail.
 dev_check() {
-  nvcc -O3 -std=c++17 -arch=sm_90 -Ibackends/cuda "backends/cuda/dev/$1.cu" -o "/tmp/sgk-$1" \
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ibackends/cuda "backends/cuda/dev/$1.cu" -o "/tmp/sgk-$1" \
       > "$O/$1-build.txt" 2>&1 || { tail -40 "$O/$1-build.txt"; exit 1; }
   "/tmp/sgk-$1" "$2" > "$O/$1.txt" 2>&1
   stamp "$1 rc=$?"; tail -80 "$O/$1.txt"

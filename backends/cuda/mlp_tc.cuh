@@ -55,8 +55,8 @@ __host__ __device__ constexpr int sgkc_mt_ldw2(int pcap)
     return pcap + 8;
 }
 /* Shared memory in floats; split: W1 and W2 kept as their TF32 halves
- * (hi, then lo), split once per block. The library runs the unsplit
- * four-warp instances; dev/mlp_check.cu times the others. */
+ * (hi, then lo), split once per block. The library runs split instances
+ * (variants.cu, mlp_inst); dev/mlp_check.cu times them beside the others. */
 __host__ __device__ constexpr size_t sgkc_mt_smem_floats(int pcap, int ht, bool split = false)
 {
     return (split ? 2 : 1) * ((size_t)pcap * sgkc_mt_ldw(pcap) + (size_t)8 * ht * sgkc_mt_ldw2(pcap)) + pcap +

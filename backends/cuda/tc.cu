@@ -1,18 +1,45 @@
 /* tuned-tc: the layer on the tensor cores in 3xTF32, at any shape whose
  * head dim is at most 256 and P at most 128. Three launches: LayerNorm and
- * the Q/K/V projection (tc_gemm.cuh), attention with the relation MLP on
- * the fly (tc_attn.cuh), the output projection with the residual
- * (tc_gemm.cuh). The workspace holds qkv (B*N, 3D) and ctx (B*N, D). */
+ * the Q/K/V projection (tc_gemm.cuh, or wg_gemm.cuh: tc_gemm_any),
+ * attention with the relation MLP on the fly (tc_attn.cuh), the output
+ * projection with the residual (the same GEMM). The workspace holds qkv (B*N, 3D) and ctx (B*N, D). */
 #include "cuda_layer.h"
 #include "tc.h"
 #include "tc_attn.cuh"
 #include "tc_gemm.cuh"
+#include "wg_gemm.cuh"
 
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 
 static const size_t TC_ALIGN = 256;
+
+/* wg_gemm.cuh where the build has sm_90a code, the device is compute
+ * capability 9.0 and its 128 x 128 tiles give at least a third of the SMs
+ * a block (on fewer, tc_gemm.cuh's split over k keeps every SM busy);
+ * else tc_gemm.cuh. */
+static bool wg_device(const sgkc_layer *L)
+{
+#if defined(SGKC_HAVE_SM90A)
+    return L->cc_major == 9 && L->cc_minor == 0 && SGKC_WG_SMEM <= L->smem_optin;
+#else
+    (void)L;
+    return false;
+#endif
+}
+static bool wg_takes(const sgkc_layer *L, int64_t M, int Nc)
+{
+    return wg_device(L) &&
+           3 * ((M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)Nc + SGKC_WG_BN - 1) / SGKC_WG_BN) >= L->sm_count;
+}
+
+static cudaError_t tc_gemm_any(const sgkc_layer *L, const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    if (wg_takes(L, g.M, g.Nc))
+        return sgkc_wg_gemm(g, true, s);
+    return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
+}
 
 /* The plan holds the attention instance, picked once a call. */
 int sgkc_tc_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
@@ -37,7 +64,9 @@ cudaError_t sgkc_tc_prepare(const sgkc_layer *L)
 {
     if (L->cc_major < 8)
         return cudaSuccess;
-    const cudaError_t e = sgkc_tc_gemm_smem() <= L->smem_optin ? sgkc_tc_gemm_prepare() : cudaSuccess;
+    cudaError_t e = sgkc_tc_gemm_smem() <= L->smem_optin ? sgkc_tc_gemm_prepare() : cudaSuccess;
+    if (e == cudaSuccess && wg_device(L))
+        e = sgkc_wg_gemm_prepare();
     return e != cudaSuccess ? e : sgkc_tca_prepare(L->smem_optin);
 }
 
@@ -61,7 +90,7 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     g.eps = L->eps;
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
-    cudaError_t e = sgkc_tc_gemm(g, L->sm_count, L->cc_major, f->stream);
+    cudaError_t e = tc_gemm_any(L, g, f->stream);
     if (e != cudaSuccess)
         return e;
 
@@ -93,7 +122,7 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     g.K = D;
     g.residual = f->nodes;
     g.scale = 1.0f;
-    return sgkc_tc_gemm(g, L->sm_count, L->cc_major, f->stream);
+    return tc_gemm_any(L, g, f->stream);
 }
 
 cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaStream_t s)
@@ -112,7 +141,7 @@ cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaSt
     g.residual = p.residual;
     g.scale_cols = p.scale_cols;
     g.scale = p.scale;
-    return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
+    return tc_gemm_any(L, g, s);
 }
 
 bool sgkc_tc_project_fits(const sgkc_layer *L)

@@ -521,13 +521,10 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
         c->q16 = 2 * blocks32 <= L->sm_count && c->smem16 <= L->smem_optin;
     }
     /* Where the MLP runs as a pass, the attention that is left takes the
-     * tensor cores too (attn_mma.cuh), where its tiles fit and its blocks
-     * of 64 queries of one head are at least one an SM: on smaller grids
-     * it was the slower, even split over keys, since it makes fewer blocks
-     * than attn_tiled(16).cuh's of 32 or 16 queries of a head group
-     * (DESIGN.md). */
-    const int64_t blocks_mma = B * ((N + SGKC_AM_BQ - 1) / SGKC_AM_BQ) * L->H;
-    if (c->mpcap && blocks_mma >= L->sm_count) {
+     * tensor cores too (attn_mma.cuh) wherever its tiles fit: split over
+     * keys in clusters as attn_ksplit prices it, it is at least as fast as
+     * attn_tiled(16).cuh on small grids as well as full ones (DESIGN.md). */
+    if (c->mpcap) {
         c->smem_mma = mma_smem(L);
         if (c->smem_mma <= L->smem_optin)
             c->hdp = mma_hdp(L->hd);
@@ -662,19 +659,36 @@ static void tiled_occupancy(sgkc_layer *L, const tiled_cfg &c)
             L->at16_per_sm = n;
 }
 
-/* the MLP pass's instance for the plan's P and heads */
+/* The MLP pass's instances: W1 and W2 split into their TF32 halves once a
+ * block (each warp re-splitting its B fragments cost more than the shared
+ * memory the halves take), and eight warps a block at P > 64, where a
+ * block's weights allow one an SM. */
+static constexpr int mlp_warps_of(int pcap)
+{
+    return pcap > 64 ? 8 : 4;
+}
+static int mlp_warps(const tiled_cfg &c)
+{
+    return mlp_warps_of(c.mpcap);
+}
 typedef void (*mlp_fn)(sgkc_mlp_args);
+template <int PCAP, int HT>
+static mlp_fn mlp_inst()
+{
+    return sgkc_mlp_tc_kernel<PCAP, HT, mlp_warps_of(PCAP), true>;
+}
+/* the instance for the plan's P and heads */
 static mlp_fn mlp_kernel(const tiled_cfg &c, int H)
 {
     switch (c.mpcap * 10 + (H <= 8 ? 1 : 2)) {
-    case 161: return sgkc_mlp_tc_kernel<16, 1>;
-    case 162: return sgkc_mlp_tc_kernel<16, 2>;
-    case 321: return sgkc_mlp_tc_kernel<32, 1>;
-    case 322: return sgkc_mlp_tc_kernel<32, 2>;
-    case 641: return sgkc_mlp_tc_kernel<64, 1>;
-    case 642: return sgkc_mlp_tc_kernel<64, 2>;
-    case 1281: return sgkc_mlp_tc_kernel<128, 1>;
-    default: return sgkc_mlp_tc_kernel<128, 2>;
+    case 161: return mlp_inst<16, 1>();
+    case 162: return mlp_inst<16, 2>();
+    case 321: return mlp_inst<32, 1>();
+    case 322: return mlp_inst<32, 2>();
+    case 641: return mlp_inst<64, 1>();
+    case 642: return mlp_inst<64, 2>();
+    case 1281: return mlp_inst<128, 1>();
+    default: return mlp_inst<128, 2>();
     }
 }
 typedef void (*attn_fn)(sgkc_attn_args);
@@ -691,7 +705,7 @@ static attn_fn mma_kernel(int hdp)
 
 static size_t mlp_smem(const tiled_cfg &c, int H)
 {
-    return sgkc_mt_smem_floats(c.mpcap, H <= 8 ? 1 : 2) * sizeof(float);
+    return sgkc_mt_smem_floats(c.mpcap, H <= 8 ? 1 : 2, true) * sizeof(float);
 }
 
 static void tiled_occupancy_of(sgkc_layer *L)
@@ -702,7 +716,8 @@ static void tiled_occupancy_of(sgkc_layer *L)
         return;
     int n = 0;
     if (c.mpcap &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mlp_kernel(c, L->H), SGKC_MT_NT, mlp_smem(c, L->H)) ==
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mlp_kernel(c, L->H), 32 * mlp_warps(c),
+                                                      mlp_smem(c, L->H)) ==
             cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
@@ -752,12 +767,12 @@ static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgk
     m.P = L->P;
     m.H = L->H;
     m.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
-    const int64_t tiles = (m.M + 15) / 16, nw = SGKC_MT_NT / 32;
+    const int64_t tiles = (m.M + 15) / 16, nw = mlp_warps(c);
     int64_t grid = (int64_t)L->sm_count * L->mt_per_sm;
     if (grid > (tiles + nw - 1) / nw)
         grid = (tiles + nw - 1) / nw;
     const size_t smem = spread_smem(L, mlp_smem(c, L->H), grid, L->mt_per_sm);
-    return launch_after(L, mlp_kernel(c, L->H), dim3((unsigned)grid), SGKC_MT_NT, smem, f->stream, 0, m);
+    return launch_after(L, mlp_kernel(c, L->H), dim3((unsigned)grid), (unsigned)(32 * nw), smem, f->stream, 0, m);
 }
 
 static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f, bool dm)
@@ -1010,10 +1025,10 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_mma_kernel<16>,   (const void *)sgkc_attn_mma_kernel<32>,
         (const void *)sgkc_attn_mma_kernel<64>,   (const void *)sgkc_attn_mma_kernel<128>,
         (const void *)sgkc_attn_mma_kernel<256>,
-        (const void *)sgkc_mlp_tc_kernel<16, 1>,  (const void *)sgkc_mlp_tc_kernel<16, 2>,
-        (const void *)sgkc_mlp_tc_kernel<32, 1>,  (const void *)sgkc_mlp_tc_kernel<32, 2>,
-        (const void *)sgkc_mlp_tc_kernel<64, 1>,  (const void *)sgkc_mlp_tc_kernel<64, 2>,
-        (const void *)sgkc_mlp_tc_kernel<128, 1>, (const void *)sgkc_mlp_tc_kernel<128, 2>,
+        (const void *)mlp_inst<16, 1>(),  (const void *)mlp_inst<16, 2>(),
+        (const void *)mlp_inst<32, 1>(),  (const void *)mlp_inst<32, 2>(),
+        (const void *)mlp_inst<64, 1>(),  (const void *)mlp_inst<64, 2>(),
+        (const void *)mlp_inst<128, 1>(), (const void *)mlp_inst<128, 2>(),
         (const void *)sgkc_attn_tiled_kernel<16, 8>,  (const void *)sgkc_attn_tiled_kernel<16, 16>,
         (const void *)sgkc_attn_tiled_kernel<32, 8>,  (const void *)sgkc_attn_tiled_kernel<32, 16>,
         (const void *)sgkc_attn_tiled_kernel<64, 8>,  (const void *)sgkc_attn_tiled_kernel<64, 16>,

@@ -4,11 +4,11 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -I backends/cuda backends/cuda/dev/mlp_check.cu -o /tmp/mlp_check
  *   /tmp/mlp_check [seed]
  *
- * Versions: "pass" is mlp_tc.cuh as the library runs it (four warps a
- * block, W1 in shared memory as floats, split into its TF32 halves by each
- * warp for each 16 pairs); its other instances take W1 (and W2) split once
- * per block into shared memory ("presplit"), and/or eight warps a block
- * ("nw8"), for what limits the pass (DESIGN.md). Each runs on a grid of what
+ * Versions: "unsplit" is mlp_tc.cuh with four warps a block and W1 in
+ * shared memory as floats, split into its TF32 halves by each warp for
+ * each 16 pairs; "presplit" takes W1 and W2 split once per block into
+ * shared memory, "nw8" eight warps a block; the library runs presplit (at
+ * P <= 64) and presplit-nw8 (at P > 64), DESIGN.md says why. Each runs on a grid of what
  * fits on the SMs, as the library's launch does. The bias is poisoned
  * with NaN first; every element must come out within relative L2 1e-5 and
  * max abs 1e-4 (scaled to the bias's largest) of a double reference. Then
@@ -122,7 +122,7 @@ static void check_and_time(const char *sname, const char *vname, void (*kernel)(
 template <int PCAP, int HT>
 static void versions(const shape &s, const problem &p)
 {
-    check_and_time(s.name, "pass", sgkc_mlp_tc_kernel<PCAP, HT>, SGKC_MT_NT, sgkc_mt_smem_floats(PCAP, HT) * 4, p);
+    check_and_time(s.name, "unsplit", sgkc_mlp_tc_kernel<PCAP, HT>, SGKC_MT_NT, sgkc_mt_smem_floats(PCAP, HT) * 4, p);
     check_and_time(s.name, "nw8", sgkc_mlp_tc_kernel<PCAP, HT, 8, false>, 256, sgkc_mt_smem_floats(PCAP, HT) * 4, p);
     check_and_time(s.name, "presplit", sgkc_mlp_tc_kernel<PCAP, HT, 4, true>, 128,
                    sgkc_mt_smem_floats(PCAP, HT, true) * 4, p);

@@ -1,16 +1,19 @@
-/* Validate-then-time harness for tc_gemm.cuh (standalone, needs a GPU):
+/* Validate-then-time harness for tc_gemm.cuh and wg_gemm.cuh (standalone,
+ * needs a GPU of compute capability 9.0):
  *
- *   nvcc -O3 -std=c++17 -arch=sm_90 -I backends/cuda backends/cuda/dev/tc_gemm_check.cu -o /tmp/tcg
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I backends/cuda \
+ *       backends/cuda/dev/tc_gemm_check.cu -o /tmp/tcg
  *   /tmp/tcg [seed]
  *
- * Each case (M, Nc, K, LN, RES) runs through both tile instances and the
- * dispatcher: C is poisoned with NaN first, then every element must be
+ * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
+ * instances, its dispatcher and wg_gemm.cuh's kernel ("wgmma"): C is poisoned with NaN first, then every element must be
  * written and finite, and the checked rows (all of them, or the first and
  * last tiles' rows plus 64 random ones when M is large) must be within
  * relative L2 1e-5 and max abs 1e-4 of a double reference. Then each is
  * timed with events (3 warm-ups, median of 25). Exit status 1 on any
  * failure. */
 #include "tc_gemm.cuh"
+#include "wg_gemm.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -74,16 +77,18 @@ static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s)
 }
 /* the dispatcher: the tile and the split over k that the layer would use */
 static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, g_cc, s); }
+static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_wg_gemm(g, false, s); }
 
 int main(int argc, char **argv)
 {
     CK(sgkc_tc_gemm_prepare());
+    CK(sgkc_wg_gemm_prepare());
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
-        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}};
+        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"}};
     int fails = 0;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
