@@ -3,7 +3,10 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "dtype.h"
 
 _Static_assert(sizeof(sgk_plan) <= sizeof(sgk_backend_plan),
                "sgk_plan must fit in a backend's per-call plan (SGK_BACKEND_PLAN_BYTES)");
@@ -32,6 +35,37 @@ sgk_packed sgk_packed_layout(int64_t D, int64_t H, int64_t P)
     p.b2 = o;    o += (size_t)H;
     p.total = o;
     return p;
+}
+
+int sgk_widen_desc(const sgk_layer_desc *desc, sgk_layer_desc *f, float **store, int (*should_fail)(void))
+{
+    *f = *desc;
+    *store = NULL;
+    if (desc->dtype == SGK_DTYPE_F32)
+        return 0;
+    const size_t D = (size_t)desc->dim, H = (size_t)desc->heads, P = (size_t)desc->pair_dim;
+    const void *src[] = {desc->ln_gamma, desc->ln_beta, desc->wq, desc->wk, desc->wv, desc->wo,
+                         desc->w1, desc->b1, desc->w2, desc->b2};
+    const void **dst[] = {&f->ln_gamma, &f->ln_beta, &f->wq, &f->wk, &f->wv, &f->wo,
+                          &f->w1, &f->b1, &f->w2, &f->b2};
+    const size_t n[] = {D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
+    size_t total = 0;
+    for (int i = 0; i < 10; i++)
+        total += n[i];
+    float *w = should_fail && should_fail() ? NULL : (float *)malloc(total * sizeof(float));
+    if (!w)
+        return -1;
+    float *at = w;
+    for (int i = 0; i < 10; i++) {
+        const uint16_t *h = (const uint16_t *)src[i];
+        for (size_t e = 0; e < n[i]; e++)
+            at[e] = desc->dtype == SGK_DTYPE_BF16 ? sgk_f32_from_bf16(h[e]) : sgk_f32_from_f16(h[e]);
+        *dst[i] = at;
+        at += n[i];
+    }
+    f->dtype = SGK_DTYPE_F32;
+    *store = w;
+    return 0;
 }
 
 void sgk_pack_weights(const sgk_layer_desc *d, float *dst)

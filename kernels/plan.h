@@ -28,6 +28,12 @@ typedef struct sgk_packed {
 sgk_packed sgk_packed_layout(int64_t D, int64_t H, int64_t P);
 /* Copies desc's weights (validated, F32) into dst laid out as sgk_packed. */
 void sgk_pack_weights(const sgk_layer_desc *desc, float *dst);
+/* desc as an F32 descriptor for backends whose kernels compute in float:
+ * itself, or (bf16, f16) its weights widened (kernels/dtype.h) into one
+ * malloc'd block, *store, which the caller frees once it has packed them.
+ * -1 (nothing allocated) when should_fail (fault injection; may be NULL)
+ * says so or malloc fails. */
+int sgk_widen_desc(const sgk_layer_desc *desc, sgk_layer_desc *f, float **store, int (*should_fail)(void));
 
 /* What a device allows a group. */
 typedef struct sgk_limits {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "relation_c.h"
 
 static int g_failures;
 
@@ -107,6 +108,44 @@ static void check_one(const ladder *l16, const ladder *lb, uint32_t u)
 #endif
 }
 
+/* The generated kernels widen16 and narrow16 (kernels/relation.sgk, which
+ * every backend without 16-bit arithmetic runs), as the C target emits
+ * them, bit for bit against the functions above: every 16-bit pattern,
+ * and one float in 997 with the ties of check_one's sweep left to it. */
+static void check_generated(void)
+{
+    enum { PER = 4096 };
+    const size_t n16 = 0x10000u, nf = (size_t)(0xffffffffull / 997) + 1;
+    unsigned short *h = malloc(n16 * sizeof *h), *r = malloc(nf * sizeof *r);
+    float *f = malloc(n16 * sizeof *f), *x = malloc(nf * sizeof *x), pool[1];
+    if (!h || !r || !f || !x) {
+        fail("allocating the generated kernels' buffers", 0, 0, 0);
+        free(h), free(r), free(f), free(x);
+        return;
+    }
+    for (size_t i = 0; i < n16; i++)
+        h[i] = (unsigned short)i;
+    for (size_t i = 0; i < nf; i++)
+        x[i] = sgk_f32_of_bits((uint32_t)((uint64_t)i * 997u));
+    for (int kind = 0; kind < 2; kind++) {
+        sgk_cpu_widen16(1, (int)((n16 + PER - 1) / PER), 1, pool, 0, h, f, (sgk_off)n16, kind, PER);
+        for (size_t i = 0; i < n16; i++) {
+            const float want = kind ? sgk_f32_from_f16((uint16_t)i) : sgk_f32_from_bf16((uint16_t)i);
+            if (sgk_f32_bits(f[i]) != sgk_f32_bits(want))
+                fail(kind ? "widen16 (f16) against dtype.h" : "widen16 (bf16) against dtype.h", (uint32_t)i,
+                     sgk_f32_bits(f[i]), sgk_f32_bits(want));
+        }
+        sgk_cpu_narrow16(1, (int)((nf + PER - 1) / PER), 1, pool, 0, x, r, (sgk_off)nf, kind, PER);
+        for (size_t i = 0; i < nf; i++) {
+            const unsigned want = kind ? sgk_f16_from_f32(x[i]) : sgk_bf16_from_f32(x[i]);
+            if (r[i] != want)
+                fail(kind ? "narrow16 (f16) against dtype.h" : "narrow16 (bf16) against dtype.h",
+                     sgk_f32_bits(x[i]), r[i], want);
+        }
+    }
+    free(h), free(r), free(f), free(x);
+}
+
 int main(void)
 {
     static ladder l16, lb;
@@ -135,6 +174,7 @@ int main(void)
                            -FLT_MAX, FLT_MIN, 1e-45f, INFINITY, -INFINITY, NAN, -NAN};
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++, n++)
         check_one(&l16, &lb, sgk_f32_bits(edges[i]));
+    check_generated();
     printf("test_dtype: %llu floats and 65536 patterns of each dtype, %d failures\n",
            (unsigned long long)n, g_failures);
     return g_failures ? 1 : 0;

@@ -95,68 +95,28 @@ static sgk_status cpu_context_create(int device, const sgk_context_options *opt,
 static void cpu_context_destroy(void *c) { free(c); }
 
 /* n elements of a 16-bit dtype at src as floats at dst, and back (nearest,
- * ties to even), over threads: a loop per dtype, so that the forward's
- * widening of pair_feats tests the dtype once. */
+ * ties to even): the generated kernels every backend without 16-bit
+ * arithmetic runs (kernels/relation.sgk), over threads. */
+enum { CONVERT_PER = 16384 };
 static void widen(sgk_dtype dtype, const void *src, float *dst, size_t n, int threads)
 {
-    const uint16_t *h = src;
-    (void)threads;
-    if (dtype == SGK_DTYPE_BF16) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = sgk_f32_from_bf16(h[i]);
-    } else {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = sgk_f32_from_f16(h[i]);
-    }
+    float pool[1];
+    sgk_cpu_widen16(threads, (int)((n + CONVERT_PER - 1) / CONVERT_PER), 1, pool, 0, src, dst, (sgk_off)n,
+                    dtype == SGK_DTYPE_F16, CONVERT_PER);
 }
 
 static void narrow(sgk_dtype dtype, const float *src, void *dst, size_t n, int threads)
 {
-    uint16_t *h = dst;
-    (void)threads;
-    if (dtype == SGK_DTYPE_BF16) {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            h[i] = sgk_bf16_from_f32(src[i]);
-    } else {
-#pragma omp parallel for num_threads(threads) schedule(static) if (n > 65536)
-        for (size_t i = 0; i < n; i++)
-            h[i] = sgk_f16_from_f32(src[i]);
-    }
+    float pool[1];
+    sgk_cpu_narrow16(threads, (int)((n + CONVERT_PER - 1) / CONVERT_PER), 1, pool, 0, src, dst, (sgk_off)n,
+                     dtype == SGK_DTYPE_F16, CONVERT_PER);
 }
 
-/* desc as an F32 descriptor: itself, or (16-bit dtypes) its weights widened
- * into one allocation, *store, which the caller frees after use. */
+/* desc as an F32 descriptor (sgk_widen_desc), or the error */
 static sgk_status widen_desc(const sgk_layer_desc *desc, sgk_layer_desc *f, float **store)
 {
-    *f = *desc;
-    *store = NULL;
-    if (desc->dtype == SGK_DTYPE_F32)
-        return SGK_OK;
-    const size_t D = (size_t)desc->dim, H = (size_t)desc->heads, P = (size_t)desc->pair_dim;
-    const void *src[] = {desc->ln_gamma, desc->ln_beta, desc->wq, desc->wk, desc->wv, desc->wo,
-                         desc->w1, desc->b1, desc->w2, desc->b2};
-    const void **dst[] = {&f->ln_gamma, &f->ln_beta, &f->wq, &f->wk, &f->wv, &f->wo,
-                          &f->w1, &f->b1, &f->w2, &f->b2};
-    const size_t n[] = {D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
-    size_t total = 0;
-    for (int i = 0; i < 10; i++)
-        total += n[i];
-    float *w = host_alloc(total * sizeof(float));
-    if (!w)
-        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY,
-                                 "cpu: cannot allocate %zu bytes to widen the weights to float",
-                                 total * sizeof(float));
-    float *at = w;
-    for (int i = 0; i < 10; i++) {
-        widen(desc->dtype, src[i], at, n[i], 1);
-        *dst[i] = at;
-        at += n[i];
-    }
-    f->dtype = SGK_DTYPE_F32;
-    *store = w;
+    if (sgk_widen_desc(desc, f, store, g_host->alloc_should_fail) != 0)
+        return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate the memory to widen the weights to float");
     return SGK_OK;
 }
 
