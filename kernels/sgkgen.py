@@ -264,7 +264,7 @@ def emit_kernel(name, params, body, target):
     rt = "cuda" if target == "cuda" else "hip"
     return (
         "extern \"C\" __global__ void sgk_k_%s(%s)\n{\n"
-        "    extern __shared__ float sgk_dyn_smem[];\n    float *smem = sgk_dyn_smem;%s}\n\n"
+        "    extern __shared__ float sgk_dyn_smem[];\n    float *smem = sgk_dyn_smem;\n    (void)smem;%s}\n\n"
         "/* Enqueues (ng0 x ng1) groups of threads work-items with smem_bytes of\n"
         " * dynamic shared memory; returns the launch's error. */\n"
         "extern \"C\" %sError_t sgk_launch_%s(int ng0, int ng1, int threads, size_t smem_bytes,\n"
