@@ -12,6 +12,11 @@
 static sgk_status require_backward(const sgk_layer *layer, const char *call)
 {
     const sgk_backend_ops *ops = layer->ops;
+    if (layer->dtype != SGK_DTYPE_F32) /* first: no backend's training calls take it */
+        return sgk_set_error(SGK_ERR_UNSUPPORTED,
+                             "%s: the layer's dtype is %s, and the training calls run "
+                             "SGK_DTYPE_F32 layers only for now",
+                             call, sgk_dtype_name(layer->dtype));
     if (ops->saved_size == NULL || ops->train_workspace_size == NULL || ops->forward_train == NULL ||
         ops->backward == NULL)
         return sgk_set_error(SGK_ERR_UNSUPPORTED,
@@ -22,11 +27,6 @@ static sgk_status require_backward(const sgk_layer *layer, const char *call)
                              "%s: backend %s works on device memory, and the training calls run "
                              "only on host-memory backends (cpu) for now",
                              call, ops->name);
-    if (layer->dtype != SGK_DTYPE_F32)
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "%s: the layer's dtype is %s, and the training calls run "
-                             "SGK_DTYPE_F32 layers only for now",
-                             call, sgk_dtype_name(layer->dtype));
     return SGK_OK;
 }
 

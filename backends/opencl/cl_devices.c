@@ -141,6 +141,8 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info)
         { CL_DEVICE_COMPILER_AVAILABLE, "CL_DEVICE_COMPILER_AVAILABLE", sizeof info->compiler,
           &info->compiler },
         { CL_DEVICE_OPENCL_C_VERSION, "CL_DEVICE_OPENCL_C_VERSION", sizeof cver - 1, cver },
+        { CL_DEVICE_MEM_BASE_ADDR_ALIGN, "CL_DEVICE_MEM_BASE_ADDR_ALIGN", sizeof info->base_align,
+          &info->base_align },
     };
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
         cl_int err = clGetDeviceInfo(d->device, q[i].what, q[i].size, q[i].dst, NULL);
@@ -153,6 +155,9 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info)
         }
     }
     info->max_item0 = items[0];
+    info->base_align /= 8; /* bits */
+    if (info->base_align < 16)
+        info->base_align = 16;
     /* "OpenCL C <major>.<minor> <vendor text>" */
     if (sscanf(cver, "OpenCL C %d.%d", &info->c_major, &info->c_minor) != 2) {
         info->c_major = 1;

@@ -2,6 +2,7 @@
  * checked (context, device, size), then the variant's kernels are enqueued.
  * Nothing here waits for the device; the core's host path synchronises.
  * New weights for a layer too, which write the layer's own buffers. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,31 +71,67 @@ static sgk_status check_buffer(const sgk_cl_ctx *c, const void *ptr, const char 
     return SGK_OK;
 }
 
+/* bytes of an element of nodes, pair_feats and out, and their unit's name */
+static size_t elem_bytes(const sgk_cl_layer *l) { return l->dtype == SGK_DTYPE_F32 ? 4 : 2; }
+static const char *elem_unit(const sgk_cl_layer *l)
+{
+    return l->dtype == SGK_DTYPE_BF16 ? "bf16 values" : l->dtype == SGK_DTYPE_F16 ? "f16 values" : "floats";
+}
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Byte offsets in the workspace of a 16-bit call's float nodes, pair_feats
+ * and out, and the end; each origin a multiple of the device's sub-buffer
+ * alignment. */
+typedef struct wide_parts {
+    size_t nodes, pair, out, end;
+} wide_parts;
+
+static wide_parts wide_layout(const sgk_cl_layer *l, const sgk_plan *p)
+{
+    const size_t a = l->ctx->info.base_align, rows = (size_t)p->B * (size_t)p->N;
+    wide_parts w;
+    w.nodes = round_up(p->workspace_bytes, a);
+    w.pair = round_up(w.nodes + rows * (size_t)l->D * sizeof(float), a);
+    w.out = round_up(w.pair + rows * (size_t)p->N * (size_t)l->P * sizeof(float), a);
+    w.end = w.out + rows * (size_t)l->D * sizeof(float);
+    return w;
+}
+
+size_t sgk_cl_workspace_bytes(const sgk_cl_layer *l, const sgk_plan *p)
+{
+    return l->dtype == SGK_DTYPE_F32 ? p->workspace_bytes : wide_layout(l, p).end;
+}
+
 static sgk_status check_args(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
                              cl_command_queue q, int *in_order)
 {
     const sgk_cl_ctx *c = l->ctx;
-    const size_t f = sizeof(float);
+    const size_t f = sizeof(float), es = elem_bytes(l);
     const size_t rows = (size_t)a->B * (size_t)a->N;
     const size_t pairs = rows * (size_t)a->N;
     const size_t mask_elem = a->mask_type == SGK_MASK_U8 ? 1 : f;
+    const size_t ws = sgk_cl_workspace_bytes(l, p);
+    char what[2][40];
+    snprintf(what[0], sizeof what[0], "B*N*D %s", elem_unit(l));
+    snprintf(what[1], sizeof what[1], "B*N*N*P %s", elem_unit(l));
     sgk_status st = check_queue(c, q, in_order);
     if (st == SGK_OK)
-        st = check_buffer(c, a->nodes, "nodes", "B*N*D floats", rows * (size_t)l->D * f,
+        st = check_buffer(c, a->nodes, "nodes", what[0], rows * (size_t)l->D * es,
                           SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
-        st = check_buffer(c, a->pair_feats, "pair_feats", "B*N*N*P floats",
-                          pairs * (size_t)l->P * f, SGK_ERR_INVALID_ARGUMENT);
+        st = check_buffer(c, a->pair_feats, "pair_feats", what[1], pairs * (size_t)l->P * es,
+                          SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
         st = check_buffer(c, a->edge_mask, "edge_mask",
                           mask_elem == 1 ? "B*N*N uint8" : "B*N*N floats", pairs * mask_elem,
                           SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
-        st = check_buffer(c, a->out, "out", "B*N*D floats", rows * (size_t)l->D * f,
+        st = check_buffer(c, a->out, "out", what[0], rows * (size_t)l->D * es,
                           SGK_ERR_INVALID_ARGUMENT);
-    if (st == SGK_OK && p->workspace_bytes > 0)
-        st = check_buffer(c, a->workspace, "workspace", "the variant's workspace",
-                          p->workspace_bytes, SGK_ERR_INSUFFICIENT_WORKSPACE);
+    if (st == SGK_OK && ws > 0)
+        st = check_buffer(c, a->workspace, "workspace", "the variant's workspace", ws,
+                          SGK_ERR_INSUFFICIENT_WORKSPACE);
     return st;
 }
 
@@ -166,6 +203,104 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
     return st;
 }
 
+/* n elements of src into dst by widen16 (or narrow16): float <-> bf16 or
+ * f16 as dtype says. Called with the context's lock held. */
+static sgk_status convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_mem src, cl_mem dst,
+                          size_t n, cl_command_queue q)
+{
+    if (n == 0)
+        return SGK_OK;
+    const sgk_cl_kernel *k = &c->prog.k[which];
+    const char *name = which == SGK_CL_K_WIDEN ? "widen16" : "narrow16";
+    /* elements a group: enough that the groups fit the launch */
+    size_t per = 16 * k->local;
+    if ((n + per - 1) / per > (size_t)k->max_groups)
+        per = (n + (size_t)k->max_groups - 1) / (size_t)k->max_groups;
+    if (per > INT_MAX)
+        return sgk_cl_host->set_error(SGK_ERR_UNSUPPORTED,
+                                      "opencl: %zu elements are more than %s takes in one launch on "
+                                      "device \"%s\"",
+                                      n, name, c->info.label);
+    const cl_int kind = dtype == SGK_DTYPE_F16;
+    cl_int err = which == SGK_CL_K_WIDEN
+                     ? sgk_cl_args_widen16(k->kernel, src, dst, (cl_long)n, kind, (cl_int)per, sizeof(float))
+                     : sgk_cl_args_narrow16(k->kernel, src, dst, (cl_long)n, kind, (cl_int)per, sizeof(float));
+    if (err != CL_SUCCESS)
+        return launch_failed("clSetKernelArg", err, name, c);
+    const size_t global = (n + per - 1) / per * k->local;
+    err = clEnqueueNDRangeKernel(q, k->kernel, 1, NULL, &global, &k->local, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return launch_failed("clEnqueueNDRangeKernel", err, name, c);
+    return SGK_OK;
+}
+
+/* On an out-of-order queue, what comes after waits for what came before. */
+static sgk_status order(cl_command_queue q, int in_order, const sgk_cl_ctx *c)
+{
+    cl_int err = in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
+    return err == CL_SUCCESS ? SGK_OK : launch_failed("clEnqueueBarrierWithWaitList", err, "widen16", c);
+}
+
+/* A region of the workspace as a buffer of its own. */
+static sgk_status sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, size_t bytes, cl_mem *out)
+{
+    cl_buffer_region r = {at, bytes ? bytes : 1};
+    cl_int err = CL_SUCCESS;
+    *out = clCreateSubBuffer(mem(ws), CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+    if (*out == NULL || err != CL_SUCCESS) {
+        *out = NULL;
+        char where[640];
+        snprintf(where, sizeof where,
+                 "for a region of the workspace (a 16-bit layer's float inputs) on device \"%s\"; "
+                 "the workspace must be a buffer of its own, not a sub-buffer",
+                 c->info.label);
+        return sgk_cl_fail("clCreateSubBuffer", err, where);
+    }
+    return SGK_OK;
+}
+
+/* A 16-bit call: nodes and pair_feats widened into the workspace, the float
+ * kernels, out narrowed from it. Called with the context's lock held. */
+static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
+                            cl_command_queue q, int in_order)
+{
+    const sgk_cl_ctx *c = l->ctx;
+    const wide_parts w = wide_layout(l, p);
+    const size_t nd = (size_t)p->B * (size_t)p->N * (size_t)l->D;
+    const size_t np = (size_t)p->B * (size_t)p->N * (size_t)p->N * (size_t)l->P;
+    cl_mem wn = NULL, wp = NULL, wo = NULL;
+    sgk_status st = sub_buffer(c, a->workspace, w.nodes, nd * sizeof(float), &wn);
+    if (st == SGK_OK)
+        st = sub_buffer(c, a->workspace, w.pair, np * sizeof(float), &wp);
+    if (st == SGK_OK)
+        st = sub_buffer(c, a->workspace, w.out, nd * sizeof(float), &wo);
+    if (st == SGK_OK)
+        st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->nodes), wn, nd, q);
+    if (st == SGK_OK)
+        st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->pair_feats), wp, np, q);
+    if (st == SGK_OK)
+        st = order(q, in_order, c);
+    if (st == SGK_OK) {
+        sgk_fwd f = *a;
+        f.nodes = wn;
+        f.pair_feats = wp;
+        f.out = wo;
+        st = enqueue(l, p, &f, q, in_order);
+    }
+    if (st == SGK_OK)
+        st = order(q, in_order, c);
+    if (st == SGK_OK)
+        st = convert(c, SGK_CL_K_NARROW, l->dtype, wo, mem(a->out), nd, q);
+    /* enqueued work keeps the sub-buffers alive until it is done */
+    if (wn)
+        clReleaseMemObject(wn);
+    if (wp)
+        clReleaseMemObject(wp);
+    if (wo)
+        clReleaseMemObject(wo);
+    return st;
+}
+
 sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *plan,
                           const sgk_fwd *a)
 {
@@ -180,14 +315,14 @@ sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *pla
     if (st != SGK_OK)
         return st;
     pthread_mutex_lock(&c->lock);
-    st = enqueue(l, &p, a, q, in_order);
+    st = l->dtype == SGK_DTYPE_F32 ? enqueue(l, &p, a, q, in_order) : enqueue16(l, &p, a, q, in_order);
     pthread_mutex_unlock(&c->lock);
     return st;
 }
 
 /* ---- new weights ---------------------------------------------------------- */
 
-sgk_status sgk_cl_set_weights(void *blayer, const sgk_layer_desc *desc)
+sgk_status sgk_cl_set_weights(void *blayer, const sgk_layer_desc *desc16)
 {
     sgk_cl_layer *l = blayer;
     const sgk_cl_ctx *c = l->ctx;
@@ -199,7 +334,16 @@ sgk_status sgk_cl_set_weights(void *blayer, const sgk_layer_desc *desc)
     if (packed == NULL)
         return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
                                  "opencl: cannot allocate %zu bytes to pack the weights", bytes);
+    sgk_layer_desc fdesc;
+    float *wide;
+    if (sgk_widen_desc(desc16, &fdesc, &wide, host()->alloc_should_fail) != 0) {
+        free(packed);
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "opencl: cannot allocate the host memory to widen the weights to float");
+    }
+    const sgk_layer_desc *desc = &fdesc;
     sgk_pack_weights(desc, packed);
+    free(wide);
     sgk_status st = SGK_OK;
     for (int i = 0; i < SGK_CL_W_COUNT && st == SGK_OK; i++) {
         size_t at, end;
@@ -242,11 +386,54 @@ sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, v
     size_t count[SGK_SRC_COUNT];
     sgk_repack_pointers(desc, src);
     sgk_repack_sources(l->D, l->H, l->P, count);
-    for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK; s++)
-        st = check_buffer(c, src[s], names[s], sizes[s], count[s] * sizeof(float),
-                          SGK_ERR_INVALID_ARGUMENT);
+    const int wide = l->dtype != SGK_DTYPE_F32;
+    for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK; s++) {
+        char what[48];
+        snprintf(what, sizeof what, "%.*s %s", (int)(strlen(sizes[s]) - strlen(" floats")), sizes[s],
+                 elem_unit(l));
+        st = check_buffer(c, src[s], names[s], what, count[s] * elem_bytes(l), SGK_ERR_INVALID_ARGUMENT);
+    }
     if (st != SGK_OK)
         return st;
+    /* 16-bit weights: each widened into a float buffer of its own, which the
+     * copies read; released once enqueued (the work keeps them alive) */
+    cl_mem tmp[SGK_SRC_COUNT] = {NULL};
+    for (int s = 0; s < SGK_SRC_COUNT && wide && st == SGK_OK; s++) {
+        const size_t bytes = count[s] * sizeof(float);
+        cl_int e = CL_SUCCESS;
+        if (host()->alloc_should_fail()) {
+            st = host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                   "opencl: cannot allocate %zu bytes on device \"%s\" to widen %s to "
+                                   "float",
+                                   bytes, c->info.label, names[s]);
+            break;
+        }
+        tmp[s] = clCreateBuffer(c->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &e);
+        if (tmp[s] == NULL || e != CL_SUCCESS) {
+            tmp[s] = NULL;
+            char where[320];
+            snprintf(where, sizeof where, "for %zu bytes to widen %s on device \"%s\"", bytes, names[s],
+                     c->info.label);
+            st = sgk_cl_fail("clCreateBuffer", e, where);
+        }
+    }
+    if (wide && st == SGK_OK) {
+        pthread_mutex_lock(&l->ctx->lock);
+        st = order(q, in_order, c);
+        for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK; s++)
+            st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(src[s]), tmp[s], count[s], q);
+        if (st == SGK_OK)
+            st = order(q, in_order, c);
+        pthread_mutex_unlock(&l->ctx->lock);
+        for (int s = 0; s < SGK_SRC_COUNT; s++)
+            src[s] = tmp[s];
+    }
+    if (st != SGK_OK) {
+        for (int s = 0; s < SGK_SRC_COUNT; s++)
+            if (tmp[s])
+                clReleaseMemObject(tmp[s]);
+        return st;
+    }
     /* On an out-of-order queue, barriers keep the copies after the work
      * enqueued before and ahead of the work enqueued after. */
     cl_int err = in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
@@ -269,6 +456,9 @@ sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, v
         call = "clEnqueueBarrierWithWaitList";
         err = clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
     }
+    for (int s = 0; s < SGK_SRC_COUNT; s++)
+        if (tmp[s])
+            clReleaseMemObject(tmp[s]);
     if (err != CL_SUCCESS) {
         char where[320];
         snprintf(where, sizeof where, "copying new weights on device \"%s\"", c->info.label);

@@ -42,6 +42,7 @@ typedef struct sgk_cl_devinfo {
     cl_uint address_bits;   /* bounds the global size (size_t on the device) */
     cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     cl_bool compiler;       /* CL_DEVICE_COMPILER_AVAILABLE */
+    cl_uint base_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes: sub-buffer origins */
     int c_major, c_minor;   /* from CL_DEVICE_OPENCL_C_VERSION */
     char label[256];
 } sgk_cl_devinfo;
@@ -50,7 +51,7 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info);
 
 /* ---- cl_program.c: the generated kernels, built per context ------------- */
 
-enum { SGK_CL_K_FUSED, SGK_CL_K_LN_QKV, SGK_CL_K_ATTN_TILE, SGK_CL_K_COUNT };
+enum { SGK_CL_K_FUSED, SGK_CL_K_LN_QKV, SGK_CL_K_ATTN_TILE, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_COUNT };
 
 typedef struct sgk_cl_kernel {
     cl_kernel kernel;
@@ -95,6 +96,7 @@ typedef struct sgk_cl_layer {
     sgk_cl_ctx *ctx;
     int64_t D, H, P;
     float eps;
+    sgk_dtype dtype; /* bf16 and f16 run the float kernels between widen16 and narrow16 */
     sgk_packed off;
     cl_mem w[SGK_CL_W_COUNT];
     /* sgk_pack_weights' map, run as buffer copies by set_weights_device;
@@ -110,6 +112,10 @@ void sgk_cl_weight_range(const sgk_packed *o, int i, size_t *at, size_t *end);
 enum { SGK_CL_V_TILED, SGK_CL_V_SMALL, SGK_CL_V_COUNT };
 
 /* ---- cl_forward.c ---------------------------------------------------------- */
+
+/* The workspace of a call: the plan's, then (16-bit layers) nodes,
+ * pair_feats and out as floats, each at a sub-buffer origin. */
+size_t sgk_cl_workspace_bytes(const sgk_cl_layer *l, const sgk_plan *p);
 
 /* Enqueues the plan that variant_supports made (an sgk_plan, plan.h). */
 sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *plan,

@@ -177,16 +177,26 @@ static void keep_copy_runs(sgk_cl_layer *l)
     }
 }
 
-static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void **out)
+static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc16, void **out)
 {
     sgk_cl_ctx *c = bctx;
     sgk_status st = ensure_program(c);
     if (st != SGK_OK)
         return st;
+    sgk_layer_desc fdesc;
+    float *wide;
+    if (sgk_widen_desc(desc16, &fdesc, &wide, sgk_cl_host->alloc_should_fail) != 0)
+        return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                      "opencl: cannot allocate the host memory to widen the weights "
+                                      "to float");
+    const sgk_layer_desc *desc = &fdesc;
     sgk_cl_layer *l = host_alloc(sizeof *l);
-    if (l == NULL)
+    if (l == NULL) {
+        free(wide);
         return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY, "opencl: cannot allocate the layer");
+    }
     l->ctx = c;
+    l->dtype = desc16->dtype;
     l->D = desc->dim;
     l->H = desc->heads;
     l->P = desc->pair_dim;
@@ -196,13 +206,16 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc, void *
     float *packed = host_alloc(o.total * sizeof(float));
     if (packed == NULL) {
         free(l);
+        free(wide);
         return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
                                       "opencl: cannot allocate %zu bytes to pack the weights",
                                       o.total * sizeof(float));
     }
     sgk_pack_weights(desc, packed);
-    if (sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, o.total, packed,
-                             sgk_cl_host->alloc_should_fail, &l->map) != 0)
+    const int map_failed = sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, o.total, packed,
+                                                sgk_cl_host->alloc_should_fail, &l->map) != 0;
+    free(wide);
+    if (map_failed)
         st = sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
                                     "opencl: cannot allocate the host memory to map the packed "
                                     "weights");
@@ -278,7 +291,7 @@ static size_t cl_workspace_size(void *bl, int v, int64_t B, int64_t N,
     (void)N;
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return p.workspace_bytes;
+    return sgk_cl_workspace_bytes(bl, &p);
 }
 
 /* ---- memory ------------------------------------------------------------- */
@@ -374,6 +387,7 @@ static sgk_status cl_native(void *bctx, sgk_native_kind kind, void **out)
 static const sgk_backend_ops k_ops = {
     .abi_version = SGK_BACKEND_ABI,
     .name = "opencl",
+    .dtypes = SGK_DTYPE_BIT(SGK_DTYPE_F32) | SGK_DTYPE_BIT(SGK_DTYPE_BF16) | SGK_DTYPE_BIT(SGK_DTYPE_F16),
     .max_elements = INT64_MAX / 16,
     .host_memory = 0,
     .probe = cl_probe,
