@@ -84,24 +84,106 @@ void sgk_pack_weights(const sgk_layer_desc *d, float *dst)
     memcpy(dst + p.b2, d->b2, H * sizeof(float));
 }
 
-/* Floats of local memory the attention phase needs for a (tq, tk) tile. */
-static size_t attn_floats(int64_t tq, int64_t tk, int64_t D, int64_t H)
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align)
 {
-    return (size_t)(tq * tk * H + tq * D + 3 * tq * H);
+    sgk_gen_packed p;
+    const size_t d = (size_t)D, a = align < 1 ? 1 : align;
+    p.pad = pad;
+    p.ldk = (int)(round_up(3 * d, (size_t)pad) + (size_t)pad);
+    p.ldo = (int)round_up(d, (size_t)pad);
+    p.ldp = (int)round_up((size_t)P, (size_t)pad);
+    p.ldh = (int)round_up((size_t)H, (size_t)pad);
+    size_t o = 0;
+    p.gamma = o; o = round_up(o + d, a);
+    p.beta = o;  o = round_up(o + d, a);
+    p.wqkv = o;  o = round_up(o + d * (size_t)p.ldk, a);
+    p.wo = o;    o = round_up(o + d * (size_t)p.ldo, a);
+    p.w1 = o;    o = round_up(o + (size_t)P * (size_t)p.ldp, a);
+    p.b1 = o;    o = round_up(o + (size_t)p.ldp, a);
+    p.w2 = o;    o = round_up(o + (size_t)P * (size_t)p.ldh, a);
+    p.b2 = o;    o = round_up(o + (size_t)p.ldh, a);
+    p.total = o;
+    return p;
+}
+
+void sgk_gen_pack(const sgk_layer_desc *d, const sgk_gen_packed *o, float *dst)
+{
+    const size_t D = (size_t)d->dim, H = (size_t)d->heads, P = (size_t)d->pair_dim;
+    const float *w[3] = {(const float *)d->wq, (const float *)d->wk, (const float *)d->wv};
+    const float *wo = (const float *)d->wo, *w1 = (const float *)d->w1, *w2 = (const float *)d->w2;
+    memset(dst, 0, o->total * sizeof(float));
+    memcpy(dst + o->gamma, d->ln_gamma, D * sizeof(float));
+    memcpy(dst + o->beta, d->ln_beta, D * sizeof(float));
+    for (size_t k = 0; k < D; k++) {
+        float *row = dst + o->wqkv + k * (size_t)o->ldk;
+        for (int m = 0; m < 3; m++)
+            for (size_t n = 0; n < D; n++)
+                row[m * D + n] = w[m][n * D + k];
+        float *orow = dst + o->wo + k * (size_t)o->ldo;
+        for (size_t n = 0; n < D; n++)
+            orow[n] = wo[n * D + k];
+    }
+    for (size_t r = 0; r < P; r++)
+        for (size_t q = 0; q < P; q++)
+            dst[o->w1 + r * (size_t)o->ldp + q] = w1[q * P + r];
+    memcpy(dst + o->b1, d->b1, P * sizeof(float));
+    for (size_t q = 0; q < P; q++)
+        for (size_t h = 0; h < H; h++)
+            dst[o->w2 + q * (size_t)o->ldh + h] = w2[h * P + q];
+    memcpy(dst + o->b2, d->b2, H * sizeof(float));
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t up64(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+/* Floats of local memory the attention phase needs (relation.sgk's
+ * `attention`) for a (tq, tk) tile whose relation MLP runs qc query rows at
+ * a time, with p's row lengths; pad is the target's. */
+static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc, int pad)
+{
+    const int64_t tqp = up64(tq, pad), D = p->D, H = p->H;
+    return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->ldp + p->ldh) + tqp + tk);
+}
+
+/* The attention tile from lim's (tq, tk) for N keys, shrunk until it fits
+ * budget floats besides fixed ones: first the MLP's chunk of query rows,
+ * then the key tile, then the query tile. 0 when even 1 x 1 does not. */
+static int attn_tile(sgk_plan *p, const sgk_limits *lim, int64_t N, size_t budget, size_t fixed)
+{
+    int64_t tq = min64(N, lim->tq < 1 ? 1 : lim->tq), tk = min64(N, lim->tk < 1 ? 1 : lim->tk), qc = tq;
+    while (fixed + attn_floats(p, tq, tk, qc, lim->pad) > budget) {
+        if (qc > 1)
+            qc = (qc + 1) / 2;
+        else if (tk > 1)
+            tk = (tk + 1) / 2;
+        else if (tq > 1)
+            tq = qc = (tq + 1) / 2;
+        else
+            return 0;
+    }
+    p->tq = (int)tq;
+    p->tqp = (int)up64(tq, lim->pad);
+    p->tk = (int)tk;
+    p->qc = (int)qc;
+    p->smem_attn = attn_floats(p, tq, tk, qc, lim->pad);
+    return 1;
+}
 
 int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H, int64_t P,
                   const sgk_limits *lim, sgk_plan *plan)
 {
     const size_t budget = lim->local_bytes / sizeof(float);
-    /* Counts inside the kernels are int; rows of the flattened batch too. */
-    if (B < 1 || N < 1 || D < 1 || H < 1 || P < 1 || D % H != 0)
+    /* Counts inside the kernels are int; rows of the flattened batch too,
+     * and a group's local offsets. */
+    if (B < 1 || N < 1 || D < 1 || H < 1 || P < 1 || D % H != 0 || lim->pad < 1)
         return 0;
-    if (B > INT_MAX / N || 3 * D * D > INT_MAX || N * P > INT_MAX)
+    if (B > INT_MAX / N || 4 * D * D > INT_MAX || N * P > INT_MAX || D > INT_MAX / 64 || P > 4096 ||
+        H > 4096 || (size_t)budget > (size_t)INT_MAX)
         return 0;
     memset(plan, 0, sizeof(*plan));
+    const sgk_gen_packed w = sgk_gen_layout(D, H, P, lim->pad, 1);
     plan->kind = kind;
     plan->B = B;
     plan->N = (int)N;
@@ -109,55 +191,55 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     plan->H = (int)H;
     plan->P = (int)P;
     plan->scale = (float)(1.0 / sqrt((double)(D / H)));
+    plan->ldk = w.ldk;
+    plan->ldo = w.ldo;
+    plan->ldp = w.ldp;
+    plan->ldh = w.ldh;
+    plan->ldc = (int)(up64(D, lim->pad) + lim->pad);
+    const int64_t ldk = w.ldk, ldc = plan->ldc, ldo = w.ldo;
 
     if (kind == SGK_PLAN_SMALL) {
-        /* Q/K/V of the whole entry, then the larger of LayerNorm's scratch
-         * and the attention tile, which reuse one region. A single query
-         * row already needs N*H floats: past the budget, stop before the
-         * products below can overflow. */
-        if (B > lim->max_groups || N * H > (int64_t)budget || 3 * N * D > (int64_t)budget)
+        /* Q/K/V and context of the whole entry, then the larger of the
+         * LayerNorm's rows, the attention's scratch and the output tile,
+         * which reuse one region. */
+        if (B > lim->max_groups || N * (ldk + ldc) > (int64_t)budget)
             return 0;
-        const size_t qkv = (size_t)(3 * N * D), ln = (size_t)(N * D + 2 * N);
-        for (int64_t tq = N; tq >= 1; tq = tq > 8 ? (tq + 1) / 2 : tq - 1) {
-            const size_t at = attn_floats(tq, N, D, H);
-            const size_t need = qkv + (ln > at ? ln : at);
-            if (need <= budget) {
-                plan->tq = (int)tq;
-                plan->tk = (int)N;
-                plan->smem_fused = need;
-                return 1;
-            }
-        }
-        return 0;
+        const size_t held = (size_t)(N * (ldk + ldc));
+        const size_t ln = (size_t)(N * (D + 2)), out = (size_t)(N * ldo);
+        const size_t other = ln > out ? ln : out;
+        if (held + other > budget || !attn_tile(plan, lim, N, budget, held))
+            return 0;
+        plan->smem_fused = held + (other > plan->smem_attn ? other : plan->smem_attn);
+        return 1;
     }
 
-    /* Tiled: keys in tiles of up to 32, queries in tiles of up to 16, both
-     * shrunk until the tile fits; then as many LayerNorm rows as fit. */
-    int64_t tq = min64(N, 16), tk = min64(N, 32);
-    while (attn_floats(tq, tk, D, H) > budget && (tk > 1 || tq > 1)) {
-        if (tk >= tq && tk > 1)
-            tk = (tk + 1) / 2;
-        else
-            tq = (tq + 1) / 2;
-    }
-    if (attn_floats(tq, tk, D, H) > budget)
+    /* Tiled: the projections' tiles from lim's, rows halved until the
+     * Q/K/V projection's LayerNorm rows fit. */
+    if (!attn_tile(plan, lim, N, budget, 0))
         return 0;
-    int64_t rt = min64(8, (int64_t)(budget / (size_t)(D + 2)));
-    rt = min64(rt, B * N);
-    if (rt < 1)
+    int64_t mt = min64(B * N, lim->mt < 1 ? 1 : lim->mt);
+    const int64_t nt = min64(ldk, lim->nt < 1 ? 1 : lim->nt), ntp = up64(nt, lim->pad);
+    while (mt > 1 && (size_t)(mt * (ntp + D + 2)) > budget)
+        mt = (mt + 1) / 2;
+    if ((size_t)(mt * (ntp + D + 2)) > budget)
         return 0;
-    plan->tq = (int)tq;
-    plan->tk = (int)tk;
-    plan->rt = (int)rt;
-    plan->smem_ln = (size_t)(rt * D + 2 * rt);
-    plan->smem_attn = attn_floats(tq, tk, D, H);
-    plan->groups_ln = (B * N + rt - 1) / rt;
-    plan->groups_q = (N + tq - 1) / tq;
+    plan->mt = (int)mt;
+    plan->nt = (int)nt;
+    plan->ntp = (int)ntp;
+    plan->smem_qkv = (size_t)(mt * (ntp + D + 2));
+    plan->smem_out = (size_t)(mt * ntp);
+    plan->groups_rows = (B * N + mt - 1) / mt;
+    plan->groups_qkv = (ldk + nt - 1) / nt;
+    plan->groups_out = (D + nt - 1) / nt;
+    plan->groups_q = (N + plan->tq - 1) / plan->tq;
     plan->groups_attn = plan->groups_q * B;
-    if (plan->groups_ln > lim->max_groups || plan->groups_attn > lim->max_groups || plan->groups_attn > INT_MAX)
+    if (plan->groups_rows > lim->max_groups || plan->groups_qkv > lim->max_groups ||
+        plan->groups_attn > lim->max_groups || plan->groups_attn > INT_MAX)
         return 0;
-    if ((size_t)(B * N) > SIZE_MAX / ((size_t)(3 * D) * sizeof(float)))
+    const size_t rows = (size_t)(B * N), align = lim->align < sizeof(float) ? sizeof(float) : lim->align;
+    if (rows > SIZE_MAX / 2 / ((size_t)(ldk + ldc) * sizeof(float)))
         return 0;
-    plan->workspace_bytes = (size_t)(B * N) * (size_t)(3 * D) * sizeof(float);
+    plan->ctx_offset = round_up(rows * (size_t)ldk * sizeof(float), align);
+    plan->workspace_bytes = plan->ctx_offset + rows * (size_t)ldc * sizeof(float);
     return 1;
 }

@@ -1,12 +1,13 @@
 /* Host side of the generated kernels, shared by every backend that runs them:
  * how weights are packed (and repacked: the repack maps below serve every
  * backend's packer), and how a shape maps onto groups, tiles and local
- * memory for the two variants of kernels/relation.sgk.
+ * memory for the two variants of kernels/relation.sgk (kernels/DESIGN.md).
  *
- *   "small": one `fused` group per batch entry; the entry's Q/K/V stay in
- *            local memory. No workspace.
- *   "tiled": `ln_qkv` over groups of rows into a workspace of B*N*3D floats,
- *            then `attn_tile` over query tiles x B. Any N.
+ *   "small": one `fused` group per batch entry; the entry's Q/K/V and
+ *            context stay in local memory. No workspace.
+ *   "tiled": `proj` (LayerNorm and Q/K/V) over row x column tiles into a
+ *            workspace, `attn` over query tiles x B into a context there,
+ *            then `proj` again (output projection and residual). Any N.
  */
 #ifndef SGK_PLAN_H
 #define SGK_PLAN_H
@@ -20,7 +21,8 @@
 extern "C" {
 #endif
 
-/* Offsets (in floats) of each weight inside one packed buffer. */
+/* Offsets (in floats) of each weight inside one buffer, in PyTorch's
+ * layout: what the cuda backend's tuned kernels read. */
 typedef struct sgk_packed {
     size_t gamma, beta, wqkv, wo, w1, b1, w2, b2, total;
 } sgk_packed;
@@ -28,6 +30,23 @@ typedef struct sgk_packed {
 sgk_packed sgk_packed_layout(int64_t D, int64_t H, int64_t P);
 /* Copies desc's weights (validated, F32) into dst laid out as sgk_packed. */
 void sgk_pack_weights(const sgk_layer_desc *desc, float *dst);
+
+/* The generated kernels' packed weights: offsets in floats (multiples of
+ * align), the matrices transposed to (in, out) with rows of ld floats, a
+ * multiple of the target's pad (SGK_GEN_PAD), zero past the outputs: the
+ * kernels' register tiles read a row of consecutive outputs' weights. */
+typedef struct sgk_gen_packed {
+    size_t gamma, beta, wqkv, wo, w1, b1, w2, b2, total;
+    int ldk; /* [Wq; Wk; Wv]^T's rows: round_up(3D, pad) + pad; Q/K/V rows in a workspace too */
+    int ldo; /* Wo^T's rows: round_up(D, pad) */
+    int ldp; /* W1^T's rows and b1: round_up(P, pad) */
+    int ldh; /* W2^T's rows and b2: round_up(H, pad) */
+    int pad;
+} sgk_gen_packed;
+
+sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align);
+/* desc's weights (validated, F32) into dst of o->total floats, laid out as o. */
+void sgk_gen_pack(const sgk_layer_desc *desc, const sgk_gen_packed *o, float *dst);
 /* desc as an F32 descriptor for backends whose kernels compute in float:
  * itself, or (bf16, f16) its weights widened (kernels/dtype.h) into one
  * malloc'd block, *store, which the caller frees once it has packed them.
@@ -35,10 +54,14 @@ void sgk_pack_weights(const sgk_layer_desc *desc, float *dst);
  * says so or malloc fails. */
 int sgk_widen_desc(const sgk_layer_desc *desc, sgk_layer_desc *f, float **store, int (*should_fail)(void));
 
-/* What a device allows a group. */
+/* What a target allows a group and how it likes its tiles. */
 typedef struct sgk_limits {
     size_t local_bytes;   /* local (shared) memory per group */
-    int64_t max_groups;   /* groups in one launch (all kernels are 1D) */
+    int64_t max_groups;   /* groups in one launch dimension */
+    int pad;              /* the target's SGK_GEN_PAD */
+    size_t align;         /* bytes: where the workspace's parts may begin */
+    int mt, nt;           /* projection tile (rows, columns) to start from */
+    int tq, tk;           /* attention tile (queries, keys) to start from */
 } sgk_limits;
 
 typedef enum { SGK_PLAN_SMALL = 0, SGK_PLAN_TILED = 1 } sgk_plan_kind;
@@ -48,14 +71,19 @@ typedef struct sgk_plan {
     int D, H, P, N;
     int64_t B;
     float scale;             /* 1 / sqrt(D / H) */
-    int tq, tk;              /* query rows per tile, keys per tile */
-    int rt;                  /* tiled: rows per ln_qkv group */
+    int ldk, ldo, ldp, ldh;  /* as the layer's sgk_gen_packed */
+    int ldc;                 /* a context row: round_up(D, pad) + pad */
+    int tq, tqp, tk, qc;     /* attention: queries a tile (tqp: padded), keys a tile, MLP rows a chunk */
+    int mt, nt, ntp;         /* tiled: projection tiles (ntp: nt padded) */
     size_t smem_fused;       /* floats of local memory per group, per kernel */
-    size_t smem_ln, smem_attn;
-    int64_t groups_ln;       /* tiled: ln_qkv groups */
+    size_t smem_qkv, smem_out, smem_attn;
+    int64_t groups_rows;     /* tiled: row tiles of both projections */
+    int64_t groups_qkv;      /* tiled: column tiles of the Q/K/V projection */
+    int64_t groups_out;      /* tiled: column tiles of the output projection */
     int64_t groups_q;        /* tiled: query tiles per batch entry */
-    int64_t groups_attn;     /* tiled: attn_tile groups, groups_q * B */
-    size_t workspace_bytes;  /* tiled: B*N*3D floats */
+    int64_t groups_attn;     /* tiled: attn groups, groups_q * B */
+    size_t ctx_offset;       /* tiled: bytes into the workspace where the context begins */
+    size_t workspace_bytes;  /* tiled: B*N rows of Q/K/V (ldk) and of context (ldc) */
 } sgk_plan;
 
 /* Fills plan and returns 1 when the variant runs this shape within limits;
@@ -129,6 +157,16 @@ int sgk_repack_copies_only(const sgk_repack_map *map);
 
 /* sgk_pack_weights as an sgk_packer_fn (user unused). */
 void sgk_pack_weights_fn(const sgk_layer_desc *desc, float *dst, void *user);
+/* sgk_gen_pack as an sgk_packer_fn (user: the const sgk_gen_packed *). */
+void sgk_gen_pack_fn(const sgk_layer_desc *desc, float *dst, void *user);
+
+/* The runs of a map as the generated `repack` kernel reads them: five
+ * int64 a run (dst, src, len, stride, scale), src counted from the start
+ * of one buffer holding the sources, source s from float at[s] on, and
+ * scale the index into the map's scales (0: a copy). Returns the number of
+ * runs written to out (5 * count int64), or -1 where a scale index is past
+ * 3, more than the kernel takes. */
+int64_t sgk_repack_kernel_runs(const sgk_repack_map *map, const size_t at[SGK_SRC_COUNT], int64_t *out);
 
 #ifdef __cplusplus
 }

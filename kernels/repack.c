@@ -50,6 +50,26 @@ void sgk_pack_weights_fn(const sgk_layer_desc *desc, float *dst, void *user)
     sgk_pack_weights(desc, dst);
 }
 
+void sgk_gen_pack_fn(const sgk_layer_desc *desc, float *dst, void *user)
+{
+    sgk_gen_pack(desc, (const sgk_gen_packed *)user, dst);
+}
+
+int64_t sgk_repack_kernel_runs(const sgk_repack_map *map, const size_t at[SGK_SRC_COUNT], int64_t *out)
+{
+    for (size_t r = 0; r < map->count; r++) {
+        const sgk_repack_run *u = &map->runs[r];
+        if (u->scale > 3)
+            return -1;
+        out[5 * r] = u->dst;
+        out[5 * r + 1] = (int64_t)at[u->seg] + u->src;
+        out[5 * r + 2] = u->len;
+        out[5 * r + 3] = u->stride;
+        out[5 * r + 4] = u->scale;
+    }
+    return (int64_t)map->count;
+}
+
 static float *alloc_floats(size_t n, int (*should_fail)(void))
 {
     if (should_fail && should_fail())

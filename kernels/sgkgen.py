@@ -134,15 +134,43 @@ def expand_uses(body, phases, depth=0):
     return rewrite_calls(body, USE, inline)
 
 
-FOR_LOCAL = re.compile(r"@for_local\s*\(")
+FOR_LOCAL = re.compile(r"@for_local(_simd)?\s*\(")
 
 
 def lower_for_local(body, target):
+    """@for_local (i, ni [, j, nj ...]) spreads the index space ni x nj x ...
+    over the group: nested loops on the C target (no division), one loop
+    over the flattened space elsewhere. @for_local_simd also asks the C
+    compiler to vectorise the innermost index (its iterations are
+    independent, as every @for_local's are)."""
     def loop(m, args, end):
-        var, count = args
+        if len(args) < 2 or len(args) % 2:
+            raise DialectError("@for_local takes (index, count) pairs, got %d arguments" % len(args))
+        pairs = [(args[i], args[i + 1]) for i in range(0, len(args), 2)]
+        simd = m.group(1) is not None
         if target == "c":
-            return "for (int %s = 0; %s < (%s); ++%s)" % (var, var, count, var), end
-        return "for (int %s = SGK_LID; %s < (%s); %s += SGK_LSIZE)" % (var, var, count, var), end
+            out = []
+            for n, (var, count) in enumerate(pairs):
+                if simd and n == len(pairs) - 1:
+                    out.append('_Pragma("omp simd") ')
+                out.append("for (int %s = 0; %s < (%s); ++%s) " % (var, var, count, var))
+            return "".join(out).rstrip(), end
+        if len(pairs) == 1:
+            var, count = pairs[0]
+            return "for (int %s = SGK_LID; %s < (%s); %s += SGK_LSIZE)" % (var, var, count, var), end
+        # flattened: e over the product; the indices, innermost first, are
+        # declared by a loop that runs its body once
+        flat = "sgk_e_" + "_".join(v for v, _ in pairs)
+        total = " * ".join("(%s)" % c for _, c in pairs)
+        decl, rest = [], flat
+        for n, (var, count) in enumerate(reversed(pairs)):
+            if n == len(pairs) - 1:
+                decl.append("%s = %s" % (var, rest))
+            else:
+                decl.append("%s = %s %% (%s)" % (var, rest, count))
+                rest = "(%s / (%s))" % (rest, count)
+        return ("for (int %s = SGK_LID; %s < %s; %s += SGK_LSIZE) for (int %s, sgk_once = 1; sgk_once; "
+                "sgk_once = 0)" % (flat, flat, total, flat, ", ".join(decl)), end)
 
     return rewrite_calls(body, FOR_LOCAL, loop)
 
@@ -163,22 +191,95 @@ def lower_tokens(body, target):
     return body
 
 
+# Register tiles (kernels/README.md): rows (SGK_RM) and columns (SGK_RN, or
+# SGK_RNS where a product is narrow) of outputs one work-item holds, and
+# SGK_PAD, the multiple every padded row length is of (a multiple of both
+# column counts). GPUs spread columns over work-items, so their tiles are
+# small; a CPU work-item is a whole SIMD register file, so the C target has
+# one set per instruction set, chosen at run time (c_isa below).
+GPU_TILES = {"SGK_RM": 4, "SGK_RN": 4, "SGK_RNS": 4, "SGK_PAD": 4}
+C_PAD = 32
+# (name, GCC target attribute or None, tiles): widest first
+C_ISAS = (
+    ("avx512", "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt",
+     {"SGK_RM": 8, "SGK_RN": 32, "SGK_RNS": 16}),
+    ("avx2", "avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt", {"SGK_RM": 6, "SGK_RN": 16, "SGK_RNS": 8}),
+    ("base", None, {"SGK_RM": 4, "SGK_RN": 8, "SGK_RNS": 4}),
+)
+
+GPU_DEFINES = "".join("#define %s %d\n" % kv for kv in GPU_TILES.items())
+
 PRELUDE = {
     "c": """#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 typedef int64_t sgk_off;
 typedef unsigned char uchar;
-#include <string.h>
 #define SGK_INF INFINITY
-#define sgk_exp expf
 #define sgk_sqrt sqrtf
+#define SGK_PAD %d
+#if defined(__GNUC__) && defined(__x86_64__)
+#define SGK_X86 1
+#else
+#define SGK_X86 0
+#endif
 static inline float sgk_as_float(unsigned int u) { float f; memcpy(&f, &u, sizeof f); return f; }
 static inline unsigned int sgk_as_uint(float f) { unsigned int u; memcpy(&u, &f, sizeof u); return u; }
-""",
+/* e^x from float arithmetic alone, so that loops calling it vectorise (libm's
+ * expf is a call). x = n ln2 + r with |r| <= ln2 / 2; e^r by a degree-7
+ * polynomial (Cephes' expf coefficients); 2^n applied as two factors so
+ * that results in the subnormal range and past FLT_MAX round once. Within
+ * one ulp of e^x; e^-inf = 0, e^inf = inf, NaN stays NaN (the clamps'
+ * comparisons are false for NaN). */
+static inline float sgk_exp(float x)
+{
+    const float xc = x < -110.0f ? -110.0f : x > 89.0f ? 89.0f : x;
+    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int ni = (int)n, n1 = ni >> 1, n2 = ni - n1;
+    return p * sgk_as_float((unsigned int)(n1 + 127) << 23) * sgk_as_float((unsigned int)(n2 + 127) << 23);
+}
+
+/* The instruction set whose kernels run: 2 AVX-512, 1 AVX2 and FMA, 0 the
+ * compiler's baseline; SGK_CPU_ISA=avx512|avx2|base lowers it (never
+ * raises it past what the processor has). Found once per process. */
+static int sgk_isa_level = -1;
+static const char *const sgk_isa_names[3] = {"base", "avx2", "avx512"};
+int sgk_cpu_isa(void)
+{
+    int level = __atomic_load_n(&sgk_isa_level, __ATOMIC_RELAXED);
+    if (level >= 0)
+        return level;
+    level = 0;
+#if SGK_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        level = 1;
+    if (level == 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"))
+        level = 2;
+#endif
+    const char *cap = getenv("SGK_CPU_ISA");
+    for (int i = 0; cap && i < level; i++)
+        if (strcmp(cap, sgk_isa_names[i]) == 0)
+            level = i;
+    __atomic_store_n(&sgk_isa_level, level, __ATOMIC_RELAXED);
+    return level;
+}
+const char *sgk_cpu_isa_name(void) { return sgk_isa_names[sgk_cpu_isa()]; }
+""" % C_PAD,
     "cuda": """#include <cuda_runtime.h>
 #include <math_constants.h>
 typedef long long sgk_off;
@@ -193,7 +294,7 @@ typedef unsigned char uchar;
 #define SGK_BARRIER() __syncthreads()
 #define sgk_as_float __uint_as_float
 #define sgk_as_uint __float_as_uint
-""",
+""" + GPU_DEFINES,
     "hip": """#include <hip/hip_runtime.h>
 typedef long long sgk_off;
 typedef unsigned char uchar;
@@ -207,7 +308,7 @@ typedef unsigned char uchar;
 #define SGK_BARRIER() __syncthreads()
 #define sgk_as_float __uint_as_float
 #define sgk_as_uint __float_as_uint
-""",
+""" + GPU_DEFINES,
     "opencl": """typedef long sgk_off;
 #define SGK_INF INFINITY
 #define sgk_exp exp
@@ -219,8 +320,13 @@ typedef unsigned char uchar;
 #define SGK_BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define sgk_as_float as_float
 #define sgk_as_uint as_uint
-""",
+""" + GPU_DEFINES,
 }
+
+
+def pad_of(target):
+    """SGK_PAD of a target: what the host's plan rounds row lengths to."""
+    return C_PAD if target == "c" else GPU_TILES["SGK_PAD"]
 
 
 def param_info(p):
@@ -231,7 +337,7 @@ def param_info(p):
     return is_local, "*" in ctype, ctype, name
 
 
-def emit_kernel(name, params, body, target):
+def emit_kernel(name, params, body, target, isa=None):
     infos = [param_info(p) for p in params]
     smem = [i for i in infos if i[0]]
     if len(smem) != 1 or smem[0][3] != "smem" or infos[-1][3] != "smem":
@@ -240,21 +346,11 @@ def emit_kernel(name, params, body, target):
     body = lower_tokens(lower_for_local(body, target), target)
     if target == "c":
         sig = ", ".join("%s %s" % (t, n) for _, _, t, n in plain)
-        args = ", ".join(n for _, _, _, n in plain)
         return (
-            "static void sgk_group_%s(int sgk_g0, int sgk_g1, float *smem, %s)\n{\n"
+            "static SGK_ISA_ATTR void sgk_group_%s_%s(int sgk_g0, int sgk_g1, float *smem, %s)\n{\n"
             "#define SGK_GROUP_ID_0 sgk_g0\n#define SGK_GROUP_ID_1 sgk_g1\n"
             "    (void)sgk_g0; (void)sgk_g1; (void)smem;%s\n#undef SGK_GROUP_ID_0\n#undef SGK_GROUP_ID_1\n}\n\n"
-            "/* Runs groups (ng0 x ng1); each OpenMP thread owns smem_floats of pool. */\n"
-            "void sgk_cpu_%s(int threads, int ng0, int ng1, float *pool, size_t smem_floats, %s)\n{\n"
-            "    (void)threads;\n"
-            "#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads)\n"
-            "    for (int g1 = 0; g1 < ng1; ++g1)\n"
-            "        for (int g0 = 0; g0 < ng0; ++g0) {\n"
-            "#ifdef _OPENMP\n            float *sm = pool + (size_t)omp_get_thread_num() * smem_floats;\n"
-            "#else\n            float *sm = pool;\n#endif\n"
-            "            sgk_group_%s(g0, g1, sm, %s);\n"
-            "        }\n}\n\n" % (name, sig, body, name, sig, name, args))
+            % (name, isa, sig, body))
     if target == "opencl":
         sig = ", ".join(("__global " if ptr else "") + "%s %s" % (t, n) for _, ptr, t, n in plain)
         return "__kernel void %s(%s, __local float *smem)\n{%s}\n\n" % (name, sig, body)
@@ -264,13 +360,40 @@ def emit_kernel(name, params, body, target):
     rt = "cuda" if target == "cuda" else "hip"
     return (
         "extern \"C\" __global__ void sgk_k_%s(%s)\n{\n"
-        "    extern __shared__ float sgk_dyn_smem[];\n    float *smem = sgk_dyn_smem;\n    (void)smem;%s}\n\n"
+        "    extern __shared__ float sgk_dyn_smem[];\n    [[maybe_unused]] float *smem = sgk_dyn_smem;%s}\n\n"
         "/* Enqueues (ng0 x ng1) groups of threads work-items with smem_bytes of\n"
         " * dynamic shared memory; returns the launch's error. */\n"
         "extern \"C\" %sError_t sgk_launch_%s(int ng0, int ng1, int threads, size_t smem_bytes,\n"
         "        %sStream_t stream, %s)\n{\n"
         "    sgk_k_%s<<<dim3(ng0, ng1), dim3(threads), smem_bytes, stream>>>(%s);\n"
         "    return %sGetLastError();\n}\n\n" % (name, sig, body, rt, name, rt, sig, name, args, rt))
+
+
+def emit_c_dispatch(name, params):
+    """sgk_cpu_NAME: the group function of the instruction set in use, run
+    over the groups by an OpenMP loop; each thread owns smem_floats of pool."""
+    plain = [param_info(p) for p in params][:-1]
+    sig = ", ".join("%s %s" % (t, n) for _, _, t, n in plain)
+    args = ", ".join(n for _, _, _, n in plain)
+    pick = "sgk_group_%s_base" % name
+    for isa, _, _ in reversed(C_ISAS[:-1]):
+        level = len(C_ISAS) - 1 - [i for i, _, _ in C_ISAS].index(isa)
+        pick = "level == %d ? sgk_group_%s_%s : %s" % (level, name, isa, pick)
+    return (
+        "void sgk_cpu_%s(int threads, int ng0, int ng1, float *pool, size_t smem_floats, %s)\n{\n"
+        "    void (*sgk_group)(int, int, float *, %s) = sgk_group_%s_base;\n"
+        "#if SGK_X86\n    const int level = sgk_cpu_isa();\n    sgk_group = %s;\n#endif\n"
+        "    /* no more threads than groups: the others would only be woken */\n"
+        "    const int64_t sgk_groups = (int64_t)ng0 * ng1;\n"
+        "    const int sgk_nt = sgk_groups < threads ? (int)sgk_groups : threads;\n"
+        "    (void)sgk_nt;\n"
+        "#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(sgk_nt > 0 ? sgk_nt : 1)\n"
+        "    for (int sgk_g1 = 0; sgk_g1 < ng1; ++sgk_g1)\n"
+        "        for (int sgk_g0 = 0; sgk_g0 < ng0; ++sgk_g0) {\n"
+        "#ifdef _OPENMP\n            float *sgk_sm = pool + (size_t)omp_get_thread_num() * smem_floats;\n"
+        "#else\n            float *sgk_sm = pool;\n#endif\n"
+        "            sgk_group(sgk_g0, sgk_g1, sgk_sm, %s);\n"
+"        }\n}\n\n" % (name, sig, ", ".join(t for _, _, t, _ in plain), name, pick, args))
 
 
 # host types of the kernels' scalar parameters, for clSetKernelArg
@@ -280,7 +403,9 @@ CL_SCALAR = {"int": "cl_int", "float": "cl_float", "sgk_off": "cl_long"}
 def emit_cl_args(kernels):
     """C helpers that set an OpenCL kernel's arguments in the dialect's order."""
     out = ["/* Generated by sgkgen.py from kernels/relation.sgk: do not edit. */",
-           "#ifndef SGK_CL_ARGS_H", "#define SGK_CL_ARGS_H", "#include <CL/cl.h>", ""]
+           "#ifndef SGK_CL_ARGS_H", "#define SGK_CL_ARGS_H", "#include <CL/cl.h>", "",
+           "/* what the host's plan rounds padded row lengths to (kernels/plan.h) */",
+           "#define SGK_GEN_PAD %d" % pad_of("opencl"), ""]
     for name, params, _, _ in kernels:
         infos = [param_info(p) for p in params][:-1]
         sig = ", ".join(("cl_mem %s" if ptr else "%s %%s" % CL_SCALAR.get(t, t)) % n for _, ptr, t, n in infos)
@@ -315,10 +440,26 @@ def generate(text, target):
     lead, phases, kernels = parse(text)
     parts = ["/* Generated by sgkgen.py --target %s from kernels/relation.sgk: do not edit. */\n" % target,
              PRELUDE[target], "\n"]
-    for name, params, body, comment in kernels:
-        body = expand_uses(body, phases)
-        parts.append(comment.strip() + "\n" if comment.strip() else "")
-        parts.append(emit_kernel(name, params, body, target))
+    expanded = [(name, params, expand_uses(body, phases), comment) for name, params, body, comment in kernels]
+    if target != "c":
+        for name, params, body, comment in expanded:
+            parts.append(comment.strip() + "\n" if comment.strip() else "")
+            parts.append(emit_kernel(name, params, body, target))
+        return "".join(parts), kernels
+    for n, (isa, attr, tiles) in enumerate(C_ISAS):
+        if attr:
+            parts.append("#if SGK_X86\n#define SGK_ISA_ATTR __attribute__((target(\"%s\")))\n" % attr)
+        else:
+            parts.append("#define SGK_ISA_ATTR\n")
+        parts.append("".join("#define %s %d\n" % kv for kv in tiles.items()) + "\n")
+        for name, params, body, comment in expanded:
+            if n == 0:
+                parts.append(comment.strip() + "\n" if comment.strip() else "")
+            parts.append(emit_kernel(name, params, body, target, isa))
+        parts.append("".join("#undef %s\n" % k for k in tiles) + "#undef SGK_ISA_ATTR\n")
+        parts.append("#endif\n\n" if attr else "\n")
+    for name, params, _, _ in expanded:
+        parts.append(emit_c_dispatch(name, params))
     return "".join(parts), kernels
 
 
@@ -344,9 +485,13 @@ def main(argv):
         with open(a.decls, "w", encoding="utf-8", newline="\n") as f:
             guard = "SGK_GEN_%s_H" % a.target.upper()
             f.write("/* Generated by sgkgen.py: do not edit. */\n#ifndef %s\n#define %s\n" % (guard, guard))
+            f.write("/* what the host's plan rounds padded row lengths to (kernels/plan.h) */\n"
+                    "#define SGK_GEN_PAD %d\n" % pad_of(a.target))
             if a.target == "c":
                 f.write("#include <stddef.h>\n#include <stdint.h>\ntypedef unsigned char uchar;\n"
-                        "typedef int64_t sgk_off;\n")
+                        "typedef int64_t sgk_off;\n"
+                        "/* the instruction set the kernels run with (0 base, 1 avx2, 2 avx512) */\n"
+                        "int sgk_cpu_isa(void);\nconst char *sgk_cpu_isa_name(void);\n")
             else:
                 f.write("typedef long long sgk_off;\n")
             f.write(emit_decls(kernels, a.target) + "#endif\n")

@@ -18,10 +18,13 @@ const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host);
 
 static const sgk_host *g_host;
 
-/* A group's local memory is one thread's slice of the workspace; "small"
- * stops at a size that stays cache-resident, beyond which "tiled" wins. */
-static const sgk_limits k_small_limits = {1u << 20, INT_MAX};
-static const sgk_limits k_tiled_limits = {256u << 10, INT_MAX};
+/* A group's local memory is one thread's slice of the workspace, kept
+ * within a core's L2 cache: "small" holds a batch entry's Q/K/V there,
+ * "tiled" a tile's scratch. Tiles: 64 x 128 projection tiles (eight
+ * register rows of the AVX-512 instance, four of its column groups), 32
+ * queries (the widest register row) against 64 keys. */
+static const sgk_limits k_small_limits = {1u << 20, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64};
+static const sgk_limits k_tiled_limits = {512u << 10, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64};
 
 static const char *const k_variants[] = {"small", "tiled"};
 enum { V_SMALL, V_TILED, V_COUNT };
@@ -35,9 +38,13 @@ typedef struct cpu_layer {
     int64_t D, H, P;
     sgk_dtype dtype; /* BF16 and F16 are widened to float on load, rounded back on store */
     float eps;
-    sgk_packed off;
+    /* one block: the generated kernels' layout (off), then PyTorch's for
+     * the training calls (plain, at w + plain_at), packed by pack_both */
+    sgk_gen_packed off;
+    sgk_packed plain;
+    size_t plain_at, total;
     float *w;
-    sgk_repack_map map; /* sgk_pack_weights' map, for set_weights_device */
+    sgk_repack_map map; /* pack_both's map, for set_weights_device */
 } cpu_layer;
 
 static int cpu_probe(char *reason, size_t len)
@@ -120,6 +127,13 @@ static sgk_status widen_desc(const sgk_layer_desc *desc, sgk_layer_desc *f, floa
     return SGK_OK;
 }
 
+static void pack_both(const sgk_layer_desc *desc, float *dst, void *user)
+{
+    const cpu_layer *l = user;
+    sgk_gen_pack(desc, &l->off, dst);
+    sgk_pack_weights(desc, dst + l->plain_at);
+}
+
 static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, void **out)
 {
     sgk_layer_desc fdesc;
@@ -139,18 +153,21 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, voi
     l->H = desc->heads;
     l->P = desc->pair_dim;
     l->eps = desc->eps;
-    l->off = sgk_packed_layout(l->D, l->H, l->P);
-    l->w = host_alloc(l->off.total * sizeof(float));
+    l->off = sgk_gen_layout(l->D, l->H, l->P, SGK_GEN_PAD, 16);
+    l->plain = sgk_packed_layout(l->D, l->H, l->P);
+    l->plain_at = l->off.total;
+    l->total = l->off.total + l->plain.total;
+    l->w = host_alloc(l->total * sizeof(float));
     if (!l->w) {
-        const size_t bytes = l->off.total * sizeof(float);
+        const size_t bytes = l->total * sizeof(float);
         free(l);
         free(wide);
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes of packed weights",
                                  bytes);
     }
-    sgk_pack_weights(desc, l->w);
-    const int mapped = sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, l->off.total, l->w,
-                                            g_host->alloc_should_fail, &l->map) == 0;
+    pack_both(desc, l->w, l);
+    const int mapped = sgk_repack_map_build(desc, pack_both, l, l->total, l->w, g_host->alloc_should_fail,
+                                            &l->map) == 0;
     free(wide);
     if (!mapped) {
         free(l->w);
@@ -182,7 +199,7 @@ static sgk_status cpu_set_weights(void *bl, const sgk_layer_desc *desc16)
     sgk_status st = widen_desc(desc16, &desc, &wide);
     if (st != SGK_OK)
         return st;
-    sgk_pack_weights(&desc, l->w);
+    pack_both(&desc, l->w, l);
     l->eps = desc.eps;
     free(wide);
     return SGK_OK;
@@ -234,12 +251,13 @@ static int cpu_variant_prefers(void *bl, int v, int64_t B, int64_t N, const sgk_
     return v != V_SMALL || !plan_for(bl, V_TILED, B, N, &p);
 }
 
-/* Floats of per-thread local memory, after any tiled Q/K/V rows. */
+/* Floats of per-thread local memory, after the tiled path's workspace. */
 static size_t pool_floats(const sgk_plan *p)
 {
     if (p->kind == SGK_PLAN_SMALL)
         return p->smem_fused;
-    return p->smem_ln > p->smem_attn ? p->smem_ln : p->smem_attn;
+    const size_t proj = p->smem_qkv > p->smem_out ? p->smem_qkv : p->smem_out;
+    return proj > p->smem_attn ? proj : p->smem_attn;
 }
 
 /* Floats of the widened nodes, pair_feats and out of a 16-bit call, ahead
@@ -294,23 +312,30 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
     sgk_plan p;
     sgk_plan_load(plan, &p);
     const float *w = l->w;
-    const sgk_packed o = l->off;
+    const sgk_gen_packed o = l->off;
     const int threads = l->ctx->threads;
     const int mask_u8 = a->mask_type == SGK_MASK_U8;
     const size_t pool = pool_floats(&p);
     if (p.kind == SGK_PLAN_SMALL) {
         sgk_cpu_fused(threads, (int)p.B, 1, a->workspace, pool, a->nodes, a->pair_feats, a->edge_mask,
-                      mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1, w + o.b1, w + o.w2,
-                      w + o.b2, w + o.wo, a->out, p.N, p.D, p.H, p.P, p.tq, l->eps, p.scale);
+                      mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1, p.ldp, w + o.b1, w + o.w2,
+                      p.ldh, w + o.b2, w + o.wo, p.ldo, a->out, p.N, p.D, p.H, p.P, p.ldk, p.ldc, p.tq,
+                      p.tqp, p.tk, p.qc, l->eps, p.scale);
         return SGK_OK;
     }
     float *qkv = a->workspace;
-    float *pool_mem = qkv + p.workspace_bytes / sizeof(float);
-    sgk_cpu_ln_qkv(threads, (int)p.groups_ln, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta,
-                   w + o.wqkv, qkv, (int)(p.B * p.N), p.D, p.rt, l->eps);
-    sgk_cpu_attn_tile(threads, (int)p.groups_attn, 1, pool_mem, pool, qkv, a->nodes, a->pair_feats,
-                      a->edge_mask, mask_u8, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo, a->out,
-                      p.N, p.D, p.H, p.P, p.tq, p.tk, (int)p.groups_q, p.scale);
+    float *ctx = (float *)((char *)a->workspace + p.ctx_offset);
+    float *pool_mem = (float *)((char *)a->workspace + p.workspace_bytes);
+    const int rows = (int)(p.B * p.N);
+    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pool_mem, pool, a->nodes, p.D, 1,
+                 w + o.gamma, w + o.beta, l->eps, w + o.wqkv, p.ldk, 0, a->nodes, qkv, p.ldk, rows, p.D,
+                 p.ldk, p.mt, p.nt, p.ntp);
+    sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, qkv, p.ldk, a->pair_feats, a->edge_mask,
+                 mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, ctx, p.ldc, p.N, p.D, p.H,
+                 p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale);
+    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ctx, p.ldc, 0, w + o.gamma,
+                 w + o.beta, l->eps, w + o.wo, p.ldo, 1, a->nodes, a->out, p.D, rows, p.D, p.D, p.mt, p.nt,
+                 p.ntp);
     return SGK_OK;
 }
 
@@ -318,8 +343,8 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
  * layout end to end in the packed block. */
 static sgk_cpu_weights weights_of(const cpu_layer *l)
 {
-    const float *w = l->w;
-    const sgk_packed o = l->off;
+    const float *w = l->w + l->plain_at;
+    const sgk_packed o = l->plain;
     const size_t DD = (size_t)(l->D * l->D);
     sgk_cpu_weights cw = {l->D, l->H, l->P, l->eps, w + o.gamma, w + o.beta,
                           w + o.wqkv, w + o.wqkv + DD, w + o.wqkv + 2 * DD, w + o.wo,

@@ -46,10 +46,14 @@ struct sgkc_layer {
     /* Its compiled-in shape's Q/K/V and Wo slices in thread order
      * (sgkc_fs_rw_pack); NULL unless the layer has that shape. */
     const float *fs_rw, *fs_rwo;
-    /* The weights as the generated kernels take them (kernels/plan.h);
-     * gemm_dmma.cuh reads its Wq | Wk | Wv and Wo there ([n][k], as given). */
+    /* The weights as given, one after another (kernels/plan.h,
+     * sgk_pack_weights): gemm_dmma.cuh and tc.cu read their Wq | Wk | Wv
+     * and Wo there ([n][k]). */
     const float *gen;
     sgk_packed gen_off;
+    /* The weights as the generated kernels take them (sgk_gen_pack). */
+    const float *kern;
+    sgk_gen_packed kern_off;
     /* Device limits read once at layer creation. */
     int sm_count;
     int cc_major, cc_minor;

@@ -12,15 +12,22 @@
 /* Work-items per group: a multiple of the warp size, never tied to D. */
 static const int k_threads = 256;
 
+sgk_gen_packed sgkc_generic_layout(int D, int H, int P)
+{
+    return sgk_gen_layout(D, H, P, SGK_PAD, 64);
+}
+
+/* 64 x 64 projection tiles (16 x 16 register tiles of 4 x 4), 16 queries
+ * against 32 keys, shrunk by the plan to the shared memory. */
 static int plan_for(const sgkc_layer *L, sgk_plan_kind kind, int64_t B, int64_t N, sgk_plan *p)
 {
-    const sgk_limits lim = {L->smem_optin, INT_MAX};
+    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32};
     return sgk_plan_make(kind, B, N, L->D, L->H, L->P, &lim, p);
 }
 
 cudaError_t sgkc_generic_prepare(int smem_limit)
 {
-    const void *fns[] = {(const void *)sgk_k_fused, (const void *)sgk_k_ln_qkv, (const void *)sgk_k_attn_tile};
+    const void *fns[] = {(const void *)sgk_k_fused, (const void *)sgk_k_proj, (const void *)sgk_k_attn};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         const cudaError_t e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit);
         if (e != cudaSuccess)
@@ -58,21 +65,26 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 {
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    const float *w = L->gen;
-    const sgk_packed &o = L->gen_off;
+    const float *w = L->kern;
+    const sgk_gen_packed &o = L->kern_off;
     if (p.kind == SGK_PLAN_SMALL)
-        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes,
-                                f->pair, (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta,
-                                w + o.wqkv, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo, f->out, p.N,
-                                p.D, p.H, p.P, p.tq, L->eps, p.scale);
-    float *qkv = (float *)f->ws;
-    cudaError_t e = sgk_launch_ln_qkv((int)p.groups_ln, 1, k_threads, p.smem_ln * sizeof(float), f->stream,
-                                      f->nodes, w + o.gamma, w + o.beta, w + o.wqkv, qkv,
-                                      (int)(p.B * p.N), p.D, p.rt, L->eps);
-    if (e != cudaSuccess)
-        return e;
-    return sgk_launch_attn_tile((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream,
-                                qkv, f->nodes, f->pair, (const uchar *)f->mask, f->mask_u8, w + o.w1,
-                                w + o.b1, w + o.w2, w + o.b2, w + o.wo, f->out, p.N, p.D, p.H, p.P, p.tq,
-                                p.tk, (int)p.groups_q, p.scale);
+        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes, f->pair,
+                                (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
+                                p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, f->out, p.N, p.D, p.H,
+                                p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
+    float *qkv = (float *)f->ws, *ctx = (float *)((char *)f->ws + p.ctx_offset);
+    const int rows = (int)(p.B * p.N);
+    cudaError_t e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, p.smem_qkv * sizeof(float),
+                                    f->stream, f->nodes, p.D, 1, w + o.gamma, w + o.beta, L->eps, w + o.wqkv, p.ldk,
+                                    0, f->nodes, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt, p.ntp);
+    if (e == cudaSuccess)
+        e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, qkv, p.ldk,
+                            f->pair, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
+                            w + o.b2, ctx, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
+                            p.scale);
+    if (e == cudaSuccess)
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, p.smem_out * sizeof(float), f->stream,
+                            ctx, p.ldc, 0, w + o.gamma, w + o.beta, L->eps, w + o.wo, p.ldo, 1, f->nodes, f->out,
+                            p.D, rows, p.D, p.D, p.mt, p.nt, p.ntp);
+    return e;
 }

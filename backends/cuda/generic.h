@@ -4,6 +4,9 @@
 
 #include "cuda_layer.h"
 
+/* The generated kernels' packed layout of a (D, H, P) layer. */
+sgk_gen_packed sgkc_generic_layout(int D, int H, int P);
+
 /* Lets the generated kernels use up to smem_limit bytes of dynamic shared
  * memory on the current device. */
 cudaError_t sgkc_generic_prepare(int smem_limit);

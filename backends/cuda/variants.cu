@@ -1133,8 +1133,9 @@ struct pack_layout {
     bool seed; /* and its compiled-in shape's thread-order copies */
     sgkc_fs_layout lay;
     sgk_packed gen;
+    sgk_gen_packed kern;
     size_t img, wo_img, rw, rwo; /* floats of a head group's images */
-    size_t o_gamma, o_beta, o_qkv, o_wo, o_w1, o_b1, o_w2, o_b2, o_gen, o_img, o_woimg, o_rw, o_rwo;
+    size_t o_gamma, o_beta, o_qkv, o_wo, o_w1, o_b1, o_w2, o_b2, o_gen, o_kern, o_img, o_woimg, o_rw, o_rwo;
     size_t total;
 };
 
@@ -1163,7 +1164,9 @@ static pack_layout layout_of(const sgkc_layer *L)
     p.Ch = Ch;
     p.img = Ch ? p.lay.mb - p.lay.gb : 0;
     p.wo_img = Ch ? d * p.lay.ldw : 0;
-    p.o_img = p.o_gen + up64(p.gen.total);
+    p.kern = sgkc_generic_layout(D, H, P);
+    p.o_kern = p.o_gen + up64(p.gen.total);
+    p.o_img = p.o_kern + up64(p.kern.total);
     p.o_woimg = p.o_img + up64(Ch * p.img);
     p.seed = Ch && fused_seed_layer(D, H, P, Ch);
     p.rw = p.seed ? d * 3 * (D / Ch) : 0; /* a head group's */
@@ -1199,6 +1202,7 @@ static void pack_host(const pack_layout &p, const sgk_layer_desc *desc, float *h
             h[p.o_w2 + (size_t)j * H + hh] = w2[(size_t)hh * P + j];
     memcpy(h + p.o_b2, desc->b2, (size_t)H * sizeof(float));
     sgk_pack_weights(desc, h + p.o_gen);
+    sgk_gen_pack(desc, &p.kern, h + p.o_kern);
     for (int hg = 0; hg < p.Ch; hg++) {
         float *gi = h + p.o_img + hg * p.img, *go = h + p.o_woimg + hg * p.wo_img;
         fused_pack_images(gi, go, desc, p.lay, p.Ch, hg);
@@ -1316,6 +1320,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     L->w2t = base + p.o_w2;
     L->b2 = base + p.o_b2;
     L->gen = base + p.o_gen;
+    L->kern = base + p.o_kern;
+    L->kern_off = p.kern;
     L->fs_img = p.Ch ? base + p.o_img : NULL;
     L->fs_wo = p.Ch ? base + p.o_woimg : NULL;
     L->fs_img_floats = (int)p.img;

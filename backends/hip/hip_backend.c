@@ -20,7 +20,7 @@ SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 
 const sgk_host *sgk_hip_host;
 
-static const char *const k_kernel_names[SGK_HIP_K_COUNT] = { "fused", "ln_qkv", "attn_tile" };
+static const char *const k_kernel_names[SGK_HIP_K_COUNT] = { "fused", "proj", "attn", "repack" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 is four

@@ -11,10 +11,12 @@ extern "C" hipError_t sgk_hip_kernel_attributes(int kernel, hipFuncAttributes *a
     switch (kernel) {
     case SGK_HIP_K_FUSED:
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_fused));
-    case SGK_HIP_K_LN_QKV:
-        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_ln_qkv));
-    case SGK_HIP_K_ATTN_TILE:
-        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_attn_tile));
+    case SGK_HIP_K_PROJ:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_proj));
+    case SGK_HIP_K_ATTN:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_attn));
+    case SGK_HIP_K_REPACK:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_repack));
     }
     return hipErrorInvalidValue;
 }

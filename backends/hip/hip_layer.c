@@ -18,18 +18,57 @@ typedef unsigned char uchar; /* the dialect's name, used by the generated protot
 enum { V_TILED, V_SMALL, V_COUNT };
 static const char *const k_variants[V_COUNT] = { [V_TILED] = "tiled", [V_SMALL] = "small" };
 
+/* Device memory of a layer, one allocation: the packed weights (plan.h,
+ * sgk_gen_pack), then for new weights from device buffers the repack
+ * map's runs as the generated `repack` kernel reads them, and a stage
+ * that the ten sources are copied into (source s at float stage_at[s]). */
 typedef struct hip_layer {
     const sgk_hip_ctx *ctx;
     int64_t D, H, P;
     float eps;
-    sgk_packed off;
-    float *w; /* device memory: every weight, packed as plan.h lays them out */
-    /* sgk_pack_weights' map, run as device copies by set_weights_device;
-     * no runs (map.reason says why) where copies cannot run it */
-    sgk_repack_map map;
+    sgk_gen_packed off;
+    float *w;
+    const int64_t *runs; /* NULL where there is no device repack (map_reason says why) */
+    float *stage;
+    size_t stage_at[SGK_SRC_COUNT];
+    int64_t nruns;
+    float scales[SGK_REPACK_SCALES];
+    char map_reason[192];
 } hip_layer;
 
 static const sgk_host *host(void) { return sgk_hip_host; }
+
+/* Floats of device memory after the weights: the runs (as floats) and the
+ * stage; fills l's repack members, with runs written to *host_runs (NULL
+ * where there is no repack). */
+static sgk_status repack_plan(hip_layer *l, const sgk_repack_map *m, int64_t **host_runs, size_t *floats)
+{
+    *host_runs = NULL;
+    *floats = 0;
+    snprintf(l->map_reason, sizeof l->map_reason, "%s", m->reason);
+    if (m->runs == NULL)
+        return SGK_OK;
+    size_t count[SGK_SRC_COUNT], at = 0;
+    sgk_repack_sources(l->D, l->H, l->P, count);
+    for (int s = 0; s < SGK_SRC_COUNT; s++) {
+        l->stage_at[s] = at;
+        at += (count[s] + 63) / 64 * 64;
+    }
+    int64_t *runs = sgk_hip_host_alloc(m->count * 5 * sizeof(int64_t));
+    if (runs == NULL)
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY, "hip: cannot allocate the host memory for the repack map");
+    l->nruns = sgk_repack_kernel_runs(m, l->stage_at, runs);
+    memcpy(l->scales, m->scales, sizeof l->scales);
+    if (l->nruns < 0 || l->nruns > l->ctx->k[SGK_HIP_K_REPACK].max_groups0) {
+        snprintf(l->map_reason, sizeof l->map_reason, "the repack map has more %s than the repack kernel takes",
+                 l->nruns < 0 ? "scales" : "runs");
+        free(runs);
+        return SGK_OK;
+    }
+    *host_runs = runs;
+    *floats = m->count * 10 + at; /* five int64 a run, two floats each */
+    return SGK_OK;
+}
 
 sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **out)
 {
@@ -42,7 +81,7 @@ sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **o
     l->H = desc->heads;
     l->P = desc->pair_dim;
     l->eps = desc->eps;
-    l->off = sgk_packed_layout(l->D, l->H, l->P);
+    l->off = sgk_gen_layout(l->D, l->H, l->P, SGK_GEN_PAD, 64);
     const size_t bytes = l->off.total * sizeof(float);
     float *packed = sgk_hip_host_alloc(bytes);
     if (packed == NULL) {
@@ -51,44 +90,51 @@ sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **o
                                  "hip: cannot allocate %zu bytes of host memory to pack the weights",
                                  bytes);
     }
-    sgk_pack_weights(desc, packed);
-    if (sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, l->off.total, packed,
-                             host()->alloc_should_fail, &l->map) != 0) {
+    sgk_gen_pack(desc, &l->off, packed);
+    sgk_repack_map map;
+    if (sgk_repack_map_build(desc, sgk_gen_pack_fn, &l->off, l->off.total, packed,
+                             host()->alloc_should_fail, &map) != 0) {
         free(packed);
         free(l);
         return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
                                  "hip: cannot allocate the host memory to map the packed weights");
     }
-    if (l->map.runs && !sgk_repack_copies_only(&l->map)) {
-        sgk_repack_map_free(&l->map);
-        snprintf(l->map.reason, sizeof l->map.reason,
-                 "the packed layout is not plain copies of the weights, and hip repacks by "
-                 "copying");
-    }
+    int64_t *runs = NULL;
+    size_t extra = 0;
+    sgk_status st = repack_plan(l, &map, &runs, &extra);
+    sgk_repack_map_free(&map);
 
     char where[400];
-    snprintf(where, sizeof where, " for %zu bytes of packed weights on device %d \"%s\"", bytes,
-             c->device, c->label);
+    snprintf(where, sizeof where, " for %zu bytes of packed weights on device %d \"%s\"",
+             bytes + extra * sizeof(float), c->device, c->label);
     sgk_hip_guard g;
-    sgk_status st = sgk_hip_enter(c->device, &g);
+    if (st == SGK_OK)
+        st = sgk_hip_enter(c->device, &g);
     if (st == SGK_OK) {
         void *dev = NULL;
         hipError_t err = hipSuccess;
         if (host()->alloc_should_fail())
             st = host()->set_error(SGK_ERR_OUT_OF_MEMORY, "hip: out of memory%s", where);
-        else if ((err = hipMalloc(&dev, bytes)) != hipSuccess)
+        else if ((err = hipMalloc(&dev, bytes + extra * sizeof(float))) != hipSuccess)
             st = sgk_hip_fail(sgk_hip_status_of(err), "hipMalloc", err, where);
-        else if ((err = hipMemcpy(dev, packed, bytes, hipMemcpyHostToDevice)) != hipSuccess) {
+        else if ((err = hipMemcpy(dev, packed, bytes, hipMemcpyHostToDevice)) != hipSuccess ||
+                 (runs && (err = hipMemcpy((float *)dev + l->off.total, runs,
+                                           (size_t)l->nruns * 5 * sizeof(int64_t),
+                                           hipMemcpyHostToDevice)) != hipSuccess)) {
             st = sgk_hip_fail(SGK_ERR_BACKEND, "hipMemcpy", err, where);
             (void)hipFree(dev);
         } else {
             l->w = dev;
+            if (runs) {
+                l->runs = (const int64_t *)(l->w + l->off.total);
+                l->stage = l->w + l->off.total + (size_t)l->nruns * 10;
+            }
         }
         sgk_hip_leave(&g);
     }
+    free(runs);
     free(packed);
     if (st != SGK_OK) {
-        sgk_repack_map_free(&l->map);
         free(l);
         return st;
     }
@@ -107,7 +153,7 @@ sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc)
                                  "hip: cannot allocate %zu bytes of host memory to pack the "
                                  "weights",
                                  bytes);
-    sgk_pack_weights(desc, packed);
+    sgk_gen_pack(desc, &l->off, packed);
     char where[400];
     snprintf(where, sizeof where, " writing %zu bytes of packed weights on device %d \"%s\"",
              bytes, c->device, c->label);
@@ -129,32 +175,38 @@ sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc)
     return st;
 }
 
+/* The sources into the stage, then the repack kernel, all on stream. */
 sgk_status sgk_hip_set_weights_device(void *bl, const sgk_layer_desc *desc, void *stream)
 {
     hip_layer *l = bl;
     const sgk_hip_ctx *c = l->ctx;
-    if (l->map.runs == NULL)
+    if (l->runs == NULL)
         return host()->set_error(SGK_ERR_UNSUPPORTED, "hip: no device repack for this layer: %s",
-                                 l->map.reason);
+                                 l->map_reason);
     const void *src[SGK_SRC_COUNT];
+    size_t count[SGK_SRC_COUNT];
     sgk_repack_pointers(desc, src);
+    sgk_repack_sources(l->D, l->H, l->P, count);
     sgk_hip_guard g;
     sgk_status st = sgk_hip_enter(c->device, &g);
     if (st != SGK_OK)
         return st;
     hipError_t err = hipSuccess;
-    for (size_t r = 0; r < l->map.count && err == hipSuccess; r++) {
-        const sgk_repack_run *u = &l->map.runs[r];
-        err = hipMemcpyAsync(l->w + u->dst, (const float *)src[u->seg] + u->src,
-                             (size_t)u->len * sizeof(float), hipMemcpyDeviceToDevice,
-                             (hipStream_t)stream);
+    const char *call = "hipMemcpyAsync";
+    for (int s = 0; s < SGK_SRC_COUNT && err == hipSuccess; s++)
+        err = hipMemcpyAsync(l->stage + l->stage_at[s], src[s], count[s] * sizeof(float),
+                             hipMemcpyDeviceToDevice, (hipStream_t)stream);
+    if (err == hipSuccess) {
+        call = "launching the repack kernel";
+        err = sgk_launch_repack((int)l->nruns, 1, c->k[SGK_HIP_K_REPACK].threads, sizeof(float),
+                                (hipStream_t)stream, (const sgk_off *)l->runs, l->stage, l->w, l->scales[1], l->scales[2],
+                                l->scales[3]);
     }
     sgk_hip_leave(&g);
     if (err != hipSuccess) {
         char where[400];
-        snprintf(where, sizeof where, " copying new weights on device %d \"%s\"", c->device,
-                 c->label);
-        return sgk_hip_fail(SGK_ERR_BACKEND, "hipMemcpyAsync", err, where);
+        snprintf(where, sizeof where, " writing new weights on device %d \"%s\"", c->device, c->label);
+        return sgk_hip_fail(SGK_ERR_BACKEND, call, err, where);
     }
     return SGK_OK;
 }
@@ -169,7 +221,6 @@ void sgk_hip_layer_destroy(void *bl)
         (void)hipFree(l->w);
         sgk_hip_leave(&g);
     }
-    sgk_repack_map_free(&l->map);
     free(l);
 }
 
@@ -187,21 +238,22 @@ const char *sgk_hip_variant_name(void *bl, int v)
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* The tiled variant's two kernels share one plan, so it gets the tighter
- * of their limits. */
+/* The tiled variant's kernels share one plan, so it gets the tightest of
+ * their limits. Tiles as the opencl backend's: 64 x 64 projection tiles,
+ * 16 queries against 32 keys, shrunk to the device's shared memory. */
 static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
 {
     const sgk_hip_kernel *k = l->ctx->k;
-    sgk_limits lim;
+    sgk_limits lim = { 0, 0, SGK_GEN_PAD, 256, 64, 64, 16, 32 };
     if (v == V_SMALL) {
         const sgk_hip_kernel *f = &k[SGK_HIP_K_FUSED];
         lim.local_bytes = f->local_bytes;
         lim.max_groups = f->max_groups0;
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
     }
-    const sgk_hip_kernel *ln = &k[SGK_HIP_K_LN_QKV], *at = &k[SGK_HIP_K_ATTN_TILE];
-    lim.local_bytes = ln->local_bytes < at->local_bytes ? ln->local_bytes : at->local_bytes;
-    lim.max_groups = min64(ln->max_groups0, at->max_groups0);
+    const sgk_hip_kernel *pj = &k[SGK_HIP_K_PROJ], *at = &k[SGK_HIP_K_ATTN];
+    lim.local_bytes = pj->local_bytes < at->local_bytes ? pj->local_bytes : at->local_bytes;
+    lim.max_groups = min64(pj->max_groups0, at->max_groups0);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
@@ -239,41 +291,46 @@ static sgk_status launch_failed(const hip_layer *l, const char *kernel, hipError
 }
 
 /* Each launcher returns hipGetLastError() of its launch. The tiled path's
- * second kernel follows the first on the same stream, so it sees the
- * workspace complete. */
+ * kernels follow each other on the same stream, so each sees what the one
+ * before wrote. */
 static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *a)
 {
     const sgk_hip_kernel *k = l->ctx->k;
     hipStream_t s = (hipStream_t)a->stream;
     const float *w = l->w;
-    const sgk_packed o = l->off;
+    const sgk_gen_packed o = l->off;
     const int mask_u8 = a->mask_type == SGK_MASK_U8;
     const uchar *mask = a->edge_mask;
     hipError_t err;
     if (p->kind == SGK_PLAN_SMALL) {
         const sgk_hip_kernel *kf = &k[SGK_HIP_K_FUSED];
-        err = sgk_launch_fused((int)p->B, 1, kf->threads, p->smem_fused * sizeof(float), s,
-                               a->nodes, a->pair_feats, mask, mask_u8, w + o.gamma, w + o.beta,
-                               w + o.wqkv, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo,
-                               a->out, p->N, p->D, p->H, p->P, p->tq, l->eps, p->scale);
+        err = sgk_launch_fused((int)p->B, 1, kf->threads, p->smem_fused * sizeof(float), s, a->nodes,
+                               a->pair_feats, mask, mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
+                               p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2, w + o.wo, p->ldo, a->out, p->N,
+                               p->D, p->H, p->P, p->ldk, p->ldc, p->tq, p->tqp, p->tk, p->qc, l->eps, p->scale);
         if (err != hipSuccess)
             return launch_failed(l, "fused", err, (int)p->B, 1, kf, p->smem_fused);
         return SGK_OK;
     }
-    const sgk_hip_kernel *kl = &k[SGK_HIP_K_LN_QKV], *ka = &k[SGK_HIP_K_ATTN_TILE];
-    float *qkv = a->workspace;
-    err = sgk_launch_ln_qkv((int)p->groups_ln, 1, kl->threads, p->smem_ln * sizeof(float), s,
-                            a->nodes, w + o.gamma, w + o.beta, w + o.wqkv, qkv,
-                            (int)(p->B * p->N), p->D, p->rt, l->eps);
+    const sgk_hip_kernel *kp = &k[SGK_HIP_K_PROJ], *ka = &k[SGK_HIP_K_ATTN];
+    float *qkv = a->workspace, *ctx = (float *)((char *)a->workspace + p->ctx_offset);
+    const int rows = (int)(p->B * p->N);
+    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, p->smem_qkv * sizeof(float), s,
+                          a->nodes, p->D, 1, w + o.gamma, w + o.beta, l->eps, w + o.wqkv, p->ldk, 0, a->nodes,
+                          qkv, p->ldk, rows, p->D, p->ldk, p->mt, p->nt, p->ntp);
     if (err != hipSuccess)
-        return launch_failed(l, "ln_qkv", err, (int)p->groups_ln, 1, kl, p->smem_ln);
-    err = sgk_launch_attn_tile((int)p->groups_attn, 1, ka->threads,
-                               p->smem_attn * sizeof(float), s, qkv, a->nodes, a->pair_feats,
-                               mask, mask_u8, w + o.w1, w + o.b1, w + o.w2, w + o.b2, w + o.wo,
-                               a->out, p->N, p->D, p->H, p->P, p->tq, p->tk, (int)p->groups_q,
-                               p->scale);
+        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, p->smem_qkv);
+    err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, qkv, p->ldk,
+                          a->pair_feats, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
+                          ctx, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
+                          p->scale);
     if (err != hipSuccess)
-        return launch_failed(l, "attn_tile", err, (int)p->groups_attn, 1, ka, p->smem_attn);
+        return launch_failed(l, "attn", err, (int)p->groups_attn, 1, ka, p->smem_attn);
+    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, p->smem_out * sizeof(float), s,
+                          ctx, p->ldc, 0, w + o.gamma, w + o.beta, l->eps, w + o.wo, p->ldo, 1, a->nodes, a->out,
+                          p->D, rows, p->D, p->D, p->mt, p->nt, p->ntp);
+    if (err != hipSuccess)
+        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_out, kp, p->smem_out);
     return SGK_OK;
 }
 

@@ -145,6 +145,47 @@ static sgk_status launch_failed(const char *call, cl_int err, const char *kernel
     return sgk_cl_fail(call, err, where);
 }
 
+/* A region of the workspace as a buffer of its own. */
+static sgk_status sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, size_t bytes, cl_mem *out)
+{
+    cl_buffer_region r = {at, bytes ? bytes : 1};
+    cl_int err = CL_SUCCESS;
+    *out = clCreateSubBuffer(mem(ws), CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+    if (*out == NULL || err != CL_SUCCESS) {
+        *out = NULL;
+        char where[640];
+        snprintf(where, sizeof where,
+                 "for a region of the workspace on device \"%s\"; "
+                 "the workspace must be a buffer of its own, not a sub-buffer",
+                 c->info.label);
+        return sgk_cl_fail("clCreateSubBuffer", err, where);
+    }
+    return SGK_OK;
+}
+
+/* On an out-of-order queue, what comes after waits for what came before. */
+static sgk_status order(cl_command_queue q, int in_order, const sgk_cl_ctx *c)
+{
+    cl_int err = in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
+    return err == CL_SUCCESS ? SGK_OK : launch_failed("clEnqueueBarrierWithWaitList", err, "(ordering)", c);
+}
+
+/* groups0 x groups1 groups of kernel k, whose arguments err says were set. */
+static sgk_status launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_int err, int64_t groups0,
+                         int64_t groups1)
+{
+    static const char *const names[SGK_CL_K_COUNT] = { "fused", "proj", "attn", "widen16", "narrow16",
+                                                      "repack" };
+    const sgk_cl_kernel *k = &c->prog.k[which];
+    if (err != CL_SUCCESS)
+        return launch_failed("clSetKernelArg", err, names[which], c);
+    const size_t global[2] = { (size_t)groups0 * k->local, (size_t)groups1 }, local[2] = { k->local, 1 };
+    err = clEnqueueNDRangeKernel(q, k->kernel, groups1 > 1 ? 2 : 1, NULL, global, local, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return launch_failed("clEnqueueNDRangeKernel", err, names[which], c);
+    return SGK_OK;
+}
+
 /* Called with the context's lock held: the arguments live in the kernel
  * object until the enqueue has captured them. */
 static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
@@ -154,52 +195,48 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
     const sgk_cl_program *pr = &c->prog;
     const cl_mem *w = l->w;
     const cl_int mask_u8 = a->mask_type == SGK_MASK_U8;
-    cl_int err;
     if (p->kind == SGK_PLAN_SMALL) {
-        const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
-        err = sgk_cl_args_fused(k->kernel, mem(a->nodes), mem(a->pair_feats), mem(a->edge_mask),
-                                mask_u8, w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA], w[SGK_CL_W_WQKV],
-                                w[SGK_CL_W_W1], w[SGK_CL_W_B1], w[SGK_CL_W_W2], w[SGK_CL_W_B2],
-                                w[SGK_CL_W_WO], mem(a->out), p->N, p->D, p->H, p->P, p->tq,
-                                l->eps, p->scale, p->smem_fused * sizeof(float));
-        if (err != CL_SUCCESS)
-            return launch_failed("clSetKernelArg", err, "fused", c);
-        const size_t global = (size_t)p->B * k->local;
-        err = clEnqueueNDRangeKernel(q, k->kernel, 1, NULL, &global, &k->local, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            return launch_failed("clEnqueueNDRangeKernel", err, "fused", c);
-        return SGK_OK;
+        const cl_int err = sgk_cl_args_fused(
+            pr->k[SGK_CL_K_FUSED].kernel, mem(a->nodes), mem(a->pair_feats), mem(a->edge_mask), mask_u8,
+            w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA], w[SGK_CL_W_WQKV], w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
+            w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], w[SGK_CL_W_WO], p->ldo, mem(a->out), p->N, p->D, p->H,
+            p->P, p->ldk, p->ldc, p->tq, p->tqp, p->tk, p->qc, l->eps, p->scale,
+            p->smem_fused * sizeof(float));
+        return launch(c, q, SGK_CL_K_FUSED, err, p->B, 1);
     }
-
-    const sgk_cl_kernel *kl = &pr->k[SGK_CL_K_LN_QKV], *ka = &pr->k[SGK_CL_K_ATTN_TILE];
-    err = sgk_cl_args_ln_qkv(kl->kernel, mem(a->nodes), w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA],
-                             w[SGK_CL_W_WQKV], mem(a->workspace), (cl_int)(p->B * p->N), p->D,
-                             p->rt, l->eps, p->smem_ln * sizeof(float));
-    if (err != CL_SUCCESS)
-        return launch_failed("clSetKernelArg", err, "ln_qkv", c);
-    const size_t gl = (size_t)p->groups_ln * kl->local;
-    cl_event done = NULL;
-    err = clEnqueueNDRangeKernel(q, kl->kernel, 1, NULL, &gl, &kl->local, 0, NULL,
-                                 in_order ? NULL : &done);
-    if (err != CL_SUCCESS)
-        return launch_failed("clEnqueueNDRangeKernel", err, "ln_qkv", c);
-    err = sgk_cl_args_attn_tile(ka->kernel, mem(a->workspace), mem(a->nodes), mem(a->pair_feats),
-                                mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], w[SGK_CL_W_B1],
-                                w[SGK_CL_W_W2], w[SGK_CL_W_B2], w[SGK_CL_W_WO], mem(a->out), p->N,
-                                p->D, p->H, p->P, p->tq, p->tk, (int)p->groups_q, p->scale,
-                                p->smem_attn * sizeof(float));
-    sgk_status st = SGK_OK;
-    if (err != CL_SUCCESS) {
-        st = launch_failed("clSetKernelArg", err, "attn_tile", c);
-    } else {
-        const size_t ga = (size_t)p->groups_attn * ka->local;
-        err = clEnqueueNDRangeKernel(q, ka->kernel, 1, NULL, &ga, &ka->local, done ? 1 : 0,
-                                     done ? &done : NULL, NULL);
-        if (err != CL_SUCCESS)
-            st = launch_failed("clEnqueueNDRangeKernel", err, "attn_tile", c);
-    }
-    if (done)
-        clReleaseEvent(done);
+    const cl_mem ws = mem(a->workspace);
+    cl_mem ctx = NULL;
+    sgk_status st = sub_buffer(c, a->workspace, p->ctx_offset, p->workspace_bytes - p->ctx_offset, &ctx);
+    const cl_int rows = (cl_int)(p->B * p->N);
+    if (st == SGK_OK)
+        st = launch(c, q, SGK_CL_K_PROJ,
+                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, mem(a->nodes), p->D, 1, w[SGK_CL_W_GAMMA],
+                                     w[SGK_CL_W_BETA], l->eps, w[SGK_CL_W_WQKV], p->ldk, 0, mem(a->nodes), ws,
+                                     p->ldk, rows, p->D, p->ldk, p->mt, p->nt, p->ntp,
+                                     p->smem_qkv * sizeof(float)),
+                    p->groups_rows, p->groups_qkv);
+    if (st == SGK_OK)
+        st = order(q, in_order, c);
+    if (st == SGK_OK)
+        st = launch(c, q, SGK_CL_K_ATTN,
+                    sgk_cl_args_attn(pr->k[SGK_CL_K_ATTN].kernel, ws, p->ldk, mem(a->pair_feats),
+                                     mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
+                                     w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], ctx, p->ldc, p->N, p->D, p->H, p->P,
+                                     p->tq, p->tqp, p->tk, p->qc, (cl_int)p->groups_q, p->scale,
+                                     p->smem_attn * sizeof(float)),
+                    p->groups_attn, 1);
+    if (st == SGK_OK)
+        st = order(q, in_order, c);
+    if (st == SGK_OK)
+        st = launch(c, q, SGK_CL_K_PROJ,
+                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ctx, p->ldc, 0, w[SGK_CL_W_GAMMA],
+                                     w[SGK_CL_W_BETA], l->eps, w[SGK_CL_W_WO], p->ldo, 1, mem(a->nodes),
+                                     mem(a->out), p->D, rows, p->D, p->D, p->mt, p->nt, p->ntp,
+                                     p->smem_out * sizeof(float)),
+                    p->groups_rows, p->groups_out);
+    /* enqueued work keeps the sub-buffer alive until it is done */
+    if (ctx)
+        clReleaseMemObject(ctx);
     return st;
 }
 
@@ -234,30 +271,6 @@ static sgk_status convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_me
     return SGK_OK;
 }
 
-/* On an out-of-order queue, what comes after waits for what came before. */
-static sgk_status order(cl_command_queue q, int in_order, const sgk_cl_ctx *c)
-{
-    cl_int err = in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
-    return err == CL_SUCCESS ? SGK_OK : launch_failed("clEnqueueBarrierWithWaitList", err, "widen16", c);
-}
-
-/* A region of the workspace as a buffer of its own. */
-static sgk_status sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, size_t bytes, cl_mem *out)
-{
-    cl_buffer_region r = {at, bytes ? bytes : 1};
-    cl_int err = CL_SUCCESS;
-    *out = clCreateSubBuffer(mem(ws), CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
-    if (*out == NULL || err != CL_SUCCESS) {
-        *out = NULL;
-        char where[640];
-        snprintf(where, sizeof where,
-                 "for a region of the workspace (a 16-bit layer's float inputs) on device \"%s\"; "
-                 "the workspace must be a buffer of its own, not a sub-buffer",
-                 c->info.label);
-        return sgk_cl_fail("clCreateSubBuffer", err, where);
-    }
-    return SGK_OK;
-}
 
 /* A 16-bit call: nodes and pair_feats widened into the workspace, the float
  * kernels, out narrowed from it. Called with the context's lock held. */
@@ -341,36 +354,65 @@ sgk_status sgk_cl_set_weights(void *blayer, const sgk_layer_desc *desc16)
         return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
                                  "opencl: cannot allocate the host memory to widen the weights to float");
     }
-    const sgk_layer_desc *desc = &fdesc;
-    sgk_pack_weights(desc, packed);
+    sgk_gen_pack(&fdesc, &l->off, packed);
     free(wide);
-    sgk_status st = SGK_OK;
-    for (int i = 0; i < SGK_CL_W_COUNT && st == SGK_OK; i++) {
-        size_t at, end;
-        sgk_cl_weight_range(&l->off, i, &at, &end);
-        /* Blocking: the copy is done when the call returns. */
-        cl_int err = clEnqueueWriteBuffer(c->queue, l->w[i], CL_TRUE, 0,
-                                          (end - at) * sizeof(float), packed + at, 0, NULL, NULL);
-        if (err != CL_SUCCESS) {
-            char where[320];
-            snprintf(where, sizeof where, "writing the layer's weights on device \"%s\"",
-                     c->info.label);
-            st = sgk_cl_fail("clEnqueueWriteBuffer", err, where);
-        }
-    }
+    /* Blocking: the copy is done when the call returns. */
+    cl_int err = clEnqueueWriteBuffer(c->queue, l->block, CL_TRUE, 0, bytes, packed, 0, NULL, NULL);
     free(packed);
+    if (err != CL_SUCCESS) {
+        char where[320];
+        snprintf(where, sizeof where, "writing the layer's weights on device \"%s\"", c->info.label);
+        return sgk_cl_fail("clEnqueueWriteBuffer", err, where);
+    }
+    l->eps = fdesc.eps;
+    return SGK_OK;
+}
+
+/* The sources into the stage (16-bit ones widened into a sub-buffer of it),
+ * then the repack kernel over the map's runs. Called with the context's
+ * lock held. */
+static sgk_status repack_on(const sgk_cl_layer *l, const void *const src[SGK_SRC_COUNT],
+                            const size_t count[SGK_SRC_COUNT], cl_command_queue q, int in_order)
+{
+    const sgk_cl_ctx *c = l->ctx;
+    cl_int err = CL_SUCCESS;
+    sgk_status st = SGK_OK;
+    for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK && count[s] > 0; s++) {
+        if (l->dtype == SGK_DTYPE_F32) {
+            err = clEnqueueCopyBuffer(q, mem(src[s]), l->stage, 0, l->stage_at[s] * sizeof(float),
+                                      count[s] * sizeof(float), 0, NULL, NULL);
+            if (err != CL_SUCCESS)
+                st = launch_failed("clEnqueueCopyBuffer", err, "(new weights)", c);
+            continue;
+        }
+        cl_mem part = NULL;
+        cl_buffer_region r = { l->stage_at[s] * sizeof(float), count[s] * sizeof(float) };
+        part = clCreateSubBuffer(l->stage, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+        if (part == NULL || err != CL_SUCCESS) {
+            char where[320];
+            snprintf(where, sizeof where, "for new weights on device \"%s\"", c->info.label);
+            return sgk_cl_fail("clCreateSubBuffer", err, where);
+        }
+        st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(src[s]), part, count[s], q);
+        clReleaseMemObject(part);
+    }
     if (st == SGK_OK)
-        l->eps = desc->eps;
+        st = order(q, in_order, c);
+    if (st == SGK_OK)
+        st = launch(c, q, SGK_CL_K_REPACK,
+                    sgk_cl_args_repack(c->prog.k[SGK_CL_K_REPACK].kernel, l->runs, l->stage, l->block,
+                                       l->scales[1], l->scales[2], l->scales[3], sizeof(float)),
+                    l->nruns, 1);
     return st;
 }
 
 sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, void *stream)
 {
     sgk_cl_layer *l = blayer;
-    const sgk_cl_ctx *c = l->ctx;
-    if (l->map.runs == NULL)
+    sgk_cl_ctx *c = l->ctx;
+    if (l->runs == NULL)
         return host()->set_error(SGK_ERR_UNSUPPORTED, "opencl: no device repack for this layer: %s",
-                                 l->map.reason);
+                                 l->map_reason);
     cl_command_queue q = stream ? (cl_command_queue)stream : c->queue;
     int in_order = 1;
     sgk_status st = check_queue(c, q, &in_order);
@@ -379,90 +421,28 @@ sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, v
         "desc->wo", "desc->w1", "desc->b1", "desc->w2", "desc->b2",
     };
     static const char *const sizes[SGK_SRC_COUNT] = {
-        "D floats", "D floats", "D*D floats", "D*D floats", "D*D floats",
-        "D*D floats", "P*P floats", "P floats", "H*P floats", "H floats",
+        "D", "D", "D*D", "D*D", "D*D", "D*D", "P*P", "P", "H*P", "H",
     };
     const void *src[SGK_SRC_COUNT];
     size_t count[SGK_SRC_COUNT];
     sgk_repack_pointers(desc, src);
     sgk_repack_sources(l->D, l->H, l->P, count);
-    const int wide = l->dtype != SGK_DTYPE_F32;
     for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK; s++) {
         char what[48];
-        snprintf(what, sizeof what, "%.*s %s", (int)(strlen(sizes[s]) - strlen(" floats")), sizes[s],
-                 elem_unit(l));
+        snprintf(what, sizeof what, "%s %s", sizes[s], elem_unit(l));
         st = check_buffer(c, src[s], names[s], what, count[s] * elem_bytes(l), SGK_ERR_INVALID_ARGUMENT);
     }
     if (st != SGK_OK)
         return st;
-    /* 16-bit weights: each widened into a float buffer of its own, which the
-     * copies read; released once enqueued (the work keeps them alive) */
-    cl_mem tmp[SGK_SRC_COUNT] = {NULL};
-    for (int s = 0; s < SGK_SRC_COUNT && wide && st == SGK_OK; s++) {
-        const size_t bytes = count[s] * sizeof(float);
-        cl_int e = CL_SUCCESS;
-        if (host()->alloc_should_fail()) {
-            st = host()->set_error(SGK_ERR_OUT_OF_MEMORY,
-                                   "opencl: cannot allocate %zu bytes on device \"%s\" to widen %s to "
-                                   "float",
-                                   bytes, c->info.label, names[s]);
-            break;
-        }
-        tmp[s] = clCreateBuffer(c->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &e);
-        if (tmp[s] == NULL || e != CL_SUCCESS) {
-            tmp[s] = NULL;
-            char where[320];
-            snprintf(where, sizeof where, "for %zu bytes to widen %s on device \"%s\"", bytes, names[s],
-                     c->info.label);
-            st = sgk_cl_fail("clCreateBuffer", e, where);
-        }
-    }
-    if (wide && st == SGK_OK) {
-        pthread_mutex_lock(&l->ctx->lock);
+    /* On an out-of-order queue, barriers keep the repack after the work
+     * enqueued before, its kernel after its copies, and the work enqueued
+     * after behind it. */
+    pthread_mutex_lock(&c->lock);
+    st = order(q, in_order, c);
+    if (st == SGK_OK)
+        st = repack_on(l, src, count, q, in_order);
+    if (st == SGK_OK)
         st = order(q, in_order, c);
-        for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK; s++)
-            st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(src[s]), tmp[s], count[s], q);
-        if (st == SGK_OK)
-            st = order(q, in_order, c);
-        pthread_mutex_unlock(&l->ctx->lock);
-        for (int s = 0; s < SGK_SRC_COUNT; s++)
-            src[s] = tmp[s];
-    }
-    if (st != SGK_OK) {
-        for (int s = 0; s < SGK_SRC_COUNT; s++)
-            if (tmp[s])
-                clReleaseMemObject(tmp[s]);
-        return st;
-    }
-    /* On an out-of-order queue, barriers keep the copies after the work
-     * enqueued before and ahead of the work enqueued after. */
-    cl_int err = in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
-    const char *call = "clEnqueueBarrierWithWaitList";
-    for (size_t r = 0; r < l->map.count && err == CL_SUCCESS; r++) {
-        const sgk_repack_run *u = &l->map.runs[r];
-        int i = 0;
-        size_t at = 0, end = 0;
-        for (; i < SGK_CL_W_COUNT; i++) {
-            sgk_cl_weight_range(&l->off, i, &at, &end);
-            if ((size_t)u->dst >= at && (size_t)u->dst < end)
-                break;
-        }
-        call = "clEnqueueCopyBuffer";
-        err = clEnqueueCopyBuffer(q, mem(src[u->seg]), l->w[i], (size_t)u->src * sizeof(float),
-                                  ((size_t)u->dst - at) * sizeof(float),
-                                  (size_t)u->len * sizeof(float), 0, NULL, NULL);
-    }
-    if (err == CL_SUCCESS && !in_order) {
-        call = "clEnqueueBarrierWithWaitList";
-        err = clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
-    }
-    for (int s = 0; s < SGK_SRC_COUNT; s++)
-        if (tmp[s])
-            clReleaseMemObject(tmp[s]);
-    if (err != CL_SUCCESS) {
-        char where[320];
-        snprintf(where, sizeof where, "copying new weights on device \"%s\"", c->info.label);
-        return sgk_cl_fail(call, err, where);
-    }
-    return SGK_OK;
+    pthread_mutex_unlock(&c->lock);
+    return st;
 }

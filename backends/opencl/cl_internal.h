@@ -51,7 +51,8 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info);
 
 /* ---- cl_program.c: the generated kernels, built per context ------------- */
 
-enum { SGK_CL_K_FUSED, SGK_CL_K_LN_QKV, SGK_CL_K_ATTN_TILE, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_COUNT };
+enum { SGK_CL_K_FUSED, SGK_CL_K_PROJ, SGK_CL_K_ATTN, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_REPACK,
+       SGK_CL_K_COUNT };
 
 typedef struct sgk_cl_kernel {
     cl_kernel kernel;
@@ -89,23 +90,30 @@ typedef struct sgk_cl_ctx {
 enum { SGK_CL_W_GAMMA, SGK_CL_W_BETA, SGK_CL_W_WQKV, SGK_CL_W_WO, SGK_CL_W_W1, SGK_CL_W_B1,
        SGK_CL_W_W2, SGK_CL_W_B2, SGK_CL_W_COUNT };
 
-/* A layer's weights, packed once (plan.h) and held one buffer per weight:
- * the kernels take each as its own argument, and separate buffers need no
- * CL_DEVICE_MEM_BASE_ADDR_ALIGN padding as sub-buffers would. */
+/* A layer's weights, packed once (plan.h, sgk_gen_pack) into one buffer,
+ * each weight's part a sub-buffer of it (the kernels take each as its own
+ * argument), at offsets that are multiples of the device's sub-buffer
+ * alignment (CL_DEVICE_MEM_BASE_ADDR_ALIGN). New weights from device
+ * buffers: the ten sources copied (or widened) into stage, source s at
+ * float stage_at[s], then the generated `repack` kernel over the runs of
+ * the packer's repack map (runs: five int64 a run). */
 typedef struct sgk_cl_layer {
     sgk_cl_ctx *ctx;
     int64_t D, H, P;
     float eps;
     sgk_dtype dtype; /* bf16 and f16 run the float kernels between widen16 and narrow16 */
-    sgk_packed off;
+    sgk_gen_packed off;
+    cl_mem block;
     cl_mem w[SGK_CL_W_COUNT];
-    /* sgk_pack_weights' map, run as buffer copies by set_weights_device;
-     * no runs (map.reason says why) where copies cannot run it */
-    sgk_repack_map map;
+    cl_mem stage, runs; /* NULL where there is no device repack (map_reason says why) */
+    size_t stage_at[SGK_SRC_COUNT];
+    int64_t nruns;
+    float scales[SGK_REPACK_SCALES];
+    char map_reason[192];
 } sgk_cl_layer;
 
 /* Where weight buffer i begins and ends in the packed layout (floats). */
-void sgk_cl_weight_range(const sgk_packed *o, int i, size_t *at, size_t *end);
+void sgk_cl_weight_range(const sgk_gen_packed *o, int i, size_t *at, size_t *end);
 
 /* In order of preference: small's one group per batch entry leaves most of
  * a device idle at the batch sizes robots use (README.md). */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cl_internal.h"
+#include "relation_cl_args.h"
 
 SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 
@@ -131,7 +132,7 @@ static sgk_status ensure_program(sgk_cl_ctx *c)
 
 /* ---- layers ------------------------------------------------------------- */
 
-void sgk_cl_weight_range(const sgk_packed *o, int i, size_t *at, size_t *end)
+void sgk_cl_weight_range(const sgk_gen_packed *o, int i, size_t *at, size_t *end)
 {
     const size_t a[SGK_CL_W_COUNT + 1] = { o->gamma, o->beta, o->wqkv, o->wo, o->w1,
                                            o->b1, o->w2, o->b2, o->total };
@@ -148,33 +149,85 @@ static void cl_layer_destroy(void *bl)
     for (int i = 0; i < SGK_CL_W_COUNT; i++)
         if (l->w[i])
             clReleaseMemObject(l->w[i]);
-    sgk_repack_map_free(&l->map);
+    cl_mem own[] = { l->block, l->stage, l->runs };
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (own[i])
+            clReleaseMemObject(own[i]);
     free(l);
 }
 
-/* The repack map as buffer copies: every run a plain copy inside one
- * weight buffer; otherwise the layer has no device repack. */
-static void keep_copy_runs(sgk_cl_layer *l)
+/* A buffer of the layer's context, filled from host (may be NULL). */
+static sgk_status new_buffer(const sgk_cl_ctx *c, cl_mem_flags flags, size_t bytes, void *host,
+                             const char *what, cl_mem *out)
 {
-    sgk_repack_map *m = &l->map;
+    if (sgk_cl_host->alloc_should_fail())
+        return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                      "opencl: cannot allocate %zu bytes of %s on device \"%s\"", bytes,
+                                      what, c->info.label);
+    cl_int err = CL_SUCCESS;
+    *out = clCreateBuffer(c->context, flags | (host ? CL_MEM_COPY_HOST_PTR : 0), bytes ? bytes : 1, host,
+                          &err);
+    if (*out == NULL || err != CL_SUCCESS) {
+        *out = NULL;
+        return create_failed(what, bytes, err, c);
+    }
+    return SGK_OK;
+}
+
+/* Weight i's part of the block, as the kernels' argument. */
+static sgk_status weight_view(sgk_cl_layer *l, int i)
+{
+    size_t at, end;
+    sgk_cl_weight_range(&l->off, i, &at, &end);
+    cl_buffer_region r = { at * sizeof(float), (end - at) * sizeof(float) };
+    cl_int err = CL_SUCCESS;
+    l->w[i] = clCreateSubBuffer(l->block, CL_MEM_READ_ONLY, CL_BUFFER_CREATE_TYPE_REGION, &r, &err);
+    if (l->w[i] == NULL || err != CL_SUCCESS) {
+        l->w[i] = NULL;
+        char where[320];
+        snprintf(where, sizeof where, "for a weight of the layer on device \"%s\"", l->ctx->info.label);
+        return sgk_cl_fail("clCreateSubBuffer", err, where);
+    }
+    return SGK_OK;
+}
+
+/* The device repack of new weights (sgk_cl_set_weights_device): the map's
+ * runs as the repack kernel reads them, and the stage their sources are
+ * copied into, each source at a sub-buffer origin (16-bit ones are widened
+ * into a sub-buffer of it). Without a map, map_reason says why. */
+static sgk_status device_repack(sgk_cl_layer *l, const sgk_repack_map *m)
+{
+    snprintf(l->map_reason, sizeof l->map_reason, "%s", m->reason);
     if (m->runs == NULL)
-        return;
-    int fits = sgk_repack_copies_only(m);
-    for (size_t r = 0; r < m->count && fits; r++) {
-        fits = 0;
-        for (int i = 0; i < SGK_CL_W_COUNT && !fits; i++) {
-            size_t at, end;
-            sgk_cl_weight_range(&l->off, i, &at, &end);
-            const size_t dst = (size_t)m->runs[r].dst;
-            fits = dst >= at && dst + (size_t)m->runs[r].len <= end;
-        }
+        return SGK_OK;
+    const size_t align = l->ctx->info.base_align / sizeof(float);
+    size_t count[SGK_SRC_COUNT], at = 0;
+    sgk_repack_sources(l->D, l->H, l->P, count);
+    for (int s = 0; s < SGK_SRC_COUNT; s++) {
+        l->stage_at[s] = at;
+        at += (count[s] + align - 1) / align * align;
     }
-    if (!fits) {
-        sgk_repack_map_free(m);
-        snprintf(m->reason, sizeof m->reason,
-                 "the packed layout is not plain copies of the weights into the layer's "
-                 "buffers, and opencl repacks by copying buffers");
-    }
+    const size_t bytes = m->count * 5 * sizeof(int64_t);
+    int64_t *runs = host_alloc(bytes);
+    if (runs == NULL)
+        return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                      "opencl: cannot allocate the host memory for the repack map");
+    l->nruns = sgk_repack_kernel_runs(m, l->stage_at, runs);
+    memcpy(l->scales, m->scales, sizeof l->scales);
+    sgk_status st = SGK_OK;
+    if (l->nruns < 0)
+        snprintf(l->map_reason, sizeof l->map_reason, "the repack map has more scales than the "
+                 "repack kernel takes");
+    else if (l->nruns > l->ctx->prog.k[SGK_CL_K_REPACK].max_groups)
+        snprintf(l->map_reason, sizeof l->map_reason, "the repack map has more runs than one launch "
+                 "of the repack kernel has groups");
+    else
+        st = new_buffer(l->ctx, CL_MEM_READ_ONLY, bytes, runs, "the repack map", &l->runs);
+    free(runs);
+    if (st == SGK_OK && l->runs)
+        st = new_buffer(l->ctx, CL_MEM_READ_WRITE, at * sizeof(float), NULL, "staging for new weights",
+                        &l->stage);
+    return st;
 }
 
 static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc16, void **out)
@@ -201,44 +254,32 @@ static sgk_status cl_layer_create(void *bctx, const sgk_layer_desc *desc16, void
     l->H = desc->heads;
     l->P = desc->pair_dim;
     l->eps = desc->eps;
-    const sgk_packed o = sgk_packed_layout(l->D, l->H, l->P);
-    l->off = o;
-    float *packed = host_alloc(o.total * sizeof(float));
+    l->off = sgk_gen_layout(l->D, l->H, l->P, SGK_GEN_PAD, c->info.base_align / sizeof(float));
+    const size_t bytes = l->off.total * sizeof(float);
+    float *packed = host_alloc(bytes);
     if (packed == NULL) {
         free(l);
         free(wide);
         return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
-                                      "opencl: cannot allocate %zu bytes to pack the weights",
-                                      o.total * sizeof(float));
+                                      "opencl: cannot allocate %zu bytes to pack the weights", bytes);
     }
-    sgk_pack_weights(desc, packed);
-    const int map_failed = sgk_repack_map_build(desc, sgk_pack_weights_fn, NULL, o.total, packed,
-                                                sgk_cl_host->alloc_should_fail, &l->map) != 0;
+    sgk_gen_pack(desc, &l->off, packed);
+    sgk_repack_map map;
+    const int map_failed = sgk_repack_map_build(desc, sgk_gen_pack_fn, &l->off, l->off.total, packed,
+                                                sgk_cl_host->alloc_should_fail, &map) != 0;
     free(wide);
     if (map_failed)
         st = sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
                                     "opencl: cannot allocate the host memory to map the packed "
                                     "weights");
-    keep_copy_runs(l);
-    for (int i = 0; i < SGK_CL_W_COUNT && st == SGK_OK; i++) {
-        size_t at, end;
-        sgk_cl_weight_range(&o, i, &at, &end);
-        const size_t bytes = (end - at) * sizeof(float);
-        if (sgk_cl_host->alloc_should_fail()) {
-            st = sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
-                                        "opencl: cannot allocate %zu bytes of weights on device "
-                                        "\"%s\"",
-                                        bytes, c->info.label);
-            break;
-        }
-        cl_int err = CL_SUCCESS;
-        l->w[i] = clCreateBuffer(c->context, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
-                                 packed + at, &err);
-        if (l->w[i] == NULL || err != CL_SUCCESS) {
-            l->w[i] = NULL;
-            st = create_failed("weights", bytes, err, c);
-        }
-    }
+    else
+        st = device_repack(l, &map);
+    if (!map_failed)
+        sgk_repack_map_free(&map);
+    if (st == SGK_OK)
+        st = new_buffer(c, CL_MEM_READ_WRITE, bytes, packed, "weights", &l->block);
+    for (int i = 0; i < SGK_CL_W_COUNT && st == SGK_OK; i++)
+        st = weight_view(l, i);
     free(packed);
     if (st != SGK_OK) {
         cl_layer_destroy(l);
@@ -256,20 +297,22 @@ static const char *cl_variant_name(void *bl, int v) { (void)bl; return k_variant
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* Variant v's plan for (B, N) within the device's limits as queried for the
- * built kernels; 0 when it does not run the shape. */
+ * built kernels; 0 when it does not run the shape. Tiles: 64 x 64
+ * projection tiles (16 x 16 register tiles of 4 x 4), 16 queries against
+ * 32 keys, shrunk by the plan to the device's local memory. */
 static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan)
 {
     const sgk_cl_program *pr = &l->ctx->prog;
-    sgk_limits lim;
+    sgk_limits lim = { 0, 0, SGK_GEN_PAD, l->ctx->info.base_align, 64, 64, 16, 32 };
     if (v == SGK_CL_V_SMALL) {
         const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
         lim.local_bytes = k->local_bytes;
         lim.max_groups = k->max_groups;
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, plan);
     }
-    const sgk_cl_kernel *kl = &pr->k[SGK_CL_K_LN_QKV], *ka = &pr->k[SGK_CL_K_ATTN_TILE];
-    lim.local_bytes = kl->local_bytes < ka->local_bytes ? kl->local_bytes : ka->local_bytes;
-    lim.max_groups = min64(kl->max_groups, ka->max_groups);
+    const sgk_cl_kernel *kp = &pr->k[SGK_CL_K_PROJ], *ka = &pr->k[SGK_CL_K_ATTN];
+    lim.local_bytes = kp->local_bytes < ka->local_bytes ? kp->local_bytes : ka->local_bytes;
+    lim.max_groups = min64(kp->max_groups, ka->max_groups);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, plan);
 }
 
