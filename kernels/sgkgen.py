@@ -235,7 +235,7 @@ static inline unsigned int sgk_as_uint(float f) { unsigned int u; memcpy(&u, &f,
  * polynomial (Cephes' expf coefficients); 2^n applied as two factors so
  * that results in the subnormal range and past FLT_MAX round once. Within
  * one ulp of e^x; e^-inf = 0, e^inf = inf, NaN stays NaN (the clamps'
- * comparisons are false for NaN). */
+ * comparisons are false for NaN, and n is not converted from it). */
 static inline float sgk_exp(float x)
 {
     const float xc = x < -110.0f ? -110.0f : x > 89.0f ? 89.0f : x;
@@ -248,7 +248,8 @@ static inline float sgk_exp(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    const int ni = (int)n, n1 = ni >> 1, n2 = ni - n1;
+    /* NaN's n would be no int: 0 instead, and p carries the NaN */
+    const int ni = (int)(n == n ? n : 0.0f), n1 = ni >> 1, n2 = ni - n1;
     return p * sgk_as_float((unsigned int)(n1 + 127) << 23) * sgk_as_float((unsigned int)(n2 + 127) << 23);
 }
 

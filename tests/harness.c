@@ -27,6 +27,18 @@ int sgkt_backend_usable(const char *backend, sgk_backend_info *info)
         printf("SKIP %s: %s\n", backend, info->reason && *info->reason ? info->reason : "unavailable");
         return SGKT_EXIT_SKIP;
     }
+    /* SGK_CPU_ISA asks the cpu backend for one instance of its kernels; a
+     * processor without that instruction set would run another, which is
+     * not what was asked to be tested */
+    const char *isa = getenv("SGK_CPU_ISA");
+    if (strcmp(backend, "cpu") == 0 && isa && *isa) {
+        char name[320], want[64];
+        snprintf(want, sizeof want, "[%s]", isa);
+        if (sgk_device_name("cpu", 0, name, sizeof name) != SGK_OK || !strstr(name, want)) {
+            printf("SKIP %s: SGK_CPU_ISA=%s, but its kernels run as \"%s\"\n", backend, isa, name);
+            return SGKT_EXIT_SKIP;
+        }
+    }
     return 0;
 }
 

@@ -70,7 +70,8 @@ static sgk_status cpu_device_name(int device, char *buf, size_t len)
         }
         fclose(f);
     }
-    snprintf(buf, len, "%s", name);
+    /* the instruction set its kernels run with (SGK_CPU_ISA lowers it) */
+    snprintf(buf, len, "%s [%s]", name, sgk_cpu_isa_name());
     return SGK_OK;
 }
 
