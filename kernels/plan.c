@@ -86,15 +86,25 @@ void sgk_pack_weights(const sgk_layer_desc *d, float *dst)
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+int sgk_row_length(int64_t n, int pad)
+{
+    int64_t ld = (n + pad - 1) / pad * pad;
+    /* rows 4 KB apart share their sets in a CPU's level-1 cache, so that a
+     * register tile's rows evict each other */
+    if (ld % 1024 == 0)
+        ld += pad;
+    return (int)ld;
+}
+
 sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align)
 {
     sgk_gen_packed p;
     const size_t d = (size_t)D, a = align < 1 ? 1 : align;
     p.pad = pad;
-    p.ldk = (int)(round_up(3 * d, (size_t)pad) + (size_t)pad);
-    p.ldo = (int)round_up(d, (size_t)pad);
-    p.ldp = (int)round_up((size_t)P, (size_t)pad);
-    p.ldh = (int)round_up((size_t)H, (size_t)pad);
+    p.ldk = sgk_row_length(3 * D + pad, pad);
+    p.ldo = sgk_row_length(D, pad);
+    p.ldp = sgk_row_length(P, pad);
+    p.ldh = sgk_row_length(H, pad);
     size_t o = 0;
     p.gamma = o; o = round_up(o + d, a);
     p.beta = o;  o = round_up(o + d, a);
@@ -144,7 +154,7 @@ static int64_t up64(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc, int pad)
 {
     const int64_t tqp = up64(tq, pad), D = p->D, H = p->H;
-    return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->ldp + p->ldh) + tqp + tk);
+    return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->P + H) + tk * tqp + tqp + tk);
 }
 
 /* The attention tile from lim's (tq, tk) for N keys, shrunk until it fits
@@ -195,51 +205,45 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     plan->ldo = w.ldo;
     plan->ldp = w.ldp;
     plan->ldh = w.ldh;
-    plan->ldc = (int)(up64(D, lim->pad) + lim->pad);
-    const int64_t ldk = w.ldk, ldc = plan->ldc, ldo = w.ldo;
+    plan->ldc = sgk_row_length(D + lim->pad, lim->pad);
+    const int64_t ldk = w.ldk, ldc = plan->ldc;
 
     if (kind == SGK_PLAN_SMALL) {
         /* Q/K/V and context of the whole entry, then the larger of the
-         * LayerNorm's rows, the attention's scratch and the output tile,
-         * which reuse one region. */
+         * LayerNorm's rows and the attention's scratch, which reuse one
+         * region. */
         if (B > lim->max_groups || N * (ldk + ldc) > (int64_t)budget)
             return 0;
-        const size_t held = (size_t)(N * (ldk + ldc));
-        const size_t ln = (size_t)(N * (D + 2)), out = (size_t)(N * ldo);
-        const size_t other = ln > out ? ln : out;
-        if (held + other > budget || !attn_tile(plan, lim, N, budget, held))
+        const size_t held = (size_t)(N * (ldk + ldc)), ln = (size_t)(N * (ldc + 2));
+        if (held + ln > budget || !attn_tile(plan, lim, N, budget, held))
             return 0;
-        plan->smem_fused = held + (other > plan->smem_attn ? other : plan->smem_attn);
+        plan->smem_fused = held + (ln > plan->smem_attn ? ln : plan->smem_attn);
         return 1;
     }
 
-    /* Tiled: the projections' tiles from lim's, rows halved until the
-     * Q/K/V projection's LayerNorm rows fit. */
+    /* Tiled: norm's groups of up to 8 rows, the projections' tiles as lim
+     * gives them (no local memory), the attention's as it fits. */
     if (!attn_tile(plan, lim, N, budget, 0))
         return 0;
-    int64_t mt = min64(B * N, lim->mt < 1 ? 1 : lim->mt);
-    const int64_t nt = min64(ldk, lim->nt < 1 ? 1 : lim->nt), ntp = up64(nt, lim->pad);
-    while (mt > 1 && (size_t)(mt * (ntp + D + 2)) > budget)
-        mt = (mt + 1) / 2;
-    if ((size_t)(mt * (ntp + D + 2)) > budget)
-        return 0;
-    plan->mt = (int)mt;
-    plan->nt = (int)nt;
-    plan->ntp = (int)ntp;
-    plan->smem_qkv = (size_t)(mt * (ntp + D + 2));
-    plan->smem_out = (size_t)(mt * ntp);
-    plan->groups_rows = (B * N + mt - 1) / mt;
-    plan->groups_qkv = (ldk + nt - 1) / nt;
-    plan->groups_out = (D + nt - 1) / nt;
+    const int64_t rows = B * N;
+    plan->rt = (int)min64(rows, 8);
+    plan->smem_norm = (size_t)(2 * plan->rt);
+    plan->mt = (int)min64(rows, lim->mt < 1 ? 1 : lim->mt);
+    plan->nt = (int)min64(ldk, lim->nt < 1 ? 1 : lim->nt);
+    plan->groups_norm = (rows + plan->rt - 1) / plan->rt;
+    plan->groups_rows = (rows + plan->mt - 1) / plan->mt;
+    plan->groups_qkv = (ldk + plan->nt - 1) / plan->nt;
+    plan->groups_out = (D + plan->nt - 1) / plan->nt;
     plan->groups_q = (N + plan->tq - 1) / plan->tq;
     plan->groups_attn = plan->groups_q * B;
-    if (plan->groups_rows > lim->max_groups || plan->groups_qkv > lim->max_groups ||
-        plan->groups_attn > lim->max_groups || plan->groups_attn > INT_MAX)
+    if (plan->groups_norm > lim->max_groups || plan->groups_rows > lim->max_groups ||
+        plan->groups_qkv > lim->max_groups || plan->groups_attn > lim->max_groups ||
+        plan->groups_attn > INT_MAX)
         return 0;
-    const size_t rows = (size_t)(B * N), align = lim->align < sizeof(float) ? sizeof(float) : lim->align;
-    if (rows > SIZE_MAX / 2 / ((size_t)(ldk + ldc) * sizeof(float)))
+    const size_t align = lim->align < sizeof(float) ? sizeof(float) : lim->align;
+    if ((size_t)rows > SIZE_MAX / 2 / ((size_t)(ldk + ldc) * sizeof(float)))
         return 0;
-    plan->ctx_offset = round_up(rows * (size_t)ldk * sizeof(float), align);
-    plan->workspace_bytes = plan->ctx_offset + rows * (size_t)ldc * sizeof(float);
+    plan->ctx_offset = round_up((size_t)rows * (size_t)ldk * sizeof(float), align);
+    plan->workspace_bytes = plan->ctx_offset + (size_t)rows * (size_t)ldc * sizeof(float);
     return 1;
 }

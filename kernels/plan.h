@@ -45,6 +45,9 @@ typedef struct sgk_gen_packed {
 } sgk_gen_packed;
 
 sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align);
+/* The length of a padded row of n floats: a multiple of pad, and no
+ * multiple of 1024 floats (4 KB). */
+int sgk_row_length(int64_t n, int pad);
 /* desc's weights (validated, F32) into dst of o->total floats, laid out as o. */
 void sgk_gen_pack(const sgk_layer_desc *desc, const sgk_gen_packed *o, float *dst);
 /* desc as an F32 descriptor for backends whose kernels compute in float:
@@ -60,7 +63,7 @@ typedef struct sgk_limits {
     int64_t max_groups;   /* groups in one launch dimension */
     int pad;              /* the target's SGK_GEN_PAD */
     size_t align;         /* bytes: where the workspace's parts may begin */
-    int mt, nt;           /* projection tile (rows, columns) to start from */
+    int mt, nt;           /* projection tile (rows, columns) */
     int tq, tk;           /* attention tile (queries, keys) to start from */
 } sgk_limits;
 
@@ -72,18 +75,23 @@ typedef struct sgk_plan {
     int64_t B;
     float scale;             /* 1 / sqrt(D / H) */
     int ldk, ldo, ldp, ldh;  /* as the layer's sgk_gen_packed */
-    int ldc;                 /* a context row: round_up(D, pad) + pad */
+    int ldc;                 /* a context row, and a LayerNorm'd row */
     int tq, tqp, tk, qc;     /* attention: queries a tile (tqp: padded), keys a tile, MLP rows a chunk */
-    int mt, nt, ntp;         /* tiled: projection tiles (ntp: nt padded) */
+    int rt;                  /* tiled: rows a `norm` group */
+    int mt, nt;              /* tiled: projection tiles */
     size_t smem_fused;       /* floats of local memory per group, per kernel */
-    size_t smem_qkv, smem_out, smem_attn;
+    size_t smem_norm, smem_attn;
+    int64_t groups_norm;     /* tiled: norm groups */
     int64_t groups_rows;     /* tiled: row tiles of both projections */
     int64_t groups_qkv;      /* tiled: column tiles of the Q/K/V projection */
     int64_t groups_out;      /* tiled: column tiles of the output projection */
     int64_t groups_q;        /* tiled: query tiles per batch entry */
     int64_t groups_attn;     /* tiled: attn groups, groups_q * B */
-    size_t ctx_offset;       /* tiled: bytes into the workspace where the context begins */
-    size_t workspace_bytes;  /* tiled: B*N rows of Q/K/V (ldk) and of context (ldc) */
+    /* tiled: bytes into the workspace where the context begins (before it,
+     * Q/K/V rows of ldk); the LayerNorm'd rows take the context's place
+     * until the attention writes it */
+    size_t ctx_offset;
+    size_t workspace_bytes;
 } sgk_plan;
 
 /* Fills plan and returns 1 when the variant runs this shape within limits;

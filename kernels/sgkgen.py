@@ -53,6 +53,16 @@ def split_args(s):
     return out
 
 
+def phase_param(p):
+    """(name, declaration or None) of a phase parameter: 'int M' or
+    '@global const float *A' declare a value the C target passes to the
+    phase's function; a bare name is replaced by its argument's text."""
+    m = re.match(r"^(.*[\s*])(\w+)$", p.strip())
+    if not m or not m.group(1).strip():
+        return p.strip(), None
+    return m.group(2), p.strip()
+
+
 def parse(text):
     """Top-level @phase and @kernel definitions, plus the leading comment."""
     phases, kernels, pos = {}, [], 0
@@ -70,7 +80,7 @@ def parse(text):
         b_close = match_close(text, b_open, "{", "}")
         body = text[b_open + 1:b_close - 1]
         if m.group(1) == "phase":
-            phases[m.group(2)] = (params, body)
+            phases[m.group(2)] = ([phase_param(p) for p in params], body)
         else:
             kernels.append((m.group(2), params, body, comments[-1]))
         pos = b_close
@@ -100,8 +110,13 @@ def rewrite_calls(body, pattern, replace):
 USE = re.compile(r"@use\s+(\w+)\s*\(")
 
 
-def expand_uses(body, phases, depth=0):
-    """Inline every @use NAME(args) [@tok=@val ...]; with its phase's body."""
+def expand_uses(body, phases, depth=0, fns=None):
+    """Inline every @use NAME(args) [@tok=@val ...]; with its phase's body.
+    With fns (the C target), a phase that declares parameters becomes a
+    function of its own instead, one for each text of its other parameters
+    and of the declared ones given as integer literals: fns maps (phase,
+    specialised body) to (function name, declarations, body), and the @use
+    becomes a call through SGK_FN."""
     if depth > 8:
         raise DialectError("@use nested too deep")
 
@@ -114,22 +129,39 @@ def expand_uses(body, phases, depth=0):
         params, pbody = phases[name]
         if len(args) != len(params):
             raise DialectError("@use %s: %d arguments for %d parameters" % (name, len(args), len(params)))
+        as_fn = fns is not None and any(decl for _, decl in params)
+        # an integer literal is written into the function (a stride of 1
+        # that the compiler sees is what lets it vectorise), not passed
+        if as_fn:
+            params = [(pname, None if decl and re.fullmatch(r"\(*\s*\d+\s*\)*", arg) else decl)
+                      for (pname, decl), arg in zip(params, args)]
         # A phase-local name that an argument also uses would capture it.
         local_names = set(re.findall(r"\b(?:float|int|sgk_off)\s*\*?\s*(\w+)\s*=", pbody))
-        for arg in args:
+        for (pname, decl), arg in zip(params, args):
+            if as_fn and decl:
+                continue
             clash = local_names & set(re.findall(r"\b[A-Za-z_]\w*\b", arg))
             if clash:
                 raise DialectError("@use %s: argument '%s' names %s, declared inside the phase"
                                    % (name, arg, ", ".join(sorted(clash))))
         # All parameters at once, so that an argument naming another
         # parameter is not substituted twice.
-        table = dict(zip(params, args))
-        pat = re.compile(r"\b(" + "|".join(re.escape(p) for p in params) + r")\b")
-        inl = pat.sub(lambda mm: "(" + table[mm.group(1)] + ")", pbody)
+        table = {pname: arg for (pname, decl), arg in zip(params, args) if not (as_fn and decl)}
+        inl = pbody
+        if table:
+            pat = re.compile(r"\b(" + "|".join(re.escape(p) for p in table) + r")\b")
+            inl = pat.sub(lambda mm: "(" + table[mm.group(1)] + ")", pbody)
         for kv in extra:
             tok, val = kv.split("=")
             inl = inl.replace(tok, val)
-        return "{ /* phase %s */%s}" % (name, expand_uses(inl, phases, depth + 1)), semi + 1
+        if not as_fn:
+            return "{ /* phase %s */%s}" % (name, expand_uses(inl, phases, depth + 1, fns)), semi + 1
+        key = (name, inl)
+        if key not in fns:
+            fns[key] = ("sgk_%s_%d" % (name, len(fns)), [decl for _, decl in params if decl],
+                        expand_uses(inl, phases, depth + 1, fns))
+        call_args = ", ".join(arg for (pname, decl), arg in zip(params, args) if decl)
+        return "{ /* phase %s */ SGK_FN(%s)(%s); }" % (name, fns[key][0], call_args), semi + 1
 
     return rewrite_calls(body, USE, inline)
 
@@ -177,6 +209,9 @@ def lower_for_local(body, target):
 
 def lower_tokens(body, target):
     body = re.sub(r"@group_id\((\d)\)", lambda m: "SGK_GROUP_ID_%s" % m.group(1), body)
+    unroll = {"c": '_Pragma("GCC unroll 16") ', "cuda": '_Pragma("unroll") ', "hip": '_Pragma("unroll") '}
+    body = body.replace("@unroll ", unroll.get(target, ""))
+    body = body.replace("@simd ", '_Pragma("omp simd") ' if target == "c" else "")
     if target == "c":
         body = body.replace("@barrier;", "/* barrier */")
         body = re.sub(r"@simd_sum\(([\w, ]+)\)", r'_Pragma("omp simd reduction(+:\1)")', body)
@@ -185,6 +220,8 @@ def lower_tokens(body, target):
         body = re.sub(r"[ \t]*@simd_sum\([\w, ]+\)\n", "", body)
     space = {"opencl": ("__global ", "__local ")}.get(target, ("", ""))
     body = body.replace("@global ", space[0]).replace("@local ", space[1])
+    if target == "c":
+        body = body.replace("@global_or_local ", "")
     if "@" in body:
         bad = body[body.index("@"):].split()[0]
         raise DialectError("unknown construct %s" % bad)
@@ -192,19 +229,19 @@ def lower_tokens(body, target):
 
 
 # Register tiles (kernels/README.md): rows (SGK_RM) and columns (SGK_RN, or
-# SGK_RNS where a product is narrow) of outputs one work-item holds, and
+# SGK_RNS, SGK_RNT where a product is narrow) of outputs one work-item holds, and
 # SGK_PAD, the multiple every padded row length is of (a multiple of both
 # column counts). GPUs spread columns over work-items, so their tiles are
 # small; a CPU work-item is a whole SIMD register file, so the C target has
 # one set per instruction set, chosen at run time (c_isa below).
-GPU_TILES = {"SGK_RM": 4, "SGK_RN": 4, "SGK_RNS": 4, "SGK_PAD": 4}
+GPU_TILES = {"SGK_RM": 4, "SGK_RN": 4, "SGK_RNS": 4, "SGK_RNT": 4, "SGK_PAD": 4}
 C_PAD = 32
 # (name, GCC target attribute or None, tiles): widest first
 C_ISAS = (
     ("avx512", "avx512f,avx512vl,avx512dq,avx512bw,avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt",
-     {"SGK_RM": 8, "SGK_RN": 32, "SGK_RNS": 16}),
-    ("avx2", "avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt", {"SGK_RM": 6, "SGK_RN": 16, "SGK_RNS": 8}),
-    ("base", None, {"SGK_RM": 4, "SGK_RN": 8, "SGK_RNS": 4}),
+     {"SGK_RM": 8, "SGK_RN": 32, "SGK_RNS": 16, "SGK_RNT": 8}),
+    ("avx2", "avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt", {"SGK_RM": 6, "SGK_RN": 16, "SGK_RNS": 8, "SGK_RNT": 4}),
+    ("base", None, {"SGK_RM": 4, "SGK_RN": 8, "SGK_RNS": 4, "SGK_RNT": 4}),
 )
 
 GPU_DEFINES = "".join("#define %s %d\n" % kv for kv in GPU_TILES.items())
@@ -232,13 +269,16 @@ static inline float sgk_as_float(unsigned int u) { float f; memcpy(&f, &u, sizeo
 static inline unsigned int sgk_as_uint(float f) { unsigned int u; memcpy(&u, &f, sizeof u); return u; }
 /* e^x from float arithmetic alone, so that loops calling it vectorise (libm's
  * expf is a call). x = n ln2 + r with |r| <= ln2 / 2; e^r by a degree-7
- * polynomial (Cephes' expf coefficients); 2^n applied as two factors so
- * that results in the subnormal range and past FLT_MAX round once. Within
- * one ulp of e^x; e^-inf = 0, e^inf = inf, NaN stays NaN (the clamps'
- * comparisons are false for NaN, and n is not converted from it). */
+ * polynomial (Cephes' expf coefficients), times 2^n as two factors so that
+ * results past FLT_MAX round once to inf. Within one ulp of e^x down to
+ * FLT_MIN; below it 0: arithmetic on subnormals takes a microcode assist
+ * on x86 that costs a hundred cycles, and weights that small vanish beside
+ * the largest anyway (softmax) or beside 1 (silu's 1 + e^-t). e^-inf = 0,
+ * e^inf = inf, NaN stays NaN (the clamps' comparisons are false for NaN,
+ * and n is not converted from it). */
 static inline float sgk_exp(float x)
 {
-    const float xc = x < -110.0f ? -110.0f : x > 89.0f ? 89.0f : x;
+    const float xc = x > 89.0f ? 89.0f : x;
     const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -248,9 +288,25 @@ static inline float sgk_exp(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    /* NaN's n would be no int: 0 instead, and p carries the NaN */
-    const int ni = (int)(n == n ? n : 0.0f), n1 = ni >> 1, n2 = ni - n1;
-    return p * sgk_as_float((unsigned int)(n1 + 127) << 23) * sgk_as_float((unsigned int)(n2 + 127) << 23);
+    /* NaN's n would be no int, nor would -inf's: 0 instead, and p carries
+     * the NaN (-inf returns below) */
+    const int ni = (int)(n == n && n > -200.0f ? n : 0.0f), n1 = ni >> 1, n2 = ni - n1;
+    const float e = p * sgk_as_float((unsigned int)(n1 + 127) << 23) * sgk_as_float((unsigned int)(n2 + 127) << 23);
+    return x < -87.33654f ? 0.0f : e;
+}
+
+/* 1 / x for x >= 1, from float arithmetic alone (a division is a long
+ * instruction that loops calling this would wait on): a first guess from
+ * the bits, three Newton steps and a last correction, within one ulp; 0
+ * from 2^126 on, where 1 / x would be subnormal. */
+static inline float sgk_recip(float x)
+{
+    float y = sgk_as_float(0x7EF311C3u - sgk_as_uint(x));
+    y = y * (2.0f - x * y);
+    y = y * (2.0f - x * y);
+    y = y * (2.0f - x * y);
+    y = y + y * (1.0f - x * y);
+    return x >= 8.507059e37f ? 0.0f : y;
 }
 
 /* The instruction set whose kernels run: 2 AVX-512, 1 AVX2 and FMA, 0 the
@@ -288,6 +344,7 @@ typedef unsigned char uchar;
 #define SGK_INF CUDART_INF_F
 #define sgk_exp expf
 #define sgk_sqrt sqrtf
+#define sgk_recip(x) (1.0f / (x))
 #define SGK_LID ((int)threadIdx.x)
 #define SGK_LSIZE ((int)blockDim.x)
 #define SGK_GROUP_ID_0 ((int)blockIdx.x)
@@ -302,6 +359,7 @@ typedef unsigned char uchar;
 #define SGK_INF __builtin_huge_valf()
 #define sgk_exp expf
 #define sgk_sqrt sqrtf
+#define sgk_recip(x) (1.0f / (x))
 #define SGK_LID ((int)threadIdx.x)
 #define SGK_LSIZE ((int)blockDim.x)
 #define SGK_GROUP_ID_0 ((int)blockIdx.x)
@@ -314,6 +372,7 @@ typedef unsigned char uchar;
 #define SGK_INF INFINITY
 #define sgk_exp exp
 #define sgk_sqrt sqrt
+#define sgk_recip(x) (1.0f / (x))
 #define SGK_LID ((int)get_local_id(0))
 #define SGK_LSIZE ((int)get_local_size(0))
 #define SGK_GROUP_ID_0 ((int)get_group_id(0))
@@ -441,7 +500,9 @@ def generate(text, target):
     lead, phases, kernels = parse(text)
     parts = ["/* Generated by sgkgen.py --target %s from kernels/relation.sgk: do not edit. */\n" % target,
              PRELUDE[target], "\n"]
-    expanded = [(name, params, expand_uses(body, phases), comment) for name, params, body, comment in kernels]
+    fns = {} if target == "c" else None
+    expanded = [(name, params, expand_uses(body, phases, 0, fns), comment)
+                for name, params, body, comment in kernels]
     if target != "c":
         for name, params, body, comment in expanded:
             parts.append(comment.strip() + "\n" if comment.strip() else "")
@@ -452,12 +513,19 @@ def generate(text, target):
             parts.append("#if SGK_X86\n#define SGK_ISA_ATTR __attribute__((target(\"%s\")))\n" % attr)
         else:
             parts.append("#define SGK_ISA_ATTR\n")
-        parts.append("".join("#define %s %d\n" % kv for kv in tiles.items()) + "\n")
+        parts.append("".join("#define %s %d\n" % kv for kv in tiles.items()))
+        parts.append("#define SGK_FN(f) f##_%s\n\n" % isa)
+        # the phases with parameters of their own, each a function: the
+        # compiler allocates its registers for it alone
+        for fname, decls, fbody in sorted(fns.values()):
+            fbody = lower_tokens(lower_for_local(fbody, "c"), "c")
+            parts.append("static SGK_ISA_ATTR __attribute__((noinline)) void %s_%s(%s)\n{%s}\n\n"
+                         % (fname, isa, lower_tokens(", ".join(decls) + " ", "c").strip(), fbody))
         for name, params, body, comment in expanded:
             if n == 0:
                 parts.append(comment.strip() + "\n" if comment.strip() else "")
             parts.append(emit_kernel(name, params, body, target, isa))
-        parts.append("".join("#undef %s\n" % k for k in tiles) + "#undef SGK_ISA_ATTR\n")
+        parts.append("".join("#undef %s\n" % k for k in tiles) + "#undef SGK_FN\n#undef SGK_ISA_ATTR\n")
         parts.append("#endif\n\n" if attr else "\n")
     for name, params, _, _ in expanded:
         parts.append(emit_c_dispatch(name, params))

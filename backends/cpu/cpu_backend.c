@@ -257,8 +257,7 @@ static size_t pool_floats(const sgk_plan *p)
 {
     if (p->kind == SGK_PLAN_SMALL)
         return p->smem_fused;
-    const size_t proj = p->smem_qkv > p->smem_out ? p->smem_qkv : p->smem_out;
-    return proj > p->smem_attn ? proj : p->smem_attn;
+    return p->smem_norm > p->smem_attn ? p->smem_norm : p->smem_attn;
 }
 
 /* Floats of the widened nodes, pair_feats and out of a 16-bit call, ahead
@@ -328,15 +327,16 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
     float *ctx = (float *)((char *)a->workspace + p.ctx_offset);
     float *pool_mem = (float *)((char *)a->workspace + p.workspace_bytes);
     const int rows = (int)(p.B * p.N);
-    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pool_mem, pool, a->nodes, p.D, 1,
-                 w + o.gamma, w + o.beta, l->eps, w + o.wqkv, p.ldk, 0, a->nodes, qkv, p.ldk, rows, p.D,
-                 p.ldk, p.mt, p.nt, p.ntp);
+    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    sgk_cpu_norm(threads, (int)p.groups_norm, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta, l->eps, ctx,
+                 p.ldc, rows, p.D, p.rt);
+    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pool_mem, pool, ctx, p.ldc, w + o.wqkv, p.ldk, 0,
+                 qkv, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, qkv, p.ldk, a->pair_feats, a->edge_mask,
                  mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, ctx, p.ldc, p.N, p.D, p.H,
                  p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale);
-    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ctx, p.ldc, 0, w + o.gamma,
-                 w + o.beta, l->eps, w + o.wo, p.ldo, 1, a->nodes, a->out, p.D, rows, p.D, p.D, p.mt, p.nt,
-                 p.ntp);
+    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ctx, p.ldc, w + o.wo, p.ldo, 1,
+                 a->nodes, a->out, p.D, rows, p.D, p.D, p.mt, p.nt);
     return SGK_OK;
 }
 

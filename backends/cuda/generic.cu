@@ -27,7 +27,7 @@ static int plan_for(const sgkc_layer *L, sgk_plan_kind kind, int64_t B, int64_t 
 
 cudaError_t sgkc_generic_prepare(int smem_limit)
 {
-    const void *fns[] = {(const void *)sgk_k_fused, (const void *)sgk_k_proj, (const void *)sgk_k_attn};
+    const void *fns[] = {(const void *)sgk_k_fused, (const void *)sgk_k_attn};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         const cudaError_t e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit);
         if (e != cudaSuccess)
@@ -74,17 +74,19 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
                                 p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
     float *qkv = (float *)f->ws, *ctx = (float *)((char *)f->ws + p.ctx_offset);
     const int rows = (int)(p.B * p.N);
-    cudaError_t e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, p.smem_qkv * sizeof(float),
-                                    f->stream, f->nodes, p.D, 1, w + o.gamma, w + o.beta, L->eps, w + o.wqkv, p.ldk,
-                                    0, f->nodes, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt, p.ntp);
+    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    cudaError_t e = sgk_launch_norm((int)p.groups_norm, 1, k_threads, p.smem_norm * sizeof(float), f->stream,
+                                    f->nodes, w + o.gamma, w + o.beta, L->eps, ctx, p.ldc, rows, p.D, p.rt);
+    if (e == cudaSuccess)
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, 0, f->stream, ctx, p.ldc, w + o.wqkv,
+                            p.ldk, 0, qkv, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     if (e == cudaSuccess)
         e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, qkv, p.ldk,
                             f->pair, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
                             w + o.b2, ctx, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
                             p.scale);
     if (e == cudaSuccess)
-        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, p.smem_out * sizeof(float), f->stream,
-                            ctx, p.ldc, 0, w + o.gamma, w + o.beta, L->eps, w + o.wo, p.ldo, 1, f->nodes, f->out,
-                            p.D, rows, p.D, p.D, p.mt, p.nt, p.ntp);
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ctx, p.ldc, w + o.wo,
+                            p.ldo, 1, f->nodes, f->out, p.D, rows, p.D, p.D, p.mt, p.nt);
     return e;
 }

@@ -20,7 +20,7 @@ SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 
 const sgk_host *sgk_hip_host;
 
-static const char *const k_kernel_names[SGK_HIP_K_COUNT] = { "fused", "proj", "attn", "repack" };
+static const char *const k_kernel_names[SGK_HIP_K_COUNT] = { "fused", "norm", "proj", "attn", "repack" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 is four

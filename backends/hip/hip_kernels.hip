@@ -11,6 +11,8 @@ extern "C" hipError_t sgk_hip_kernel_attributes(int kernel, hipFuncAttributes *a
     switch (kernel) {
     case SGK_HIP_K_FUSED:
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_fused));
+    case SGK_HIP_K_NORM:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_norm));
     case SGK_HIP_K_PROJ:
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_proj));
     case SGK_HIP_K_ATTN:

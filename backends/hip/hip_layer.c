@@ -251,9 +251,9 @@ static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
         lim.max_groups = f->max_groups0;
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
     }
-    const sgk_hip_kernel *pj = &k[SGK_HIP_K_PROJ], *at = &k[SGK_HIP_K_ATTN];
-    lim.local_bytes = pj->local_bytes < at->local_bytes ? pj->local_bytes : at->local_bytes;
-    lim.max_groups = min64(pj->max_groups0, at->max_groups0);
+    const sgk_hip_kernel *nm = &k[SGK_HIP_K_NORM], *pj = &k[SGK_HIP_K_PROJ], *at = &k[SGK_HIP_K_ATTN];
+    lim.local_bytes = nm->local_bytes < at->local_bytes ? nm->local_bytes : at->local_bytes;
+    lim.max_groups = min64(min64(nm->max_groups0, pj->max_groups0), at->max_groups0);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
@@ -312,25 +312,28 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
             return launch_failed(l, "fused", err, (int)p->B, 1, kf, p->smem_fused);
         return SGK_OK;
     }
-    const sgk_hip_kernel *kp = &k[SGK_HIP_K_PROJ], *ka = &k[SGK_HIP_K_ATTN];
+    const sgk_hip_kernel *kn = &k[SGK_HIP_K_NORM], *kp = &k[SGK_HIP_K_PROJ], *ka = &k[SGK_HIP_K_ATTN];
     float *qkv = a->workspace, *ctx = (float *)((char *)a->workspace + p->ctx_offset);
     const int rows = (int)(p->B * p->N);
-    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, p->smem_qkv * sizeof(float), s,
-                          a->nodes, p->D, 1, w + o.gamma, w + o.beta, l->eps, w + o.wqkv, p->ldk, 0, a->nodes,
-                          qkv, p->ldk, rows, p->D, p->ldk, p->mt, p->nt, p->ntp);
+    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    err = sgk_launch_norm((int)p->groups_norm, 1, kn->threads, p->smem_norm * sizeof(float), s, a->nodes, w + o.gamma,
+                          w + o.beta, l->eps, ctx, p->ldc, rows, p->D, p->rt);
     if (err != hipSuccess)
-        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, p->smem_qkv);
+        return launch_failed(l, "norm", err, (int)p->groups_norm, 1, kn, p->smem_norm);
+    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, sizeof(float), s, ctx, p->ldc,
+                          w + o.wqkv, p->ldk, 0, qkv, qkv, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
+    if (err != hipSuccess)
+        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, 1);
     err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, qkv, p->ldk,
                           a->pair_feats, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                           ctx, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
                           p->scale);
     if (err != hipSuccess)
         return launch_failed(l, "attn", err, (int)p->groups_attn, 1, ka, p->smem_attn);
-    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, p->smem_out * sizeof(float), s,
-                          ctx, p->ldc, 0, w + o.gamma, w + o.beta, l->eps, w + o.wo, p->ldo, 1, a->nodes, a->out,
-                          p->D, rows, p->D, p->D, p->mt, p->nt, p->ntp);
+    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, sizeof(float), s, ctx, p->ldc,
+                          w + o.wo, p->ldo, 1, a->nodes, a->out, p->D, rows, p->D, p->D, p->mt, p->nt);
     if (err != hipSuccess)
-        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_out, kp, p->smem_out);
+        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_out, kp, 1);
     return SGK_OK;
 }
 

@@ -174,8 +174,8 @@ static sgk_status order(cl_command_queue q, int in_order, const sgk_cl_ctx *c)
 static sgk_status launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_int err, int64_t groups0,
                          int64_t groups1)
 {
-    static const char *const names[SGK_CL_K_COUNT] = { "fused", "proj", "attn", "widen16", "narrow16",
-                                                      "repack" };
+    static const char *const names[SGK_CL_K_COUNT] = { "fused", "norm", "proj", "attn", "widen16",
+                                                      "narrow16", "repack" };
     const sgk_cl_kernel *k = &c->prog.k[which];
     if (err != CL_SUCCESS)
         return launch_failed("clSetKernelArg", err, names[which], c);
@@ -208,12 +208,18 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
     cl_mem ctx = NULL;
     sgk_status st = sub_buffer(c, a->workspace, p->ctx_offset, p->workspace_bytes - p->ctx_offset, &ctx);
     const cl_int rows = (cl_int)(p->B * p->N);
+    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    if (st == SGK_OK)
+        st = launch(c, q, SGK_CL_K_NORM,
+                    sgk_cl_args_norm(pr->k[SGK_CL_K_NORM].kernel, mem(a->nodes), w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA],
+                                     l->eps, ctx, p->ldc, rows, p->D, p->rt, p->smem_norm * sizeof(float)),
+                    p->groups_norm, 1);
+    if (st == SGK_OK)
+        st = order(q, in_order, c);
     if (st == SGK_OK)
         st = launch(c, q, SGK_CL_K_PROJ,
-                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, mem(a->nodes), p->D, 1, w[SGK_CL_W_GAMMA],
-                                     w[SGK_CL_W_BETA], l->eps, w[SGK_CL_W_WQKV], p->ldk, 0, mem(a->nodes), ws,
-                                     p->ldk, rows, p->D, p->ldk, p->mt, p->nt, p->ntp,
-                                     p->smem_qkv * sizeof(float)),
+                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ctx, p->ldc, w[SGK_CL_W_WQKV], p->ldk, 0, ws, ws,
+                                     p->ldk, rows, p->D, p->ldk, p->mt, p->nt, sizeof(float)),
                     p->groups_rows, p->groups_qkv);
     if (st == SGK_OK)
         st = order(q, in_order, c);
@@ -229,10 +235,9 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
         st = order(q, in_order, c);
     if (st == SGK_OK)
         st = launch(c, q, SGK_CL_K_PROJ,
-                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ctx, p->ldc, 0, w[SGK_CL_W_GAMMA],
-                                     w[SGK_CL_W_BETA], l->eps, w[SGK_CL_W_WO], p->ldo, 1, mem(a->nodes),
-                                     mem(a->out), p->D, rows, p->D, p->D, p->mt, p->nt, p->ntp,
-                                     p->smem_out * sizeof(float)),
+                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ctx, p->ldc, w[SGK_CL_W_WO], p->ldo, 1,
+                                     mem(a->nodes), mem(a->out), p->D, rows, p->D, p->D, p->mt, p->nt,
+                                     sizeof(float)),
                     p->groups_rows, p->groups_out);
     /* enqueued work keeps the sub-buffer alive until it is done */
     if (ctx)

@@ -51,7 +51,7 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info);
 
 /* ---- cl_program.c: the generated kernels, built per context ------------- */
 
-enum { SGK_CL_K_FUSED, SGK_CL_K_PROJ, SGK_CL_K_ATTN, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_REPACK,
+enum { SGK_CL_K_FUSED, SGK_CL_K_NORM, SGK_CL_K_PROJ, SGK_CL_K_ATTN, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_REPACK,
        SGK_CL_K_COUNT };
 
 typedef struct sgk_cl_kernel {

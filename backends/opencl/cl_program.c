@@ -9,7 +9,7 @@
 #include "cl_internal.h"
 #include "relation_cl_source.h"
 
-static const char *const k_kernel_names[SGK_CL_K_COUNT] = { "fused", "proj", "attn", "widen16",
+static const char *const k_kernel_names[SGK_CL_K_COUNT] = { "fused", "norm", "proj", "attn", "widen16",
                                                               "narrow16", "repack" };
 
 /* Work-items per group when the device and kernel allow it: the kernels

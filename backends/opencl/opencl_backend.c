@@ -310,9 +310,9 @@ static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan 
         lim.max_groups = k->max_groups;
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, plan);
     }
-    const sgk_cl_kernel *kp = &pr->k[SGK_CL_K_PROJ], *ka = &pr->k[SGK_CL_K_ATTN];
-    lim.local_bytes = kp->local_bytes < ka->local_bytes ? kp->local_bytes : ka->local_bytes;
-    lim.max_groups = min64(kp->max_groups, ka->max_groups);
+    const sgk_cl_kernel *kn = &pr->k[SGK_CL_K_NORM], *kp = &pr->k[SGK_CL_K_PROJ], *ka = &pr->k[SGK_CL_K_ATTN];
+    lim.local_bytes = kn->local_bytes < ka->local_bytes ? kn->local_bytes : ka->local_bytes;
+    lim.max_groups = min64(min64(kn->max_groups, kp->max_groups), ka->max_groups);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, plan);
 }
 
