@@ -242,14 +242,16 @@ static int cpu_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backe
     return 1;
 }
 
-/* small stays first in the table for the shapes only it takes; where tiled
- * takes the shape too it is the faster, so the automatic choice passes
- * small over. */
+/* small, first in the table, runs a batch entry a group with no workspace
+ * and one parallel loop instead of four, and wins where every thread gets
+ * two or more entries; with fewer it leaves threads idle, and tiled, which
+ * splits every pass over rows and query tiles, is the faster. */
 static int cpu_variant_prefers(void *bl, int v, int64_t B, int64_t N, const sgk_backend_plan *plan)
 {
     (void)plan;
+    const cpu_layer *l = bl;
     sgk_plan p;
-    return v != V_SMALL || !plan_for(bl, V_TILED, B, N, &p);
+    return v != V_SMALL || B >= 2 * (int64_t)l->ctx->threads || !plan_for(l, V_TILED, B, N, &p);
 }
 
 /* Floats of per-thread local memory, after the tiled path's workspace. */
