@@ -19,6 +19,11 @@
 #                                        torch_compare at the same shapes, both on the cuda
 #                                        variants RESULT_VARIANTS names, then
 #                                        bench/check_autopick.py on the sgk-bench JSON
+#   bash tools/h200.sh cpu               the host's CPU: sgk-bench on the cpu backend and
+#                                        torch_compare --device cpu at the same shapes (CPU_PRESETS,
+#                                        default the presets but xl and the sweep shapes under
+#                                        2 GFLOP), at 2 and 16 threads (CPU_THREADS), into
+#                                        cpuT-sgk.json/.txt and cpuT-torch.json/.txt
 #   bash tools/h200.sh kernels [PRESETS] each kernel's time in one call of tuned-tiled (or
 #                                        KERNEL_VARIANT) at each preset (default s12 s13 s08),
 #                                        by ncu at the run's clocks, into kernels.txt
@@ -115,6 +120,19 @@ results)
   python3 bench/check_autopick.py "$O/h200-sgk.json" > "$O/autopick.txt" 2>&1
   stamp "check_autopick rc=$?"; grep -v " ok$" "$O/autopick.txt"
   sed -n '/^shape  B,N,D,H,P/,$p' "$O/h200-torch.txt";;
+cpu)
+  lscpu > "$O/lscpu.txt" 2>&1
+  shapes=${CPU_PRESETS:-seed,mid,large,s01,s02,s03,s04,s05,s06,s11,s14}
+  for t in ${CPU_THREADS:-2 16}; do
+    build/bench/sgk-bench --backend cpu --threads "$t" --preset "$shapes" --json "$O/cpu$t-sgk.json" \
+        > "$O/cpu$t-sgk.txt" 2>&1
+    stamp "sgk-bench cpu threads=$t rc=$?"
+    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
+        --device cpu --threads "$t" --preset "$shapes" --torch-variants eager,sdpa --json "$O/cpu$t-torch.json" \
+        > "$O/cpu$t-torch.txt" 2>&1
+    stamp "torch_compare cpu threads=$t rc=$?"
+    sed -n '/^shape  B,N,D,H,P/,/^$/p' "$O/cpu$t-torch.txt"
+  done;;
 kernels)
   for p in ${*:-s12 s13 s08}; do
     ncu --clock-control none --metrics gpu__time_duration.sum -k regex:sgkc -c 8 build/bench/sgk-bench \
@@ -153,7 +171,7 @@ attncheck)
   # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
   dev_check attn_check "${1:-7}";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
