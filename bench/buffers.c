@@ -1,6 +1,7 @@
 /* Input sets in host or device memory, rotated so that they outgrow the cache. */
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,7 @@ void buffers_free(backend_run *br, case_buffers *b)
     free(b->out);
     free(b->host_out);
     free(b->nan_out);
+    free(b->wide_out);
     memset(b, 0, sizeof *b);
 }
 
@@ -45,9 +47,10 @@ int buffers_alloc(backend_run *br, const bench_shape *s, const case_data *cd, si
                          case_buffers *b, char *err, size_t err_len)
 {
     const bench_device_rec *d = &br->res->devices[br->rec];
+    const size_t es = (size_t)bench_dtype_bytes(br->opt), wide = br->opt->dtype != SGK_DTYPE_F32;
     size_t out_n = (size_t)(s->B * s->N * s->D);
-    size_t nodes_b = out_n * sizeof(float);
-    size_t pair_b = (size_t)(s->B * s->N * s->N * s->P) * sizeof(float);
+    size_t nodes_b = out_n * es;
+    size_t pair_b = (size_t)(s->B * s->N * s->N * s->P) * es;
     size_t mask_b = (size_t)(s->B * s->N * s->N) * sgkt_mask_elem_size(br->opt->mask_type);
     memset(b, 0, sizeof *b);
     b->sets = br->ops ? choose_sets(br->opt, d->cache_bytes, (double)(2 * nodes_b + pair_b + mask_b)) : 1;
@@ -57,18 +60,25 @@ int buffers_alloc(backend_run *br, const bench_shape *s, const case_data *cd, si
     b->out = calloc((size_t)b->sets, sizeof(void *));
     b->host_out = malloc(nodes_b);
     b->nan_out = malloc(nodes_b);
+    b->wide_out = wide ? malloc(out_n * sizeof(float)) : NULL;
     b->ws_bytes = ws_bytes;
-    if (!b->nodes || !b->pair || !b->mask || !b->out || !b->host_out || !b->nan_out) {
+    if (!b->nodes || !b->pair || !b->mask || !b->out || !b->host_out || !b->nan_out || (wide && !b->wide_out)) {
         int sets = b->sets;
         b->sets = 0;
         buffers_free(br, b);
         snprintf(err, err_len, "out of host memory for %d input sets", sets);
         return -1;
     }
-    sgkt_poison_nan(b->nan_out, out_n);
+    if (wide)
+        for (size_t i = 0; i < out_n; i++) /* a quiet NaN of either 16-bit type */
+            ((uint16_t *)b->nan_out)[i] = br->opt->dtype == SGK_DTYPE_BF16 ? 0x7fc1 : 0x7e01;
+    else
+        sgkt_poison_nan(b->nan_out, out_n);
+    const void *nodes = wide ? (const void *)cd->nodes16 : cd->in.nodes;
+    const void *pair = wide ? (const void *)cd->pair16 : cd->in.pair_feats;
     if (!br->ops) {
-        b->nodes[0] = cd->in.nodes;
-        b->pair[0] = cd->in.pair_feats;
+        b->nodes[0] = (void *)nodes;
+        b->pair[0] = (void *)pair;
         b->mask[0] = cd->in.edge_mask;
         b->out[0] = b->host_out;
         if (ws_bytes && !(b->ws = malloc(ws_bytes))) {
@@ -85,8 +95,8 @@ int buffers_alloc(backend_run *br, const bench_shape *s, const case_data *cd, si
         if (rc == 0) rc = o->alloc(br->dev, pair_b, &b->pair[k]);
         if (rc == 0) rc = o->alloc(br->dev, mask_b, &b->mask[k]);
         if (rc == 0) rc = o->alloc(br->dev, nodes_b, &b->out[k]);
-        if (rc == 0) rc = o->upload(br->dev, b->nodes[k], cd->in.nodes, nodes_b);
-        if (rc == 0) rc = o->upload(br->dev, b->pair[k], cd->in.pair_feats, pair_b);
+        if (rc == 0) rc = o->upload(br->dev, b->nodes[k], nodes, nodes_b);
+        if (rc == 0) rc = o->upload(br->dev, b->pair[k], pair, pair_b);
         if (rc == 0) rc = o->upload(br->dev, b->mask[k], cd->in.edge_mask, mask_b);
     }
     if (rc == 0 && ws_bytes) rc = o->alloc(br->dev, ws_bytes, &b->ws);

@@ -22,7 +22,7 @@ MACHINE = {"host": str, "os": str, "cpu_model": str, "cpu_threads": int,
 GPU = {"backend": str, "name": str, "driver": str}
 SETTINGS = {"quick": bool, "repeats": int, "warmup_ms": NUM, "min_repeat_ms": NUM, "dtype": str,
             "mask": str, "seed": int, "density": NUM, "rotate": bool, "check": bool,
-            "rel_l2_tol": NUM, "max_abs_tol": NUM}
+            "rel_l2_tol": NUM, "max_abs_tol": OPT_NUM}
 DEVICE = {"backend": str, "device": int, "name": str, "driver": str, "clock": str,
           "timer_note": str, "launch_us": OPT_NUM, "graph_launch_us": OPT_NUM,
           "copy_gbps": OPT_NUM, "copy_how": str, "peak_gflops": OPT_NUM, "peak_source": str,
@@ -144,7 +144,8 @@ def check_file(path, require_ok=False, modes=(), rotated=False):
             elif not math.isclose(r["gflops"], r["flop"] / med / 1e3, rel_tol=1e-6):
                 problems.append(f"{where}.gflops does not equal flop / us_median")
         if r["status"] == "ok" and r["checked"]:
-            if not (r["rel_l2"] <= doc["settings"]["rel_l2_tol"] and r["max_abs"] <= doc["settings"]["max_abs_tol"]):
+            max_abs_tol = doc["settings"]["max_abs_tol"]
+            if not (r["rel_l2"] <= doc["settings"]["rel_l2_tol"] and (max_abs_tol is None or r["max_abs"] <= max_abs_tol)):
                 problems.append(f"{where}: status ok but error over the tolerance")
     for mode in modes:
         if not any(isinstance(r, dict) and r.get("mode") == mode for r in rows):

@@ -18,12 +18,13 @@ typedef struct bench_shape {
 double bench_flops(const bench_shape *s);
 
 /* Bytes: compulsory traffic of one call, each input and weight read once and
- * the output written once, fp32 data and a mask of mask_bytes per element.
- *   4 (2 B N D + B N^2 P) + mask_bytes B N^2 + 4 (4 D^2 + P^2 + P + H P + H + 2 D) */
-double bench_bytes(const bench_shape *s, int mask_bytes);
+ * the output written once, elem_bytes per element of data and weights (4
+ * fp32, 2 bf16 and f16) and mask_bytes per element of the mask.
+ *   e (2 B N D + B N^2 P) + mask_bytes B N^2 + e (4 D^2 + P^2 + P + H P + H + 2 D) */
+double bench_bytes(const bench_shape *s, int mask_bytes, int elem_bytes);
 
 /* Bytes of one input set (nodes, pair_feats, edge_mask, out): what must be
  * larger than the device's last-level cache for a cold-cache measurement. */
-double bench_set_bytes(const bench_shape *s, int mask_bytes);
+double bench_set_bytes(const bench_shape *s, int mask_bytes, int elem_bytes);
 
 #endif

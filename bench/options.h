@@ -37,6 +37,7 @@ typedef struct bench_options {
     int max_sets; /* cap on rotated input sets */
     int rotate;   /* 0: never rotate */
     sgk_mask_type mask_type;
+    sgk_dtype dtype; /* of weights, nodes, pair_feats and out */
     uint64_t seed;
     double density;
     int check;
@@ -55,6 +56,10 @@ int bench_parse_options(int argc, char **argv, bench_options *opt);
 
 /* The --peak-gflops or --peak-gbps value for that backend, 0 when not given. */
 double bench_peak_override(const bench_peak *peaks, int n, const char *backend);
+
+/* The --dtype's name (f32, bf16, f16) and bytes an element. */
+const char *bench_dtype_name(const bench_options *opt);
+int bench_dtype_bytes(const bench_options *opt);
 
 int bench_wants_backend(const bench_options *opt, const char *name);
 int bench_wants_variant(const bench_options *opt, const char *name);

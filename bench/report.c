@@ -107,8 +107,9 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
     const bench_machine *m = &res->machine;
     fprintf(out, "sgk-bench: sgk %s (git %s) on %s, %s, %d CPU threads\n", m->sgk_version, m->git_commit, m->host,
            m->cpu_model, m->cpu_threads);
-    fprintf(out, "timing: warm-up >= %.0f ms, %d repeats of >= %.0f ms each; fp32; mask %s\n", opt->warmup_s * 1e3,
-           opt->repeats, opt->min_repeat_s * 1e3, opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
+    fprintf(out, "timing: warm-up >= %.0f ms, %d repeats of >= %.0f ms each; %s; mask %s\n", opt->warmup_s * 1e3,
+           opt->repeats, opt->min_repeat_s * 1e3, opt->dtype == SGK_DTYPE_F32 ? "fp32" : bench_dtype_name(opt),
+           opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
     if (opt->quick)
         fprintf(out, "QUICK RUN (--quick): repeats of >= 10 ms instead of 100 ms; the figures are rough\n");
     /* Four to a line: the sweep makes a single line too long to read. */
@@ -117,7 +118,7 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
         fprintf(out, "%s%s B=%lld N=%lld D=%lld H=%lld P=%lld (%.3g GFLOP, %.3g MB)",
                 c == 0 ? "shapes: " : c % 4 ? "; " : ";\n        ", opt->cases[c].name, (long long)s->B,
                 (long long)s->N, (long long)s->D, (long long)s->H, (long long)s->P, bench_flops(s) / 1e9,
-                bench_bytes(s, opt->mask_type == SGK_MASK_U8 ? 1 : 4) / 1e6);
+                bench_bytes(s, opt->mask_type == SGK_MASK_U8 ? 1 : 4, bench_dtype_bytes(opt)) / 1e6);
     }
     fprintf(out, "\n\n");
     for (int i = 0; i < res->ndevices; i++) print_device(out, opt, &res->devices[i]);
@@ -145,8 +146,9 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
         }
     fprintf(out, "\n* the variant sgk picks by itself for that shape. FFMA floor = FLOP / fp32 FMA peak, copy floor = "
            "bytes / copy bandwidth, in µs; floor = max(FFMA floor, copy floor, launch cost); floor%% = floor / "
-           "median (100%% = at the floor), with its bound. Check: rel L2 <= %.0e "
-           "and max abs <= %.0e against the double reference.\n", 1e-5, 1e-4);
+           "median (100%% = at the floor), with its bound. Check: %s against the double reference%s.\n",
+           opt->dtype == SGK_DTYPE_F32 ? "rel L2 <= 1e-05 and max abs <= 1e-04" : "rel L2 <= 1e-02",
+           opt->dtype == SGK_DTYPE_F32 ? "" : " on the same rounded weights and inputs; bytes at 2 an element");
     for (int i = 0; i < res->nrows; i++)
         if (!strcmp(res->rows[i].mode, "backward")) {
             fputs("Mode backward (--train): sgk_backward_device, its work counted as twice the forward's; check: "
@@ -291,15 +293,16 @@ int bench_write_json(const bench_options *opt, const bench_results *res, const c
     fprintf(f, "%d", opt->repeats);
     json_knum(f, k, "warmup_ms", opt->warmup_s * 1e3);
     json_knum(f, k, "min_repeat_ms", opt->min_repeat_s * 1e3);
-    json_kstr(f, k, "dtype", "f32");
+    json_kstr(f, k, "dtype", bench_dtype_name(opt));
     json_kstr(f, k, "mask", opt->mask_type == SGK_MASK_U8 ? "u8" : "f32");
     json_key(f, k, "seed");
     fprintf(f, "%llu", (unsigned long long)opt->seed);
     json_knum(f, k, "density", opt->density);
     json_kbool(f, k, "rotate", opt->rotate);
     json_kbool(f, k, "check", opt->check);
-    json_knum(f, k, "rel_l2_tol", 1e-5);
-    json_knum(f, k, "max_abs_tol", 1e-4);
+    /* 16-bit layers: rel L2 only (SPEC section 6); no max abs bound, null */
+    json_knum(f, k, "rel_l2_tol", opt->dtype == SGK_DTYPE_F32 ? 1e-5 : 1e-2);
+    json_knum(f, k, "max_abs_tol", opt->dtype == SGK_DTYPE_F32 ? 1e-4 : NAN);
     fprintf(f, "\n  },\n  \"devices\": [\n");
     for (int i = 0; i < res->ndevices; i++) {
         json_device(f, &res->devices[i]);

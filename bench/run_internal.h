@@ -14,6 +14,10 @@ typedef struct case_data {
     int ready;
     sgkt_weights w;
     sgkt_inputs in;
+    /* --dtype bf16 or f16: w and in rounded to it (what the reference sees),
+     * and the same values in it: the weights one after another in
+     * sgk_layer_desc's order, then nodes and pair_feats */
+    uint16_t *w16, *nodes16, *pair16;
     double *ref;
     int ref_failed;
 } case_data;
@@ -32,6 +36,8 @@ void add_note(bench_results *res, const char *fmt, ...)
 int case_prepare(const bench_options *opt, const bench_shape *s, case_data *cd);
 const double *case_reference(const bench_options *opt, const char *name, const bench_shape *s, case_data *cd);
 void case_free(case_data *cd);
+/* The layer of a case as --dtype asks for it. */
+void case_desc(const bench_options *opt, const case_data *cd, sgk_layer_desc *desc);
 
 /* What a timed call needs; fn(arg = call_ctx *, i) uses input set i % sets. */
 typedef struct call_ctx {
@@ -92,8 +98,9 @@ typedef struct case_buffers {
     void **nodes, **pair, **mask, **out;
     void *ws;
     size_t ws_bytes;
-    float *host_out;
-    float *nan_out;
+    void *host_out; /* --dtype's elements */
+    void *nan_out;
+    float *wide_out; /* host_out as floats, to compare (16-bit dtypes) */
 } case_buffers;
 
 int buffers_alloc(backend_run *br, const bench_shape *s, const case_data *cd, size_t ws_bytes,
