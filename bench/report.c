@@ -44,7 +44,14 @@ static void fmt_rate(char *buf, size_t len, double x)
 static void row_cells(const bench_row *r, char cells[NCOLS][CELL])
 {
     snprintf(cells[0], CELL, "%s", r->backend);
-    snprintf(cells[1], CELL, "%.28s", r->device_name);
+    /* 28 characters, keeping a trailing "[...]" (the cpu backend's
+     * instruction set) when the name is cut */
+    const char *tag = strrchr(r->device_name, '[');
+    const int n = (int)strlen(r->device_name), t = tag ? (int)strlen(tag) : 0;
+    if (n > 28 && tag && tag[t - 1] == ']' && t < 20)
+        snprintf(cells[1], CELL, "%.*s %.19s", 27 - t, r->device_name, tag);
+    else
+        snprintf(cells[1], CELL, "%.28s", r->device_name);
     snprintf(cells[2], CELL, "%.60s%s", r->variant, r->is_auto ? "*" : "");
     if (strcmp(r->preset, "custom") != 0) snprintf(cells[3], CELL, "%s", r->preset);
     else
