@@ -15,9 +15,10 @@ from collections import namedtuple
 
 from . import _lib
 from ._lib import Error, check
-from .layer import Layer, Variant
+from .layer import Layer, Variant, from_bfloat16_bits, to_bfloat16_bits
 
-__all__ = ["Error", "Layer", "Variant", "Backend", "backends", "device_name", "version"]
+__all__ = ["Error", "Layer", "Variant", "Backend", "backends", "device_name", "version", "to_bfloat16_bits",
+           "from_bfloat16_bits"]
 
 Backend = namedtuple("Backend", "name available device_count reason")
 

@@ -28,7 +28,7 @@ STATUS_NAMES = {
 
 MASK_F32 = 0
 MASK_U8 = 1
-DTYPE_F32 = 0
+DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 0, 1, 2
 
 
 class Error(Exception):
@@ -75,14 +75,14 @@ class Grads(ctypes.Structure):
                 ("w2", _p), ("b2", _p)]
 
 
-def layer_desc(dim, pair_dim, heads, eps, pointers):
-    """An sgk_layer_desc (float32) whose weight fields are pointers, a
-    mapping from field name (ln_gamma, wq, ...) to address."""
+def layer_desc(dim, pair_dim, heads, eps, pointers, dtype=DTYPE_F32):
+    """An sgk_layer_desc of dtype (DTYPE_*) whose weight fields are
+    pointers, a mapping from field name (ln_gamma, wq, ...) to address."""
     desc = LayerDesc()
     lib().sgk_layer_desc_init(ctypes.byref(desc))
     desc.dim, desc.pair_dim, desc.heads = dim, pair_dim, heads
     desc.eps = eps
-    desc.dtype = DTYPE_F32
+    desc.dtype = dtype
     for field, ptr in pointers.items():
         setattr(desc, field, ptr)
     return desc

@@ -25,13 +25,44 @@ WEIGHTS = {
 }
 
 
-def _weight(weights, key):
+# The layer dtypes: name -> (sgk_dtype, numpy dtype of its arrays). numpy
+# has no bfloat16: a bfloat16 layer's nodes, pair_feats and out are uint16
+# arrays of bfloat16 bit patterns (what torch's .view(torch.int16) gives).
+DTYPES = {"float32": (_lib.DTYPE_F32, np.dtype(np.float32)),
+          "float16": (_lib.DTYPE_F16, np.dtype(np.float16)),
+          "bfloat16": (_lib.DTYPE_BF16, np.dtype(np.uint16))}
+
+
+def to_bfloat16_bits(a):
+    """float32 values as bfloat16 bit patterns (uint16), rounded to nearest,
+    ties to even; NaN stays a quiet NaN with its sign (kernels/dtype.h)."""
+    u = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    r = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return np.where(nan, (u >> 16) | 0x40, r).astype(np.uint16)
+
+
+def from_bfloat16_bits(h):
+    """bfloat16 bit patterns (uint16) as float32 values (exact)."""
+    return (np.asarray(h, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _dtype(dtype):
+    name = str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype
+    if name not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: must be one of {', '.join(DTYPES)}")
+    return name
+
+
+def _weight(weights, key, dtype):
     if key not in weights:
         raise ValueError(f"weights lacks {key!r} (needed: {', '.join(WEIGHTS)})")
     a = np.asarray(weights[key])
     if a.dtype.kind not in "fiu":
-        raise TypeError(f"weights[{key!r}] has dtype {a.dtype}: must be real numbers (copied to float32)")
-    return np.require(a, np.float32, ["C_CONTIGUOUS", "ALIGNED"])
+        raise TypeError(f"weights[{key!r}] has dtype {a.dtype}: must be real numbers (converted to {dtype})")
+    if dtype == "bfloat16":
+        return a.astype(np.uint16) if a.dtype == np.uint16 else to_bfloat16_bits(a.astype(np.float32))
+    return np.require(a, DTYPES[dtype][1], ["C_CONTIGUOUS", "ALIGNED"])
 
 
 def _array(name, a, ndim, dtypes):
@@ -44,7 +75,7 @@ def _array(name, a, ndim, dtypes):
 
 
 class Layer:
-    """Layer(backend, weights, *, device=0, eps=1e-5, cpu_threads=0)
+    """Layer(backend, weights, *, device=0, eps=1e-5, cpu_threads=0, dtype="float32")
 
     backend: a name from sgk.backends(), e.g. "cpu" or "opencl".
     weights: a mapping with the state-dict names of
@@ -53,9 +84,18 @@ class Layer:
         rel_mlp.0.weight, rel_mlp.0.bias, rel_mlp.2.weight, rel_mlp.2.bias),
         each anything numpy.asarray takes (a torch tensor must be moved to
         the CPU first). dim, pair_dim and heads come from their shapes;
-        heads = rel_mlp.2.weight.shape[0]. Weights are converted to float32
-        C-contiguous copies where they are not already, and sgk copies them
-        again when the layer is made, so the caller may free them after.
+        heads = rel_mlp.2.weight.shape[0]. Weights are converted to the
+        layer's dtype, C-contiguous, where they are not already, and sgk
+        copies them again when the layer is made, so the caller may free
+        them after.
+
+    dtype: "float32", "float16" or "bfloat16" (SGK_DTYPE_F32, F16, BF16),
+        the type of the weights and of nodes, pair_feats and out; fp32
+        arithmetic inside, out rounded to nearest. numpy has no bfloat16, so
+        a bfloat16 layer takes and returns uint16 arrays of bfloat16 bit
+        patterns (to_bfloat16_bits, from_bfloat16_bits; torch's
+        .view(torch.int16)), and takes a uint16 weight as such bits too.
+        Backends that run only float32 raise sgk.Error (SGK_ERR_UNSUPPORTED).
 
     cpu_threads: the cpu backend's OpenMP threads (0: OpenMP's default).
 
@@ -67,9 +107,10 @@ class Layer:
     by close() or when the Layer is collected.
     """
 
-    def __init__(self, backend, weights, *, device=0, eps=1e-5, cpu_threads=0):
+    def __init__(self, backend, weights, *, device=0, eps=1e-5, cpu_threads=0, dtype="float32"):
         self._layer = self._ctx = None
         self._lib = lib = _lib.lib()
+        self.dtype = _dtype(dtype)
         desc, arrays, sizes = self._desc(weights, eps)
         self.dim, self.pair_dim, self.heads = sizes["D"], sizes["P"], sizes["H"]
         self.backend, self.device, self.eps = backend, device, eps
@@ -90,12 +131,13 @@ class Layer:
         self._layer = layer
 
     def _desc(self, weights, eps):
-        """(sgk_layer_desc, the float32 arrays it points at, {D, P, H}) for
-        weights; the arrays must outlive every use of the descriptor."""
+        """(sgk_layer_desc, the arrays of the layer's dtype it points at,
+        {D, P, H}) for weights; the arrays must outlive every use of the
+        descriptor."""
         extra = sorted(set(weights) - set(WEIGHTS))
         if extra:
             raise ValueError(f"weights has unknown keys {extra} (known: {', '.join(WEIGHTS)})")
-        arrays = {key: _weight(weights, key) for key in WEIGHTS}
+        arrays = {key: _weight(weights, key, self.dtype) for key in WEIGHTS}
         for key, (_, dims) in WEIGHTS.items():
             if arrays[key].ndim != len(dims):
                 raise ValueError(f"weights[{key!r}] must have {len(dims)} dimensions "
@@ -109,7 +151,8 @@ class Layer:
                 raise ValueError(f"weights[{key!r}] must have shape {named} = {want}, "
                                  f"got {arrays[key].shape}")
         desc = _lib.layer_desc(sizes["D"], sizes["P"], sizes["H"], eps,
-                               {field: arrays[key].ctypes.data for key, (field, _) in WEIGHTS.items()})
+                               {field: arrays[key].ctypes.data for key, (field, _) in WEIGHTS.items()},
+                               DTYPES[self.dtype][0])
         return desc, arrays, sizes
 
     def set_weights(self, weights, *, eps=None):
@@ -135,9 +178,9 @@ class Layer:
 
     def _inputs(self, nodes, pair_feats, edge_mask):
         """The checked, C-contiguous inputs, B, N and the mask type."""
-        f32 = np.dtype(np.float32)
-        nodes = _array("nodes", nodes, 3, [f32])
-        pair_feats = _array("pair_feats", pair_feats, 4, [f32])
+        f32, mine = np.dtype(np.float32), DTYPES[self.dtype][1]
+        nodes = _array("nodes", nodes, 3, [mine])
+        pair_feats = _array("pair_feats", pair_feats, 4, [mine])
         edge_mask = _array("edge_mask", edge_mask, 3, [f32, np.dtype(np.uint8), np.dtype(np.bool_)])
         B, N, D = nodes.shape
         if D != self.dim:
@@ -157,9 +200,11 @@ class Layer:
                 np.require(edge_mask, requirements=req), B, N, mask_type)
 
     def forward(self, nodes, pair_feats, edge_mask):
-        """out = layer(nodes, pair_feats, edge_mask), a new float32 array (B, N, D).
+        """out = layer(nodes, pair_feats, edge_mask), a new array (B, N, D) of
+        the layer's dtype.
 
-        nodes (B, N, D) and pair_feats (B, N, N, P) must be float32; edge_mask
+        nodes (B, N, D) and pair_feats (B, N, N, P) must be of the layer's
+        dtype (float32, float16, or uint16 bfloat16 bits); edge_mask
         (B, N, N) float32 (nonzero is an edge), uint8 (nonzero is an edge) or
         bool (passed as uint8). Other dtypes are refused (TypeError), not
         converted; wrong dimensions or shapes are a ValueError. Inputs that
@@ -168,7 +213,7 @@ class Layer:
         """
         layer = self._handle()
         nodes, pair_feats, edge_mask, B, N, mask_type = self._inputs(nodes, pair_feats, edge_mask)
-        out = np.empty((B, N, self.dim), dtype=np.float32)
+        out = np.empty((B, N, self.dim), dtype=DTYPES[self.dtype][1])
         check(self._lib.sgk_forward(layer, B, N, nodes.ctypes.data, pair_feats.ctypes.data,
                                     edge_mask.ctypes.data, mask_type, out.ctypes.data))
         return out
@@ -181,8 +226,8 @@ class Layer:
 
         Inputs as forward's; d_out (B, N, D) float32. Runs sgk_forward_train
         (for the softmax statistics the backward needs) and sgk_backward on
-        host memory: the cpu backend (other backends raise sgk.Error,
-        SGK_ERR_UNSUPPORTED).
+        host memory: the cpu backend and float32 layers (others raise
+        sgk.Error, SGK_ERR_UNSUPPORTED).
         """
         layer = self._handle()
         nodes, pair_feats, edge_mask, B, N, mask_type = self._inputs(nodes, pair_feats, edge_mask)
@@ -263,4 +308,5 @@ class Layer:
 
     def __repr__(self):
         state = "closed" if self.closed else f"{self.backend}:{self.device}"
-        return f"sgk.Layer(dim={self.dim}, pair_dim={self.pair_dim}, heads={self.heads}, {state})"
+        return (f"sgk.Layer(dim={self.dim}, pair_dim={self.pair_dim}, heads={self.heads}, "
+                f"dtype={self.dtype}, {state})")

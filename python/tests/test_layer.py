@@ -363,3 +363,67 @@ def test_backward_refused_where_unsupported_and_bad_d_out(rng):
             with pytest.raises(sgk.Error) as e:
                 layer.backward(nodes, pair, mask, np.zeros((1, 4, D), np.float32))
             assert e.value.status == "SGK_ERR_UNSUPPORTED"
+
+
+# ---- bf16 and f16 layers ----------------------------------------------------
+
+def _round(a, dtype):
+    """a's values as the 16-bit dtype holds them (float32), and its array."""
+    if dtype == "float16":
+        h = np.asarray(a, np.float32).astype(np.float16)
+        return h.astype(np.float32), h
+    h = sgk.to_bfloat16_bits(a)
+    return sgk.from_bfloat16_bits(h), h
+
+
+def _widen(out, dtype):
+    return out.astype(np.float32) if dtype == "float16" else sgk.from_bfloat16_bits(out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_layer_against_reference_on_rounded_values(rng, backend, dtype):
+    """SPEC section 6: rel L2 <= 1e-2 against float64 on the same rounded
+    weights and inputs; out in the layer's dtype; a row with no edge gives
+    its nodes back bit for bit."""
+    B, N, D, H, P = 2, 9, 16, 2, 5
+    w = make_weights(rng, D, P, H)
+    nodes, pair, mask = make_inputs(rng, B, N, D, P)
+    mask[1, 3, :] = 0.0
+    wr = {k: _round(v, dtype)[0] for k, v in w.items()}
+    n32, n16 = _round(nodes, dtype)
+    p32, p16 = _round(pair, dtype)
+    with sgk.Layer(backend, w, dtype=dtype) as layer:
+        assert layer.dtype == dtype and "dtype=" + dtype in repr(layer)
+        out = layer.forward(n16, p16, mask)
+    assert out.dtype == (np.float16 if dtype == "float16" else np.uint16) and out.shape == (B, N, D)
+    want = reference(wr, n32, p32, mask)
+    assert rel_l2(_widen(out, dtype), want) <= 1e-2
+    assert np.array_equal(out[1, 3], n16[1, 3])
+
+
+def test_16bit_layer_refuses_other_dtypes(rng):
+    w = make_weights(rng, 16, 5, 2)
+    nodes, pair, mask = make_inputs(rng, 1, 4, 16, 5)
+    with sgk.Layer("cpu", w, dtype="float16") as layer:
+        with pytest.raises(TypeError, match="nodes has dtype float32: must be float16"):
+            layer.forward(nodes, pair.astype(np.float16), mask)
+        with pytest.raises(sgk.Error, match="SGK_DTYPE_F32"):
+            layer.backward(nodes.astype(np.float16), pair.astype(np.float16), mask, nodes)
+    with pytest.raises(ValueError, match="dtype 'int8'"):
+        sgk.Layer("cpu", w, dtype="int8")
+
+
+def test_bfloat16_bits_round_to_nearest_even():
+    x = np.array([1.0, 1.00390625, 1.005859375, -2.5, np.inf, -np.inf, np.nan, 3.0e38], np.float32)
+    h = sgk.to_bfloat16_bits(x)
+    assert h.dtype == np.uint16
+    # 1 + 2^-8 is a tie: to the even 1.0; 1 + 3 * 2^-9 rounds up to 1 + 2^-7
+    assert list(h[:4]) == [0x3F80, 0x3F80, 0x3F81, 0xC020]
+    assert list(h[4:6]) == [0x7F80, 0xFF80] and (h[6] & 0x7FC0) == 0x7FC0
+    # any float: the nearer of the two bfloat16 values around it
+    v = np.random.default_rng(3).standard_normal(10000).astype(np.float32) * 1e3
+    got = sgk.from_bfloat16_bits(sgk.to_bfloat16_bits(v)).astype(np.float64)
+    down = sgk.from_bfloat16_bits((v.view(np.uint32) >> 16).astype(np.uint16)).astype(np.float64)
+    up = sgk.from_bfloat16_bits(((v.view(np.uint32) >> 16) + 1).astype(np.uint16)).astype(np.float64)
+    assert np.all(np.abs(got - v) <= np.minimum(np.abs(down - v), np.abs(up - v)))

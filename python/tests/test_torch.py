@@ -193,7 +193,8 @@ def test_noncontiguous_inputs_are_copied():
 
 BAD = [
     ("nodes float64", lambda x: (x[0].double(), x[1], x[2]), TypeError, "nodes has dtype torch.float64"),
-    ("pair float16", lambda x: (x[0], x[1].half(), x[2]), TypeError, "pair_feats has dtype torch.float16"),
+    ("pair float16", lambda x: (x[0], x[1].half(), x[2]), TypeError,
+     "pair_feats has dtype torch.float16 but the weights torch.float32"),
     ("mask int32", lambda x: (x[0], x[1], x[2].int()), TypeError, "edge_mask has dtype torch.int32"),
     ("nodes 2-D", lambda x: (x[0][0], x[1], x[2]), ValueError, "nodes must be (B, N, D=32)"),
     ("wrong D", lambda x: (x[0][..., :16], x[1], x[2]), ValueError, "nodes must be (B, N, D=32)"),
@@ -215,15 +216,57 @@ def test_bad_input_refused(name, change, exc, text):
 
 
 def test_bad_weights_refused():
-    m = st.RelationUpdate(32, 4, 2).to(torch.bfloat16)
+    m = st.RelationUpdate(32, 4, 2).double()
     x = inputs(1, 4, 32, 4, "cpu", 18)
-    with pytest.raises(TypeError, match="norm.weight has dtype torch.bfloat16"):
-        m(x[0].bfloat16(), x[1].bfloat16(), x[2])
+    with pytest.raises(TypeError, match="norm.weight has dtype torch.float64"):
+        m(x[0].double(), x[1].double(), x[2])
+    m = st.RelationUpdate(32, 4, 2)
+    m.q_proj.to(torch.bfloat16)
+    with pytest.raises(TypeError, match="q_proj.weight has dtype torch.bfloat16 but norm.weight torch.float32"):
+        m(*x)
     m = st.RelationUpdate(32, 4, 2)
     with torch.no_grad():
         with pytest.raises(ValueError, match="rel_mlp.0.weight must have shape"):
             st.relation_update(*x, [p.detach() for p in m._weights()][:6]
                                + [torch.zeros(4, 5)] + [p.detach() for p in m._weights()][7:])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_16bit_matches_reference_on_rounded_values(dtype):
+    """module.to(dtype) on CPU tensors: the cpu backend's 16-bit layer,
+    within rel L2 1e-2 of the float64 reference on the same rounded weights
+    and inputs (SPEC section 6); rows with no edge return their input bit
+    for bit; a later float32 module runs float32 again."""
+    m = randomise(st.RelationUpdate(48, 8, 4), 30)
+    nodes, pair, mask = inputs(2, 19, 48, 8, "cpu", 31)
+    m16 = m.to(dtype)
+    n16, p16 = nodes.to(dtype), pair.to(dtype)
+    with torch.no_grad():
+        out = m16(n16, p16, mask)
+        want = reference_of(m16)(n16.double(), p16.double(), mask)
+    assert out.dtype == dtype and out.shape == nodes.shape
+    err = (out.double() - want).norm() / want.norm()
+    assert err <= 1e-2, f"rel L2 {err:.3e}"
+    empty = ~(mask != 0).any(-1)
+    assert torch.equal(out[empty], n16[empty])
+    m32 = m16.float()
+    with torch.no_grad():
+        close(m32(nodes, pair, mask), reference_of(m32)(nodes.double(), pair.double(), mask))
+
+
+def test_16bit_autograd_recomputes():
+    """bf16 gradients come from the recomputation through PyTorch ops (sgk's
+    backward runs float32 layers), close to the float32 module's."""
+    m = randomise(st.RelationUpdate(16, 4, 2), 32)
+    nodes, pair, mask = inputs(1, 6, 16, 4, "cpu", 33)
+    mb = st.RelationUpdate(16, 4, 2).to(torch.bfloat16)
+    mb.load_state_dict(m.state_dict())
+    nb = nodes.bfloat16().requires_grad_(True)
+    mb(nb, pair.bfloat16(), mask).float().square().sum().backward()
+    n32 = nb.detach().float().requires_grad_(True)
+    m(n32, pair.bfloat16().float(), mask).square().sum().backward()
+    err = (nb.grad.double() - n32.grad.double()).norm() / n32.grad.double().norm()
+    assert err <= 5e-2, f"rel L2 {err:.3e}"
 
 
 def test_openmp_beside_torch_threads():

@@ -34,6 +34,9 @@ KEYS = tuple(WEIGHTS)
 FIELDS = tuple(WEIGHTS[k][0] for k in KEYS)
 
 _MASKS = {torch.float32: _lib.MASK_F32, torch.uint8: _lib.MASK_U8, torch.bool: _lib.MASK_U8}
+# torch dtypes of the weights and data -> sgk.Layer's dtype names
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_CODES = {"float32": _lib.DTYPE_F32, "bfloat16": _lib.DTYPE_BF16, "float16": _lib.DTYPE_F16}
 
 
 def _shapes(weights):
@@ -60,19 +63,23 @@ def _check_weights(weights):
     """(D, P, H) of the weights after checking their shapes, dtypes and
     devices against each other."""
     D, P, H = _shapes(weights)
-    dev = weights[0].device
+    dev, dtype = weights[0].device, weights[0].dtype
+    if dtype not in _DTYPES:
+        raise TypeError(f"sgk.torch: {KEYS[0]} has dtype {dtype}: sgk runs torch.float32, "
+                        "torch.bfloat16 and torch.float16")
     for key, w in zip(KEYS, weights):
-        if w.dtype != torch.float32:
-            raise TypeError(f"sgk.torch: {key} has dtype {w.dtype}: sgk runs torch.float32 "
-                            "(bf16 and fp16 are not supported yet)")
+        if w.dtype != dtype:
+            raise TypeError(f"sgk.torch: {key} has dtype {w.dtype} but {KEYS[0]} {dtype}: "
+                            "every weight must have one dtype")
         if w.device != dev:
             raise ValueError(f"sgk.torch: {key} is on {w.device} but {KEYS[0]} on {dev}: "
                              "every tensor must be on one device")
     return D, P, H
 
 
-def _check_inputs(nodes, pair_feats, edge_mask, D, P, H, wdevice):
-    """(B, N) after checking the inputs against the weights' sizes and device."""
+def _check_inputs(nodes, pair_feats, edge_mask, D, P, H, wdevice, wdtype):
+    """(B, N) after checking the inputs against the weights' sizes, device
+    and dtype."""
     if nodes.dim() != 3 or nodes.shape[2] != D:
         raise ValueError(f"sgk.torch: nodes must be (B, N, D={D}), got {tuple(nodes.shape)}")
     B, N = nodes.shape[0], nodes.shape[1]
@@ -82,10 +89,11 @@ def _check_inputs(nodes, pair_feats, edge_mask, D, P, H, wdevice):
     if edge_mask.shape != (B, N, N):
         raise ValueError(f"sgk.torch: edge_mask must be (B, N, N) = {(B, N, N)} to match "
                          f"nodes {tuple(nodes.shape)}, got {tuple(edge_mask.shape)}")
-    if nodes.dtype != torch.float32 or pair_feats.dtype != torch.float32:
-        name, t = ("nodes", nodes) if nodes.dtype != torch.float32 else ("pair_feats", pair_feats)
-        raise TypeError(f"sgk.torch: {name} has dtype {t.dtype}: sgk runs torch.float32 "
-                        "(bf16 and fp16 are not supported yet)")
+    if nodes.dtype != wdtype or pair_feats.dtype != wdtype:
+        name, t = ("nodes", nodes) if nodes.dtype != wdtype else ("pair_feats", pair_feats)
+        raise TypeError(f"sgk.torch: {name} has dtype {t.dtype} but the weights {wdtype}: nodes, "
+                        "pair_feats and the weights must have one dtype (torch.float32, "
+                        "torch.bfloat16 or torch.float16)")
     if edge_mask.dtype not in _MASKS:
         raise TypeError(f"sgk.torch: edge_mask has dtype {edge_mask.dtype}: must be "
                         "torch.float32, torch.uint8 or torch.bool (nonzero is an edge)")
@@ -110,7 +118,7 @@ def _odd_device(pair_feats, edge_mask, wdevice, dev):
 def _check(nodes, pair_feats, edge_mask, weights):
     """Everything the operator refuses, said before anything runs."""
     D, P, H = _check_weights(weights)
-    return _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device)
+    return _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device, weights[0].dtype)
 
 
 class _Bound:
@@ -206,10 +214,12 @@ def _bind(state, nodes, weights, eps):
         raise RuntimeError(f"sgk.torch: the sgk layer for {dev} is made on the module's first "
                            "call there, which copies weights and cannot happen during CUDA-graph "
                            "capture: run the module once on that device before capturing")
-    host = {k: w.detach().to("cpu").contiguous().numpy() for k, w in zip(KEYS, weights)}
+    # as float32 (exact from bfloat16 and float16; the layer rounds back)
+    host = {k: w.detach().to("cpu", torch.float32).contiguous().numpy() for k, w in zip(KEYS, weights)}
     backend = "cuda" if dev.type == "cuda" else "cpu"
     index = (dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 0
-    layer = Layer(backend, host, device=index, eps=eps, cpu_threads=state.cpu_threads)
+    layer = Layer(backend, host, device=index, eps=eps, cpu_threads=state.cpu_threads,
+                  dtype=_DTYPES[weights[0].dtype])
     if state.variant is not None:
         layer.set_variant(state.variant)
     old = state.bound.get(dev)
@@ -222,7 +232,7 @@ def _bind(state, nodes, weights, eps):
 def _repack(lib, b, weights, stream):
     L = b.layer
     desc = _lib.layer_desc(L.dim, L.pair_dim, L.heads, L.eps,
-                           {field: w.data_ptr() for field, w in zip(FIELDS, weights)})
+                           {field: w.data_ptr() for field, w in zip(FIELDS, weights)}, _CODES[L.dtype])
     _lib.check(lib.sgk_layer_set_weights_device(b.handle, ctypes.byref(desc), stream))
 
 
@@ -239,13 +249,16 @@ def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
                 and not state.always_repack):
             # The same weight tensors, unchanged since they were checked and packed.
             L = b.layer
-            B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, dev)
+            B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, dev,
+                                 weights[0].dtype)
             repack = False
         else:
             D, P, H = _check_weights(weights)
-            B, N = _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device)
+            B, N = _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device, weights[0].dtype)
             weights = [w.contiguous() for w in weights]
-            repack = b is not None and b.layer.eps == eps
+            # new weights of the layer's dtype are repacked; another dtype
+            # (module.to(torch.bfloat16)) makes a new layer
+            repack = b is not None and b.layer.eps == eps and b.layer.dtype == _DTYPES[weights[0].dtype]
             if not repack:
                 b = _bind(state, nodes, weights, eps)  # packed from these weights
         stream = _stream(dev) if cuda else 0
@@ -281,9 +294,11 @@ def relation_update(nodes: torch.Tensor, pair_feats: torch.Tensor, edge_mask: to
     rel_mlp.0.weight, rel_mlp.0.bias, rel_mlp.2.weight, rel_mlp.2.bias).
     layer_id: a RelationUpdate's, whose sgk layer is reused and repacked
     only when a weight changed; -1 (a call without a module) repacks on
-    every call. Tensors must be torch.float32 (the mask float32, uint8 or
-    bool) on one CPU or CUDA device; non-contiguous ones are copied to
-    contiguous first. CUDA work goes on the current stream.
+    every call. nodes, pair_feats and the weights must share one dtype,
+    torch.float32, torch.bfloat16 or torch.float16 (the mask float32,
+    uint8 or bool), on one CPU or CUDA device (16-bit: where the backend
+    runs it, else sgk.Error); non-contiguous ones are copied to contiguous
+    first. CUDA work goes on the current stream.
     """
     return _run(nodes, pair_feats, edge_mask, weights, eps, layer_id)
 
@@ -352,9 +367,10 @@ def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad):
 
 def _backward(ctx, grad):
     nodes, pair_feats, edge_mask, *weights = ctx.saved_tensors
-    # On the CPU, sgk's own backward; it gives no graph, so a double
-    # backward (grad mode on here) takes the path below.
-    if not torch.is_grad_enabled() and _real_cpu([nodes, pair_feats, edge_mask, grad, *weights]):
+    # On the CPU, sgk's own backward (float32 layers); it gives no graph,
+    # so a double backward (grad mode on here) takes the path below.
+    if (not torch.is_grad_enabled() and nodes.dtype == torch.float32
+            and _real_cpu([nodes, pair_feats, edge_mask, grad, *weights])):
         dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, ctx.eps, ctx.layer_id, grad)
         return dn, dp, None, dw, None, None
     # Elsewhere, until sgk's backward runs there: recompute the forward
@@ -379,7 +395,9 @@ class RelationUpdate(reference.RelationUpdate):
     on PyTorch's current stream.
 
     forward(nodes (B,N,D), pair_feats (B,N,N,P), edge_mask (B,N,N)) ->
-    (B,N,D). torch.float32 only for now; edge_mask float32, uint8 or bool.
+    (B,N,D). torch.float32, or torch.bfloat16 / torch.float16 after
+    module.to(dtype) (the cpu backend; fp32 arithmetic inside, out rounded
+    to the dtype); edge_mask float32, uint8 or bool.
     Wrong dtypes, shapes or devices raise TypeError or ValueError before
     anything runs; sgk's own errors raise sgk.Error. Non-contiguous inputs
     are copied to contiguous ones.
@@ -396,8 +414,9 @@ class RelationUpdate(reference.RelationUpdate):
     the call then skips autograd's bookkeeping, which costs more than the
     layer itself at small shapes.
 
-    Backward on CPU tensors is sgk's (the cpu backend's sgk_backward, from
-    the saved inputs). On CUDA tensors, and for a double backward, it is
+    Backward on float32 CPU tensors is sgk's (the cpu backend's
+    sgk_backward, from the saved inputs). In 16-bit, on CUDA tensors, and
+    for a double backward, it is
     the slow path: it recomputes the layer with PyTorch ops
     (sgk.torch.reference) and differentiates that, so gradients are right
     but cost what PyTorch's own module costs, plus the saved inputs.
