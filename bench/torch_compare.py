@@ -59,7 +59,11 @@ GROUPS = {"presets": list(PRESETS), "sweep": list(SWEEP), "all": list(PRESETS) +
 TORCH_VARIANTS = ("eager", "sdpa", "compile", "compile-max-autotune")
 COMPILED = ("compile", "compile-max-autotune")
 H200_PEAK_GFLOPS, H200_COPY_GBPS = 67000.0, 3980.0  # SPEC section 5
-REL_L2_TOL = 1e-5
+# SPEC section 6: fp32 within rel L2 1e-5 of the float64 module; bf16 and
+# fp16 within 1e-2 of it on the same rounded weights and inputs (and no
+# worse than PyTorch's module in that dtype: both errors are reported)
+REL_L2_TOL = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 1e-2}
+ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 REFERENCE = os.path.join(REPO, "python", "sgk", "torch", "reference.py")
 FORMAT = "sgk-torch-compare/2"
 
@@ -77,16 +81,18 @@ def parse_shapes(arg):
     return [(n, PRESETS.get(n) or SWEEP[n]) for n in dict.fromkeys(names)]
 
 
-def work(shape):
-    """FLOP and bytes of one call, f32 mask (bench/README.md, bench/model.c)."""
+def work(shape, elem=4):
+    """FLOP and bytes of one call, elem bytes an element of the data and
+    weights, f32 mask (bench/README.md, bench/model.c)."""
     B, N, D, H, P = shape
     flop = 8 * B * N * D * D + B * N * N * (2 * P * P + 2 * P * H) + 4 * B * N * N * D
-    nbytes = 4 * (2 * B * N * D + B * N * N * P) + 4 * B * N * N + 4 * (4 * D * D + P * P + P + H * P + H + 2 * D)
+    nbytes = (elem * (2 * B * N * D + B * N * N * P) + 4 * B * N * N
+              + elem * (4 * D * D + P * P + P + H * P + H + 2 * D))
     return flop, nbytes
 
 
-def floors_of(shape, peaks):
-    flop, nbytes = work(shape)
+def floors_of(shape, peaks, elem=4):
+    flop, nbytes = work(shape, elem)
     g, b = peaks["peak_gflops"], peaks["copy_gbps"]
     return dict(flop=flop, bytes=nbytes, ffma_floor_us=flop / g / 1e3 if g else None,
                 copy_floor_us=nbytes / b / 1e3 if b else None)
@@ -232,13 +238,17 @@ def run_shape(torch, a, name, shape, ref, peaks):
     # and mid took about 1.6 times as long as large compiled alone).
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = ref.RelationUpdate(D, P, H).to(dev).eval()
-    x = make_inputs(torch, B, N, D, P, dev)
+    dtype = getattr(torch, a.dtype)
+    m = ref.RelationUpdate(D, P, H).to(dev).to(dtype).eval()
+    nodes, pair, mask = make_inputs(torch, B, N, D, P, dev)
+    x = (nodes.to(dtype), pair.to(dtype), mask)  # the mask stays float32
+    tol = REL_L2_TOL[a.dtype]
     iters = a.iters or (200 if N <= 64 else 20)
     res = {"shape": dict(B=B, N=N, D=D, H=H, P=P), "torch": {}, "sgk": {}}
-    res.update(floors_of(shape, peaks))
+    res.update(floors_of(shape, peaks, ELEM_BYTES[a.dtype]))
 
     with torch.no_grad():
+        # float64 on the values the dtype holds: its rounded weights and inputs
         m64 = ref.RelationUpdate(D, P, H).double().to(dev)
         m64.load_state_dict(m.state_dict())
         yref = m64(*[t.double() for t in x])
@@ -259,7 +269,7 @@ def run_shape(torch, a, name, shape, ref, peaks):
                 del y
                 e = err(fn())
                 med, lo, hi = t_events(torch, fn, iters) if on_cuda else t_host(fn, a.iters)
-                table[label] = dict(us=med, lo=lo, hi=hi, err=e, ok=e <= REL_L2_TOL, warm_s=time.time() - t0)
+                table[label] = dict(us=med, lo=lo, hi=hi, err=e, ok=e <= tol, warm_s=time.time() - t0)
                 return True
             except Exception as ex:  # a variant that fails is reported, not fatal
                 table[label] = dict(error=str(ex)[:300])
@@ -282,10 +292,10 @@ def run_shape(torch, a, name, shape, ref, peaks):
             if vn == "eager":
                 modules[vn] = m
             elif vn == "sdpa":
-                modules[vn] = ref.RelationUpdateSDPA(D, P, H).to(dev).eval()
+                modules[vn] = ref.RelationUpdateSDPA(D, P, H).to(dev).to(dtype).eval()
                 modules[vn].load_state_dict(m.state_dict())
             else:
-                mod = ref.RelationUpdate(D, P, H).to(dev).eval()
+                mod = ref.RelationUpdate(D, P, H).to(dev).to(dtype).eval()
                 mod.load_state_dict(m.state_dict())
                 modules[vn] = torch.compile(mod, mode="max-autotune-no-cudagraphs" if vn == "compile-max-autotune"
                                             else None)
@@ -296,7 +306,8 @@ def run_shape(torch, a, name, shape, ref, peaks):
         # sgk, on the same tensors and the same stream
         import sgk.torch
         # The weights stay fixed here, so graphs need not replay a repack.
-        sm = sgk.torch.RelationUpdate(D, P, H, repack_in_graphs=False, cpu_threads=a.threads).to(dev).eval()
+        sm = sgk.torch.RelationUpdate(D, P, H, repack_in_graphs=False,
+                                      cpu_threads=a.threads).to(dev).to(dtype).eval()
         sm.load_state_dict(m.state_dict())
         sm(*x)  # makes the sgk layer on this device
         layer = sm.sgk_layer(x[0].device)
@@ -345,6 +356,7 @@ def summarize(res):
         sgk_graph=sg[0] if sg else None, sgk_graph_us=sg[1]["us"] if sg else None,
         torch=t[0] if t else None, torch_us=t[1]["us"] if t else None,
         ratio=t[1]["us"] / sgk_best[1]["us"] if t and sgk_best else None,
+        sgk_err=sgk_best[1]["err"] if sgk_best else None, torch_err=t[1]["err"] if t else None,
         floor_us=floor, sgk_floor_share=floor / sgk_best[1]["us"] if floor and sgk_best else None)
 
 
@@ -377,7 +389,7 @@ def fmt_us(x):
 def summary_table(doc):
     """The summary, one line per shape, as text."""
     head = ["shape", "B,N,D,H,P", "sgk µs", "sgk+graph µs", "PyTorch best µs", "ratio", "FFMA floor µs",
-            "copy floor µs", "sgk at floor"]
+            "copy floor µs", "sgk at floor", "rel L2 sgk / PyTorch"]
     lines = [head]
     for name, res in doc["shapes"].items():
         s, sh = res.get("summary") or {}, res["shape"]
@@ -388,9 +400,11 @@ def summary_table(doc):
             "-" if s.get("torch_us") is None else f"{fmt_us(s['torch_us'])} ({s['torch']})",
             "-" if s.get("ratio") is None else f"{s['ratio']:.2f}x",
             fmt_us(res.get("ffma_floor_us")), fmt_us(res.get("copy_floor_us")),
-            "-" if s.get("sgk_floor_share") is None else f"{100 * s['sgk_floor_share']:.1f}%"])
+            "-" if s.get("sgk_floor_share") is None else f"{100 * s['sgk_floor_share']:.1f}%",
+            "-" if s.get("sgk_err") is None or s.get("torch_err") is None
+            else f"{s['sgk_err']:.1e} / {s['torch_err']:.1e}"])
     width = [max(len(r[c]) for r in lines) for c in range(len(head))]
-    right = {2, 3, 4, 5, 6, 7, 8}
+    right = {2, 3, 4, 5, 6, 7, 8, 9}
     text = ["  ".join(cell.rjust(width[c]) if c in right else cell.ljust(width[c])
                       for c, cell in enumerate(row)).rstrip() for row in lines]
     f = doc.get("floors", {})
@@ -399,7 +413,9 @@ def summary_table(doc):
     text += ["", "ratio = PyTorch's best / sgk's best, graphs included on both sides (above 1: sgk is faster);",
              f"FFMA floor = FLOP / fp32 FMA peak, {gsrc};",
              f"copy floor = bytes / copy bandwidth, {bsrc};",
-             "sgk at floor = max(FFMA floor, copy floor) / sgk's best."]
+             "sgk at floor = max(FFMA floor, copy floor) / sgk's best;",
+             f"rel L2 = each best row's error against float64 on the same {doc['settings'].get('dtype', 'float32')} "
+             "weights and inputs."]
     return "\n".join(text)
 
 
@@ -410,7 +426,7 @@ def dry_run(a, shapes, on_cuda):
           f"{'the H200 defaults' if on_cuda else 'none'} unless --peak-gflops / --peak-gbps "
           f"(a real run asks the device)")
     for name, shape in shapes:
-        fl = floors_of(shape, peaks)
+        fl = floors_of(shape, peaks, ELEM_BYTES[a.dtype])
         print(f"{name:6s} B,N,D,H,P {','.join(map(str, shape))}  {fl['flop'] / 1e9:.4g} GFLOP "
               f"{fl['bytes'] / 1e6:.4g} MB  FFMA floor {fmt_us(fl['ffma_floor_us'])} us  "
               f"copy floor {fmt_us(fl['copy_floor_us'])} us")
@@ -438,6 +454,9 @@ def main():
                     help="also time the torch.compile variants at the sweep shapes (slow)")
     ap.add_argument("--iters", type=int, help="calls per timed loop (default: as bench_anchors.py)")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for torch and sgk (default: their defaults)")
+    ap.add_argument("--dtype", default="float32", choices=tuple(REL_L2_TOL),
+                    help="of the weights, nodes and pair features on both sides (default float32; bfloat16 "
+                         "and float16: each checked against float64 on the rounded values, within 1e-2)")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA graph variants")
     ap.add_argument("--peak-gflops", type=float, help="fp32 FMA peak for the FFMA floor")
     ap.add_argument("--peak-gbps", type=float, help="copy bandwidth (read + write) for the copy floor")
@@ -499,7 +518,7 @@ def main():
                        "device_name": torch.cuda.get_device_name() if on_cuda else cpu_name(),
                        "torch_threads": torch.get_num_threads(), "sgk_version": sgk_version,
                        "reference": os.path.relpath(REFERENCE, REPO)},
-           "settings": {"dtype": "float32", "tf32": False, "iters": a.iters, "torch_variants": a.torch_variants,
+           "settings": {"dtype": a.dtype, "tf32": False, "iters": a.iters, "torch_variants": a.torch_variants,
                         "compile_sweep": a.compile_sweep, "graphs": on_cuda and not a.no_graph},
            "floors": peaks,
            "shapes": {}}
