@@ -230,7 +230,14 @@ static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
 {
     if (v == V_SMALL)
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &k_small_limits, p);
-    return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &k_tiled_limits, p);
+    /* query tiles small enough that attn has two groups a thread, down to
+     * 8 queries: few batch entries of a hundred nodes would otherwise leave
+     * most of sixteen threads idle */
+    sgk_limits lim = k_tiled_limits;
+    const int64_t want = 2 * (int64_t)l->ctx->threads;
+    while (lim.tq > 8 && B * ((N + lim.tq - 1) / lim.tq) < want)
+        lim.tq /= 2;
+    return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
 static int cpu_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backend_plan *out)
