@@ -151,10 +151,11 @@ static int64_t up64(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 /* Floats of local memory the attention phase needs (relation.sgk's
  * `attention`) for a (tq, tk) tile whose relation MLP runs qc query rows at
  * a time, with p's row lengths; pad is the target's. */
-static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc, int pad)
+static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc, const sgk_limits *lim)
 {
-    const int64_t tqp = up64(tq, pad), D = p->D, H = p->H;
-    return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->P + H) + tk * tqp + tqp + tk);
+    const int64_t tqp = up64(tq, lim->pad), D = p->D, H = p->H;
+    const int64_t pf = lim->pair16 ? qc * tk * p->P : 0;
+    return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->P + H) + tk * tqp + tqp + tk + pf);
 }
 
 /* The attention tile from lim's (tq, tk) for N keys, shrunk until it fits
@@ -163,7 +164,7 @@ static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc,
 static int attn_tile(sgk_plan *p, const sgk_limits *lim, int64_t N, size_t budget, size_t fixed)
 {
     int64_t tq = min64(N, lim->tq < 1 ? 1 : lim->tq), tk = min64(N, lim->tk < 1 ? 1 : lim->tk), qc = tq;
-    while (fixed + attn_floats(p, tq, tk, qc, lim->pad) > budget) {
+    while (fixed + attn_floats(p, tq, tk, qc, lim) > budget) {
         if (qc > 1)
             qc = (qc + 1) / 2;
         else if (tk > 1)
@@ -177,7 +178,7 @@ static int attn_tile(sgk_plan *p, const sgk_limits *lim, int64_t N, size_t budge
     p->tqp = (int)up64(tq, lim->pad);
     p->tk = (int)tk;
     p->qc = (int)qc;
-    p->smem_attn = attn_floats(p, tq, tk, qc, lim->pad);
+    p->smem_attn = attn_floats(p, tq, tk, qc, lim);
     return 1;
 }
 

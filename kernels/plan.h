@@ -65,6 +65,7 @@ typedef struct sgk_limits {
     size_t align;         /* bytes: where the workspace's parts may begin */
     int mt, nt;           /* projection tile (rows, columns) */
     int tq, tk;           /* attention tile (queries, keys) to start from */
+    int pair16;           /* 1: the pair features are 16-bit, widened into local memory */
 } sgk_limits;
 
 typedef enum { SGK_PLAN_SMALL = 0, SGK_PLAN_TILED = 1 } sgk_plan_kind;

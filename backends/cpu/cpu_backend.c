@@ -23,8 +23,8 @@ static const sgk_host *g_host;
  * "tiled" a tile's scratch. Tiles: 64 x 128 projection tiles (eight
  * register rows of the AVX-512 instance, four of its column groups), 32
  * queries (the widest register row) against 64 keys. */
-static const sgk_limits k_small_limits = {1u << 20, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64};
-static const sgk_limits k_tiled_limits = {512u << 10, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64};
+static const sgk_limits k_small_limits = {1u << 20, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0};
+static const sgk_limits k_tiled_limits = {512u << 10, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0};
 
 static const char *const k_variants[] = {"small", "tiled"};
 enum { V_SMALL, V_TILED, V_COUNT };
@@ -228,12 +228,14 @@ static const char *cpu_variant_name(void *bl, int v) { (void)bl; return k_varian
 
 static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
 {
+    /* 16-bit pair features are widened tile by tile in local memory */
+    sgk_limits lim = v == V_SMALL ? k_small_limits : k_tiled_limits;
+    lim.pair16 = l->dtype != SGK_DTYPE_F32;
     if (v == V_SMALL)
-        return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &k_small_limits, p);
+        return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
     /* query tiles small enough that attn has two groups a thread, down to
      * 8 queries: few batch entries of a hundred nodes would otherwise leave
      * most of sixteen threads idle */
-    sgk_limits lim = k_tiled_limits;
     const int64_t want = 2 * (int64_t)l->ctx->threads;
     while (lim.tq > 8 && B * ((N + lim.tq - 1) / lim.tq) < want)
         lim.tq /= 2;
@@ -269,14 +271,15 @@ static size_t pool_floats(const sgk_plan *p)
     return p->smem_norm > p->smem_attn ? p->smem_norm : p->smem_attn;
 }
 
-/* Floats of the widened nodes, pair_feats and out of a 16-bit call, ahead
- * of the float path's workspace; 0 for F32. */
+/* Floats of the widened nodes and out of a 16-bit call, ahead of the float
+ * path's workspace; 0 for F32. (The pair features are widened tile by tile
+ * in local memory.) */
 static size_t wide_floats(const cpu_layer *l, int64_t B, int64_t N)
 {
+    (void)N;
     if (l->dtype == SGK_DTYPE_F32)
         return 0;
-    const size_t rows = (size_t)B * (size_t)N;
-    return 2 * rows * (size_t)l->D + rows * (size_t)N * (size_t)l->P;
+    return 2 * (size_t)B * (size_t)N * (size_t)l->D;
 }
 
 static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N,
@@ -292,25 +295,23 @@ static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N,
 
 static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, const sgk_fwd *a);
 
-/* 16-bit calls widen nodes and pair_feats into the workspace, run the
- * float path, and round its out back: SPEC's fp32 accumulation, with
- * every input exactly the caller's value. */
+/* 16-bit calls widen nodes into the workspace, run the float path on them
+ * (which widens the pair features as it stages them), and round its out
+ * back: SPEC's fp32 accumulation, with every input exactly the caller's
+ * value. */
 static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, const sgk_fwd *a)
 {
     (void)v;
     const cpu_layer *l = bl;
     if (l->dtype == SGK_DTYPE_F32)
         return forward_f32(l, plan, a);
-    const size_t rows = (size_t)a->B * (size_t)a->N, nd = rows * (size_t)l->D;
-    const size_t np = rows * (size_t)a->N * (size_t)l->P;
-    float *nodes = a->workspace, *pair = nodes + nd, *out = pair + np;
+    const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
+    float *nodes = a->workspace, *out = nodes + nd;
     sgk_fwd f = *a;
     f.nodes = nodes;
-    f.pair_feats = pair;
     f.out = out;
     f.workspace = out + nd;
     widen(l->dtype, a->nodes, nodes, nd, l->ctx->threads);
-    widen(l->dtype, a->pair_feats, pair, np, l->ctx->threads);
     sgk_status st = forward_f32(l, plan, &f);
     narrow(l->dtype, out, a->out, nd, l->ctx->threads);
     return st;
@@ -326,7 +327,7 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
     const int mask_u8 = a->mask_type == SGK_MASK_U8;
     const size_t pool = pool_floats(&p);
     if (p.kind == SGK_PLAN_SMALL) {
-        sgk_cpu_fused(threads, (int)p.B, 1, a->workspace, pool, a->nodes, a->pair_feats, a->edge_mask,
+        sgk_cpu_fused(threads, (int)p.B, 1, a->workspace, pool, a->nodes, a->pair_feats, (int)l->dtype, a->edge_mask,
                       mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1, p.ldp, w + o.b1, w + o.w2,
                       p.ldh, w + o.b2, w + o.wo, p.ldo, a->out, p.N, p.D, p.H, p.P, p.ldk, p.ldc, p.tq,
                       p.tqp, p.tk, p.qc, l->eps, p.scale);
@@ -341,7 +342,7 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
                  p.ldc, rows, p.D, p.rt);
     sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pool_mem, pool, ctx, p.ldc, w + o.wqkv, p.ldk, 0,
                  qkv, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
-    sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, qkv, p.ldk, a->pair_feats, a->edge_mask,
+    sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, qkv, p.ldk, a->pair_feats, (int)l->dtype, a->edge_mask,
                  mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, ctx, p.ldc, p.N, p.D, p.H,
                  p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale);
     sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ctx, p.ldc, w + o.wo, p.ldo, 1,

@@ -21,7 +21,7 @@ sgk_gen_packed sgkc_generic_layout(int D, int H, int P)
  * against 32 keys, shrunk by the plan to the shared memory. */
 static int plan_for(const sgkc_layer *L, sgk_plan_kind kind, int64_t B, int64_t N, sgk_plan *p)
 {
-    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32};
+    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, 0};
     return sgk_plan_make(kind, B, N, L->D, L->H, L->P, &lim, p);
 }
 
@@ -68,7 +68,7 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
     const float *w = L->kern;
     const sgk_gen_packed &o = L->kern_off;
     if (p.kind == SGK_PLAN_SMALL)
-        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes, f->pair,
+        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes, f->pair, 0,
                                 (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
                                 p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, f->out, p.N, p.D, p.H,
                                 p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
@@ -82,7 +82,7 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
                             p.ldk, 0, qkv, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     if (e == cudaSuccess)
         e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, qkv, p.ldk,
-                            f->pair, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
+                            f->pair, 0, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
                             w + o.b2, ctx, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
                             p.scale);
     if (e == cudaSuccess)

@@ -244,7 +244,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
 {
     const sgk_hip_kernel *k = l->ctx->k;
-    sgk_limits lim = { 0, 0, SGK_GEN_PAD, 256, 64, 64, 16, 32 };
+    sgk_limits lim = { 0, 0, SGK_GEN_PAD, 256, 64, 64, 16, 32, 0 };
     if (v == V_SMALL) {
         const sgk_hip_kernel *f = &k[SGK_HIP_K_FUSED];
         lim.local_bytes = f->local_bytes;
@@ -305,7 +305,7 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
     if (p->kind == SGK_PLAN_SMALL) {
         const sgk_hip_kernel *kf = &k[SGK_HIP_K_FUSED];
         err = sgk_launch_fused((int)p->B, 1, kf->threads, p->smem_fused * sizeof(float), s, a->nodes,
-                               a->pair_feats, mask, mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
+                               a->pair_feats, 0, mask, mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
                                p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2, w + o.wo, p->ldo, a->out, p->N,
                                p->D, p->H, p->P, p->ldk, p->ldc, p->tq, p->tqp, p->tk, p->qc, l->eps, p->scale);
         if (err != hipSuccess)
@@ -325,7 +325,7 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
     if (err != hipSuccess)
         return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, 1);
     err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, qkv, p->ldk,
-                          a->pair_feats, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
+                          a->pair_feats, 0, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                           ctx, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
                           p->scale);
     if (err != hipSuccess)

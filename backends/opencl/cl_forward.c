@@ -80,11 +80,11 @@ static const char *elem_unit(const sgk_cl_layer *l)
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* Byte offsets in the workspace of a 16-bit call's float nodes, pair_feats
- * and out, and the end; each origin a multiple of the device's sub-buffer
- * alignment. */
+/* Byte offsets in the workspace of a 16-bit call's float nodes and out,
+ * and the end; each origin a multiple of the device's sub-buffer
+ * alignment. (The kernels widen the pair features as they stage them.) */
 typedef struct wide_parts {
-    size_t nodes, pair, out, end;
+    size_t nodes, out, end;
 } wide_parts;
 
 static wide_parts wide_layout(const sgk_cl_layer *l, const sgk_plan *p)
@@ -92,8 +92,7 @@ static wide_parts wide_layout(const sgk_cl_layer *l, const sgk_plan *p)
     const size_t a = l->ctx->info.base_align, rows = (size_t)p->B * (size_t)p->N;
     wide_parts w;
     w.nodes = round_up(p->workspace_bytes, a);
-    w.pair = round_up(w.nodes + rows * (size_t)l->D * sizeof(float), a);
-    w.out = round_up(w.pair + rows * (size_t)p->N * (size_t)l->P * sizeof(float), a);
+    w.out = round_up(w.nodes + rows * (size_t)l->D * sizeof(float), a);
     w.end = w.out + rows * (size_t)l->D * sizeof(float);
     return w;
 }
@@ -197,7 +196,7 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
     const cl_int mask_u8 = a->mask_type == SGK_MASK_U8;
     if (p->kind == SGK_PLAN_SMALL) {
         const cl_int err = sgk_cl_args_fused(
-            pr->k[SGK_CL_K_FUSED].kernel, mem(a->nodes), mem(a->pair_feats), mem(a->edge_mask), mask_u8,
+            pr->k[SGK_CL_K_FUSED].kernel, mem(a->nodes), mem(a->pair_feats), (cl_int)l->dtype, mem(a->edge_mask), mask_u8,
             w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA], w[SGK_CL_W_WQKV], w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
             w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], w[SGK_CL_W_WO], p->ldo, mem(a->out), p->N, p->D, p->H,
             p->P, p->ldk, p->ldc, p->tq, p->tqp, p->tk, p->qc, l->eps, p->scale,
@@ -226,7 +225,7 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
     if (st == SGK_OK)
         st = launch(c, q, SGK_CL_K_ATTN,
                     sgk_cl_args_attn(pr->k[SGK_CL_K_ATTN].kernel, ws, p->ldk, mem(a->pair_feats),
-                                     mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
+                                     (cl_int)l->dtype, mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
                                      w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], ctx, p->ldc, p->N, p->D, p->H, p->P,
                                      p->tq, p->tqp, p->tk, p->qc, (cl_int)p->groups_q, p->scale,
                                      p->smem_attn * sizeof(float)),
@@ -277,31 +276,26 @@ static sgk_status convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_me
 }
 
 
-/* A 16-bit call: nodes and pair_feats widened into the workspace, the float
- * kernels, out narrowed from it. Called with the context's lock held. */
+/* A 16-bit call: nodes widened into the workspace, the float kernels (which
+ * widen the pair features as they stage them), out narrowed from it. Called
+ * with the context's lock held. */
 static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
                             cl_command_queue q, int in_order)
 {
     const sgk_cl_ctx *c = l->ctx;
     const wide_parts w = wide_layout(l, p);
     const size_t nd = (size_t)p->B * (size_t)p->N * (size_t)l->D;
-    const size_t np = (size_t)p->B * (size_t)p->N * (size_t)p->N * (size_t)l->P;
-    cl_mem wn = NULL, wp = NULL, wo = NULL;
+    cl_mem wn = NULL, wo = NULL;
     sgk_status st = sub_buffer(c, a->workspace, w.nodes, nd * sizeof(float), &wn);
-    if (st == SGK_OK)
-        st = sub_buffer(c, a->workspace, w.pair, np * sizeof(float), &wp);
     if (st == SGK_OK)
         st = sub_buffer(c, a->workspace, w.out, nd * sizeof(float), &wo);
     if (st == SGK_OK)
         st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->nodes), wn, nd, q);
     if (st == SGK_OK)
-        st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->pair_feats), wp, np, q);
-    if (st == SGK_OK)
         st = order(q, in_order, c);
     if (st == SGK_OK) {
         sgk_fwd f = *a;
         f.nodes = wn;
-        f.pair_feats = wp;
         f.out = wo;
         st = enqueue(l, p, &f, q, in_order);
     }
@@ -312,8 +306,6 @@ static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_
     /* enqueued work keeps the sub-buffers alive until it is done */
     if (wn)
         clReleaseMemObject(wn);
-    if (wp)
-        clReleaseMemObject(wp);
     if (wo)
         clReleaseMemObject(wo);
     return st;

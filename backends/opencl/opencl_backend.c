@@ -303,7 +303,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan)
 {
     const sgk_cl_program *pr = &l->ctx->prog;
-    sgk_limits lim = { 0, 0, SGK_GEN_PAD, l->ctx->info.base_align, 64, 64, 16, 32 };
+    sgk_limits lim = { 0, 0, SGK_GEN_PAD, l->ctx->info.base_align, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32 };
     if (v == SGK_CL_V_SMALL) {
         const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
         lim.local_bytes = k->local_bytes;

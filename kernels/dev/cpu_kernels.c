@@ -46,7 +46,7 @@ int main(int argc, char **argv)
     const int64_t B = atoll(argv[1]), N = atoll(argv[2]), D = atoll(argv[3]), H = atoll(argv[4]),
                   P = atoll(argv[5]);
     const int threads = argc > 6 ? atoi(argv[6]) : 1;
-    const sgk_limits lim = {512u << 10, 1 << 30, SGK_GEN_PAD, 64, 64, 128, 32, 64};
+    const sgk_limits lim = {512u << 10, 1 << 30, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0};
     sgk_plan p;
     if (!sgk_plan_make(SGK_PLAN_TILED, B, N, D, H, P, &lim, &p)) {
         fprintf(stderr, "no tiled plan for this shape\n");
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
         sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pm, pool, ctx, p.ldc, pk + o.wqkv, p.ldk, 0, qkv,
                      qkv, p.ldk, nrows, p.D, p.ldk, p.mt, p.nt);
         t[2] = now();
-        sgk_cpu_attn(threads, (int)p.groups_attn, 1, pm, pool, qkv, p.ldk, pair, mask, 1, pk + o.w1, p.ldp,
+        sgk_cpu_attn(threads, (int)p.groups_attn, 1, pm, pool, qkv, p.ldk, pair, 0, mask, 1, pk + o.w1, p.ldp,
                      pk + o.b1, pk + o.w2, p.ldh, pk + o.b2, ctx, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk,
                      p.qc, (int)p.groups_q, p.scale);
         t[3] = now();
