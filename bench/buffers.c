@@ -74,8 +74,8 @@ int buffers_alloc(backend_run *br, const bench_shape *s, const case_data *cd, si
             ((uint16_t *)b->nan_out)[i] = br->opt->dtype == SGK_DTYPE_BF16 ? 0x7fc1 : 0x7e01;
     else
         sgkt_poison_nan(b->nan_out, out_n);
-    const void *nodes = wide ? (const void *)cd->nodes16 : cd->in.nodes;
-    const void *pair = wide ? (const void *)cd->pair16 : cd->in.pair_feats;
+    const void *nodes = wide ? (const void *)cd->h.nodes : cd->in.nodes;
+    const void *pair = wide ? (const void *)cd->h.pair : cd->in.pair_feats;
     if (!br->ops) {
         b->nodes[0] = (void *)nodes;
         b->pair[0] = (void *)pair;

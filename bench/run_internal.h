@@ -14,10 +14,9 @@ typedef struct case_data {
     int ready;
     sgkt_weights w;
     sgkt_inputs in;
-    /* --dtype bf16 or f16: w and in rounded to it (what the reference sees),
-     * and the same values in it: the weights one after another in
-     * sgk_layer_desc's order, then nodes and pair_feats */
-    uint16_t *w16, *nodes16, *pair16;
+    /* --dtype bf16 or f16: w and in rounded to it (what the reference
+     * sees), and the same values in it */
+    sgkt_case16 h;
     double *ref;
     int ref_failed;
 } case_data;

@@ -100,7 +100,6 @@ sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t a
 {
     sgk_gen_packed p;
     const size_t d = (size_t)D, a = align < 1 ? 1 : align;
-    p.pad = pad;
     p.ldk = sgk_row_length(3 * D + pad, pad);
     p.ldo = sgk_row_length(D, pad);
     p.ldp = sgk_row_length(P, pad);
@@ -206,7 +205,7 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     plan->ldo = w.ldo;
     plan->ldp = w.ldp;
     plan->ldh = w.ldh;
-    plan->ldc = sgk_row_length(D + lim->pad, lim->pad);
+    plan->ldc = sgk_row_length(D, lim->pad);
     const int64_t ldk = w.ldk, ldc = plan->ldc;
 
     if (kind == SGK_PLAN_SMALL) {

@@ -5,9 +5,10 @@
  *
  *   "small": one `fused` group per batch entry; the entry's Q/K/V and
  *            context stay in local memory. No workspace.
- *   "tiled": `proj` (LayerNorm and Q/K/V) over row x column tiles into a
- *            workspace, `attn` over query tiles x B into a context there,
- *            then `proj` again (output projection and residual). Any N.
+ *   "tiled": `norm` (LayerNorm rows into the workspace), `proj` (Q/K/V)
+ *            over row x column tiles into it, `attn` over query tiles x B
+ *            into a context there, then `proj` again (output projection
+ *            and residual). Any N.
  */
 #ifndef SGK_PLAN_H
 #define SGK_PLAN_H
@@ -37,11 +38,11 @@ void sgk_pack_weights(const sgk_layer_desc *desc, float *dst);
  * kernels' register tiles read a row of consecutive outputs' weights. */
 typedef struct sgk_gen_packed {
     size_t gamma, beta, wqkv, wo, w1, b1, w2, b2, total;
-    int ldk; /* [Wq; Wk; Wv]^T's rows: round_up(3D, pad) + pad; Q/K/V rows in a workspace too */
-    int ldo; /* Wo^T's rows: round_up(D, pad) */
-    int ldp; /* W1^T's rows and b1: round_up(P, pad) */
-    int ldh; /* W2^T's rows and b2: round_up(H, pad) */
-    int pad;
+    /* row lengths, sgk_row_length's */
+    int ldk; /* [Wq; Wk; Wv]^T's rows, of 3D + pad; Q/K/V rows in a workspace too */
+    int ldo; /* Wo^T's rows, of D */
+    int ldp; /* W1^T's rows and b1, of P */
+    int ldh; /* W2^T's rows and b2, of H */
 } sgk_gen_packed;
 
 sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align);
@@ -169,13 +170,15 @@ void sgk_pack_weights_fn(const sgk_layer_desc *desc, float *dst, void *user);
 /* sgk_gen_pack as an sgk_packer_fn (user: the const sgk_gen_packed *). */
 void sgk_gen_pack_fn(const sgk_layer_desc *desc, float *dst, void *user);
 
-/* The runs of a map as the generated `repack` kernel reads them: five
- * int64 a run (dst, src, len, stride, scale), src counted from the start
- * of one buffer holding the sources, source s from float at[s] on, and
- * scale the index into the map's scales (0: a copy). Returns the number of
- * runs written to out (5 * count int64), or -1 where a scale index is past
- * 3, more than the kernel takes. */
-int64_t sgk_repack_kernel_runs(const sgk_repack_map *map, const size_t at[SGK_SRC_COUNT], int64_t *out);
+/* Where each source of a (D, H, P) layer goes in one buffer that holds them
+ * all for the generated `repack` kernel: source s from float at[s] on, each
+ * a multiple of align floats. Returns the buffer's floats. */
+size_t sgk_repack_stage(int64_t D, int64_t H, int64_t P, size_t align, size_t at[SGK_SRC_COUNT]);
+/* The runs of a map as the `repack` kernel reads them, into out (5 * count
+ * int64): five a run (dst, src, len, stride, scale), src counted from the
+ * start of the buffer sgk_repack_stage lays out with at, scale the index
+ * into the map's scales (0: a copy). */
+void sgk_repack_kernel_runs(const sgk_repack_map *map, const size_t at[SGK_SRC_COUNT], int64_t *out);
 
 #ifdef __cplusplus
 }

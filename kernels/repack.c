@@ -55,19 +55,31 @@ void sgk_gen_pack_fn(const sgk_layer_desc *desc, float *dst, void *user)
     sgk_gen_pack(desc, (const sgk_gen_packed *)user, dst);
 }
 
-int64_t sgk_repack_kernel_runs(const sgk_repack_map *map, const size_t at[SGK_SRC_COUNT], int64_t *out)
+/* the repack kernel takes s1, s2, s3: scales[1..3] */
+_Static_assert(SGK_REPACK_SCALES == 4, "relation.sgk's repack kernel takes three scales besides the copy's");
+
+size_t sgk_repack_stage(int64_t D, int64_t H, int64_t P, size_t align, size_t at[SGK_SRC_COUNT])
+{
+    size_t count[SGK_SRC_COUNT], o = 0;
+    const size_t a = align < 1 ? 1 : align;
+    sgk_repack_sources(D, H, P, count);
+    for (int s = 0; s < SGK_SRC_COUNT; s++) {
+        at[s] = o;
+        o += (count[s] + a - 1) / a * a;
+    }
+    return o;
+}
+
+void sgk_repack_kernel_runs(const sgk_repack_map *map, const size_t at[SGK_SRC_COUNT], int64_t *out)
 {
     for (size_t r = 0; r < map->count; r++) {
         const sgk_repack_run *u = &map->runs[r];
-        if (u->scale > 3)
-            return -1;
         out[5 * r] = u->dst;
         out[5 * r + 1] = (int64_t)at[u->seg] + u->src;
         out[5 * r + 2] = u->len;
         out[5 * r + 3] = u->stride;
         out[5 * r + 4] = u->scale;
     }
-    return (int64_t)map->count;
 }
 
 static float *alloc_floats(size_t n, int (*should_fail)(void))

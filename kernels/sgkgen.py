@@ -233,7 +233,7 @@ def lower_tokens(body, target):
 # SGK_PAD, the multiple every padded row length is of (a multiple of both
 # column counts). GPUs spread columns over work-items, so their tiles are
 # small; a CPU work-item is a whole SIMD register file, so the C target has
-# one set per instruction set, chosen at run time (c_isa below).
+# one set per instruction set, chosen at run time (sgk_cpu_isa, C_ISAS).
 GPU_TILES = {"SGK_RM": 4, "SGK_RN": 4, "SGK_RNS": 4, "SGK_RNT": 4, "SGK_PAD": 4}
 C_PAD = 32
 # (name, GCC target attribute or None, tiles): widest first
@@ -435,9 +435,9 @@ def emit_c_dispatch(name, params):
     plain = [param_info(p) for p in params][:-1]
     sig = ", ".join("%s %s" % (t, n) for _, _, t, n in plain)
     args = ", ".join(n for _, _, _, n in plain)
+    # sgk_cpu_isa's level n is C_ISAS[-1 - n]
     pick = "sgk_group_%s_base" % name
-    for isa, _, _ in reversed(C_ISAS[:-1]):
-        level = len(C_ISAS) - 1 - [i for i, _, _ in C_ISAS].index(isa)
+    for level, (isa, _, _) in list(enumerate(reversed(C_ISAS)))[1:]:
         pick = "level == %d ? sgk_group_%s_%s : %s" % (level, name, isa, pick)
     return (
         "void sgk_cpu_%s(int threads, int ng0, int ng1, float *pool, size_t smem_floats, %s)\n{\n"

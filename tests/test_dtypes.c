@@ -31,61 +31,26 @@ static int g_runs_bf16, g_runs_f16; /* probed once, in main */
 
 #define REL_L2_16 1e-2
 
-static uint16_t to16(sgk_dtype t, float x)
-{
-    return t == SGK_DTYPE_BF16 ? sgk_bf16_from_f32(x) : sgk_f16_from_f32(x);
-}
-
 static float from16(sgk_dtype t, uint16_t h)
 {
     return t == SGK_DTYPE_BF16 ? sgk_f32_from_bf16(h) : sgk_f32_from_f16(h);
 }
 
-/* x rounded to the dtype in place; its 16-bit copy in a new buffer. */
-static uint16_t *round_to(sgk_dtype t, float *x, size_t n)
-{
-    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
-    assert_non_null(h);
-    for (size_t i = 0; i < n; i++) {
-        h[i] = to16(t, x[i]);
-        x[i] = from16(t, h[i]);
-    }
-    return h;
-}
-
 /* A case's weights and inputs in the dtype (the floats rounded to match). */
 typedef struct case16 {
-    uint16_t *w[10], *nodes, *pair;
+    sgkt_case16 h;
     sgk_layer_desc desc;
 } case16;
 
 static void make16(sgk_dtype t, sgkt_prepared *p, case16 *c)
 {
-    sgkt_weights *w = &p->w;
-    const size_t D = (size_t)w->D, H = (size_t)w->H, P = (size_t)w->P;
-    float *src[10] = {w->ln_gamma, w->ln_beta, w->wq, w->wk, w->wv, w->wo, w->w1, w->b1, w->w2, w->b2};
-    const size_t n[10] = {D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
-    for (int i = 0; i < 10; i++)
-        c->w[i] = round_to(t, src[i], n[i]);
-    const size_t rows = (size_t)p->in.B * (size_t)p->in.N;
-    c->nodes = round_to(t, p->in.nodes, rows * D);
-    c->pair = round_to(t, p->in.pair_feats, rows * (size_t)p->in.N * P);
+    assert_int_equal(sgkt_round16(t, &p->w, &p->in, &c->h), 0);
     assert_int_equal(sgkt_prepare_reference(p), 0);
     sgk_layer_desc_init(&c->desc);
-    sgkt_weights_to_desc(w, &c->desc);
-    c->desc.dtype = t;
-    c->desc.ln_gamma = c->w[0]; c->desc.ln_beta = c->w[1];
-    c->desc.wq = c->w[2]; c->desc.wk = c->w[3]; c->desc.wv = c->w[4]; c->desc.wo = c->w[5];
-    c->desc.w1 = c->w[6]; c->desc.b1 = c->w[7]; c->desc.w2 = c->w[8]; c->desc.b2 = c->w[9];
+    sgkt_desc16(t, &p->w, &c->h, &c->desc);
 }
 
-static void free16(case16 *c)
-{
-    for (int i = 0; i < 10; i++)
-        free(c->w[i]);
-    free(c->nodes);
-    free(c->pair);
-}
+static void free16(case16 *c) { sgkt_case16_free(&c->h); }
 
 /* One forward (host form, or the device form on a host-memory backend)
  * into a guarded 16-bit buffer poisoned with NaN; 0 when everything holds. */
@@ -103,10 +68,10 @@ static int check_run(sgk_dtype t, sgk_layer *layer, const sgkt_prepared *p, cons
     if (device_api) {
         assert_int_equal(sgk_workspace_size(layer, p->in.B, p->in.N, &wsb), SGK_OK);
         ws = wsb ? sgkt_guarded_alloc(wsb) : NULL;
-        st = sgk_forward_device(layer, p->in.B, p->in.N, c->nodes, c->pair, p->in.edge_mask, p->in.mask_type,
+        st = sgk_forward_device(layer, p->in.B, p->in.N, c->h.nodes, c->h.pair, p->in.edge_mask, p->in.mask_type,
                                 out, ws, wsb, NULL);
     } else {
-        st = sgk_forward(layer, p->in.B, p->in.N, c->nodes, c->pair, p->in.edge_mask, p->in.mask_type, out);
+        st = sgk_forward(layer, p->in.B, p->in.N, c->h.nodes, c->h.pair, p->in.edge_mask, p->in.mask_type, out);
     }
     int bad = 0;
     if (st != SGK_OK) {
@@ -126,7 +91,7 @@ static int check_run(sgk_dtype t, sgk_layer *layer, const sgkt_prepared *p, cons
             int edges = 0;
             for (int64_t j = 0; j < p->in.N && !edges; j++)
                 edges = sgkt_mask_is_edge(p->in.edge_mask, p->in.mask_type, (size_t)((b * p->in.N + i) * p->in.N + j));
-            if (!edges && memcmp(out + (size_t)r * D, c->nodes + (size_t)r * D, D * sizeof(uint16_t)) != 0)
+            if (!edges && memcmp(out + (size_t)r * D, c->h.nodes + (size_t)r * D, D * sizeof(uint16_t)) != 0)
                 rows_exact = 0;
         }
         const int guards = sgkt_guard_ok(out, bytes) && (!ws || sgkt_guard_ok(ws, wsb));
@@ -241,8 +206,8 @@ static void test_rules(void **state)
     assert_non_null(nodes);
     assert_non_null(pair);
     assert_non_null(out);
-    memcpy(nodes + 1, c.nodes, nn * 2);
-    memcpy(pair + 1, c.pair, np * 2);
+    memcpy(nodes + 1, c.h.nodes, nn * 2);
+    memcpy(pair + 1, c.h.pair, np * 2);
     assert_int_equal(sgk_forward(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type, out + 1),
                      SGK_OK);
     /* odd addresses */
@@ -270,7 +235,7 @@ static void test_rules(void **state)
         uint16_t *want = malloc(nn * 2), *got = malloc(nn * 2);
         assert_non_null(want);
         assert_non_null(got);
-        assert_int_equal(sgk_forward(fresh, cs.B, cs.N, c.nodes, c.pair, p.in.edge_mask, p.in.mask_type, want),
+        assert_int_equal(sgk_forward(fresh, cs.B, cs.N, c.h.nodes, c.h.pair, p.in.edge_mask, p.in.mask_type, want),
                          SGK_OK);
         /* the device form takes the weights from buffers of the backend's
          * own memory (host memory on cpu) */
@@ -285,14 +250,14 @@ static void test_rules(void **state)
         const size_t cnt[10] = {D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
         for (int i = 0; i < 10; i++) {
             assert_int_equal(m.alloc(&bufs[i], cnt[i] * 2), 0);
-            assert_int_equal(m.h2d(bufs[i], c2.w[i], cnt[i] * 2), 0);
+            assert_int_equal(m.h2d(bufs[i], c2.h.w[i], cnt[i] * 2), 0);
             *dptr[i] = bufs[i];
         }
         for (int dev = 0; dev < 2; dev++) {
             assert_int_equal(dev ? sgk_layer_set_weights_device(layer, &ddesc, NULL)
                                  : sgk_layer_set_weights(layer, &c2.desc),
                              SGK_OK);
-            assert_int_equal(sgk_forward(layer, cs.B, cs.N, c.nodes, c.pair, p.in.edge_mask, p.in.mask_type, got),
+            assert_int_equal(sgk_forward(layer, cs.B, cs.N, c.h.nodes, c.h.pair, p.in.edge_mask, p.in.mask_type, got),
                              SGK_OK);
             assert_memory_equal(got, want, nn * 2);
             assert_int_equal(sgk_layer_set_weights(layer, &c.desc), SGK_OK);

@@ -1,5 +1,7 @@
 #include "util.h"
 
+#include "dtype.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +176,53 @@ void sgkt_weights_to_desc(const sgkt_weights *w, sgk_layer_desc *desc)
     desc->b1 = w->b1;
     desc->w2 = w->w2;
     desc->b2 = w->b2;
+}
+
+/* n floats at x rounded to dtype in place; their 16-bit values in a new
+ * buffer (NULL when out of memory) */
+static uint16_t *round16(sgk_dtype dtype, float *x, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) {
+        h[i] = dtype == SGK_DTYPE_BF16 ? sgk_bf16_from_f32(x[i]) : sgk_f16_from_f32(x[i]);
+        x[i] = dtype == SGK_DTYPE_BF16 ? sgk_f32_from_bf16(h[i]) : sgk_f32_from_f16(h[i]);
+    }
+    return h;
+}
+
+int sgkt_round16(sgk_dtype dtype, sgkt_weights *w, sgkt_inputs *in, sgkt_case16 *c)
+{
+    const size_t D = (size_t)w->D, H = (size_t)w->H, P = (size_t)w->P;
+    float *src[10] = {w->ln_gamma, w->ln_beta, w->wq, w->wk, w->wv, w->wo, w->w1, w->b1, w->w2, w->b2};
+    const size_t n[10] = {D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
+    const size_t rows = (size_t)in->B * (size_t)in->N;
+    memset(c, 0, sizeof *c);
+    int ok = 1;
+    for (int i = 0; i < 10; i++)
+        ok &= (c->w[i] = round16(dtype, src[i], n[i])) != NULL;
+    ok &= (c->nodes = round16(dtype, in->nodes, rows * D)) != NULL;
+    ok &= (c->pair = round16(dtype, in->pair_feats, rows * (size_t)in->N * P)) != NULL;
+    if (!ok)
+        sgkt_case16_free(c);
+    return ok ? 0 : -1;
+}
+
+void sgkt_desc16(sgk_dtype dtype, const sgkt_weights *w, const sgkt_case16 *c, sgk_layer_desc *desc)
+{
+    sgkt_weights_to_desc(w, desc);
+    desc->dtype = dtype;
+    desc->ln_gamma = c->w[0], desc->ln_beta = c->w[1];
+    desc->wq = c->w[2], desc->wk = c->w[3], desc->wv = c->w[4], desc->wo = c->w[5];
+    desc->w1 = c->w[6], desc->b1 = c->w[7], desc->w2 = c->w[8], desc->b2 = c->w[9];
+}
+
+void sgkt_case16_free(sgkt_case16 *c)
+{
+    for (int i = 0; i < 10; i++)
+        free(c->w[i]);
+    free(c->nodes);
+    free(c->pair);
+    memset(c, 0, sizeof *c);
 }
 
 void sgkt_weights_to_ref(const sgkt_weights *w, sgk_ref_layer *ref)

@@ -114,6 +114,19 @@ int sgkt_mask_is_edge(const void *mask, sgk_mask_type mask_type, size_t index);
 /* Number of fully masked rows (b, i). */
 int64_t sgkt_mask_empty_rows(const void *mask, sgk_mask_type mask_type, int64_t B, int64_t N);
 
+/* A case in bf16 or f16: w and in rounded to the dtype in place (what a
+ * reference on them sees), and the same values as 16-bit copies, the
+ * weights in sgk_layer_desc's order. */
+typedef struct sgkt_case16 {
+    uint16_t *w[10], *nodes, *pair;
+} sgkt_case16;
+/* Returns 0, or -1 when out of memory (nothing held then). */
+int sgkt_round16(sgk_dtype dtype, sgkt_weights *w, sgkt_inputs *in, sgkt_case16 *c);
+/* desc (initialised by sgk_layer_desc_init) as dtype, pointing at c's
+ * weights (shapes and eps from w). */
+void sgkt_desc16(sgk_dtype dtype, const sgkt_weights *w, const sgkt_case16 *c, sgk_layer_desc *desc);
+void sgkt_case16_free(sgkt_case16 *c);
+
 /* ---- guarded buffers -------------------------------------------------- */
 
 /* bytes of caller memory followed by SGKT_GUARD_BYTES of a known pattern;

@@ -39,10 +39,9 @@ typedef struct cpu_layer {
     sgk_dtype dtype; /* BF16 and F16 are widened to float on load, rounded back on store */
     float eps;
     /* one block: the generated kernels' layout (off), then PyTorch's for
-     * the training calls (plain, at w + plain_at), packed by pack_both */
+     * the training calls (plain, at w + off.total), packed by pack_both */
     sgk_gen_packed off;
     sgk_packed plain;
-    size_t plain_at, total;
     float *w;
     sgk_repack_map map; /* pack_both's map, for set_weights_device */
 } cpu_layer;
@@ -132,7 +131,7 @@ static void pack_both(const sgk_layer_desc *desc, float *dst, void *user)
 {
     const cpu_layer *l = user;
     sgk_gen_pack(desc, &l->off, dst);
-    sgk_pack_weights(desc, dst + l->plain_at);
+    sgk_pack_weights(desc, dst + l->off.total);
 }
 
 static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, void **out)
@@ -156,18 +155,17 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, voi
     l->eps = desc->eps;
     l->off = sgk_gen_layout(l->D, l->H, l->P, SGK_GEN_PAD, 16);
     l->plain = sgk_packed_layout(l->D, l->H, l->P);
-    l->plain_at = l->off.total;
-    l->total = l->off.total + l->plain.total;
-    l->w = host_alloc(l->total * sizeof(float));
+    const size_t total = l->off.total + l->plain.total;
+    l->w = host_alloc(total * sizeof(float));
     if (!l->w) {
-        const size_t bytes = l->total * sizeof(float);
+        const size_t bytes = total * sizeof(float);
         free(l);
         free(wide);
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes of packed weights",
                                  bytes);
     }
     pack_both(desc, l->w, l);
-    const int mapped = sgk_repack_map_build(desc, pack_both, l, l->total, l->w, g_host->alloc_should_fail,
+    const int mapped = sgk_repack_map_build(desc, pack_both, l, total, l->w, g_host->alloc_should_fail,
                                             &l->map) == 0;
     free(wide);
     if (!mapped) {
@@ -276,7 +274,6 @@ static size_t pool_floats(const sgk_plan *p)
  * in local memory.) */
 static size_t wide_floats(const cpu_layer *l, int64_t B, int64_t N)
 {
-    (void)N;
     if (l->dtype == SGK_DTYPE_F32)
         return 0;
     return 2 * (size_t)B * (size_t)N * (size_t)l->D;
@@ -333,20 +330,20 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
                       p.tqp, p.tk, p.qc, l->eps, p.scale);
         return SGK_OK;
     }
-    float *qkv = a->workspace;
-    float *ctx = (float *)((char *)a->workspace + p.ctx_offset);
+    float *ws = a->workspace;
     float *pool_mem = (float *)((char *)a->workspace + p.workspace_bytes);
+    const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float));
     const int rows = (int)(p.B * p.N);
     /* the LayerNorm'd rows in the context's place, until attn writes it */
-    sgk_cpu_norm(threads, (int)p.groups_norm, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta, l->eps, ctx,
-                 p.ldc, rows, p.D, p.rt);
-    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pool_mem, pool, ctx, p.ldc, w + o.wqkv, p.ldk, 0,
-                 qkv, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
-    sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, qkv, p.ldk, a->pair_feats, (int)l->dtype, a->edge_mask,
-                 mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, ctx, p.ldc, p.N, p.D, p.H,
-                 p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale);
-    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ctx, p.ldc, w + o.wo, p.ldo, 1,
-                 a->nodes, a->out, p.D, rows, p.D, p.D, p.mt, p.nt);
+    sgk_cpu_norm(threads, (int)p.groups_norm, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta, l->eps, ws,
+                 ctx0, p.ldc, rows, p.D, p.rt);
+    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pool_mem, pool, ws, ctx0, p.ldc, w + o.wqkv,
+                 p.ldk, 0, ws, ws, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
+    sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, ws, p.ldk, a->pair_feats, (int)l->dtype,
+                 a->edge_mask, mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, ws, ctx0, p.ldc, p.N,
+                 p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale);
+    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ws, ctx0, p.ldc, w + o.wo, p.ldo,
+                 1, a->nodes, a->out, p.D, rows, p.D, p.D, p.mt, p.nt);
     return SGK_OK;
 }
 
@@ -354,7 +351,7 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
  * layout end to end in the packed block. */
 static sgk_cpu_weights weights_of(const cpu_layer *l)
 {
-    const float *w = l->w + l->plain_at;
+    const float *w = l->w + l->off.total;
     const sgk_packed o = l->plain;
     const size_t DD = (size_t)(l->D * l->D);
     sgk_cpu_weights cw = {l->D, l->H, l->P, l->eps, w + o.gamma, w + o.beta,

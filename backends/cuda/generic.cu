@@ -72,21 +72,22 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
                                 (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
                                 p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, f->out, p.N, p.D, p.H,
                                 p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
-    float *qkv = (float *)f->ws, *ctx = (float *)((char *)f->ws + p.ctx_offset);
+    float *ws = (float *)f->ws;
+    const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float));
     const int rows = (int)(p.B * p.N);
     /* the LayerNorm'd rows in the context's place, until attn writes it */
     cudaError_t e = sgk_launch_norm((int)p.groups_norm, 1, k_threads, p.smem_norm * sizeof(float), f->stream,
-                                    f->nodes, w + o.gamma, w + o.beta, L->eps, ctx, p.ldc, rows, p.D, p.rt);
+                                    f->nodes, w + o.gamma, w + o.beta, L->eps, ws, ctx0, p.ldc, rows, p.D, p.rt);
     if (e == cudaSuccess)
-        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, 0, f->stream, ctx, p.ldc, w + o.wqkv,
-                            p.ldk, 0, qkv, qkv, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, 0, f->stream, ws, ctx0, p.ldc,
+                            w + o.wqkv, p.ldk, 0, ws, ws, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     if (e == cudaSuccess)
-        e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, qkv, p.ldk,
+        e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
                             f->pair, 0, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
-                            w + o.b2, ctx, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
+                            w + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
                             p.scale);
     if (e == cudaSuccess)
-        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ctx, p.ldc, w + o.wo,
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
                             p.ldo, 1, f->nodes, f->out, p.D, rows, p.D, p.D, p.mt, p.nt);
     return e;
 }

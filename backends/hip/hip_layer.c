@@ -48,23 +48,18 @@ static sgk_status repack_plan(hip_layer *l, const sgk_repack_map *m, int64_t **h
     snprintf(l->map_reason, sizeof l->map_reason, "%s", m->reason);
     if (m->runs == NULL)
         return SGK_OK;
-    size_t count[SGK_SRC_COUNT], at = 0;
-    sgk_repack_sources(l->D, l->H, l->P, count);
-    for (int s = 0; s < SGK_SRC_COUNT; s++) {
-        l->stage_at[s] = at;
-        at += (count[s] + 63) / 64 * 64;
+    const size_t at = sgk_repack_stage(l->D, l->H, l->P, 64, l->stage_at);
+    l->nruns = (int64_t)m->count;
+    if (l->nruns > l->ctx->k[SGK_HIP_K_REPACK].max_groups0) {
+        snprintf(l->map_reason, sizeof l->map_reason,
+                 "the repack map has more runs than one launch of the repack kernel has groups");
+        return SGK_OK;
     }
     int64_t *runs = sgk_hip_host_alloc(m->count * 5 * sizeof(int64_t));
     if (runs == NULL)
         return host()->set_error(SGK_ERR_OUT_OF_MEMORY, "hip: cannot allocate the host memory for the repack map");
-    l->nruns = sgk_repack_kernel_runs(m, l->stage_at, runs);
+    sgk_repack_kernel_runs(m, l->stage_at, runs);
     memcpy(l->scales, m->scales, sizeof l->scales);
-    if (l->nruns < 0 || l->nruns > l->ctx->k[SGK_HIP_K_REPACK].max_groups0) {
-        snprintf(l->map_reason, sizeof l->map_reason, "the repack map has more %s than the repack kernel takes",
-                 l->nruns < 0 ? "scales" : "runs");
-        free(runs);
-        return SGK_OK;
-    }
     *host_runs = runs;
     *floats = m->count * 10 + at; /* five int64 a run, two floats each */
     return SGK_OK;
@@ -313,24 +308,25 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
         return SGK_OK;
     }
     const sgk_hip_kernel *kn = &k[SGK_HIP_K_NORM], *kp = &k[SGK_HIP_K_PROJ], *ka = &k[SGK_HIP_K_ATTN];
-    float *qkv = a->workspace, *ctx = (float *)((char *)a->workspace + p->ctx_offset);
+    float *ws = a->workspace;
+    const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float));
     const int rows = (int)(p->B * p->N);
     /* the LayerNorm'd rows in the context's place, until attn writes it */
     err = sgk_launch_norm((int)p->groups_norm, 1, kn->threads, p->smem_norm * sizeof(float), s, a->nodes, w + o.gamma,
-                          w + o.beta, l->eps, ctx, p->ldc, rows, p->D, p->rt);
+                          w + o.beta, l->eps, ws, ctx0, p->ldc, rows, p->D, p->rt);
     if (err != hipSuccess)
         return launch_failed(l, "norm", err, (int)p->groups_norm, 1, kn, p->smem_norm);
-    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, sizeof(float), s, ctx, p->ldc,
-                          w + o.wqkv, p->ldk, 0, qkv, qkv, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
+    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, sizeof(float), s, ws, ctx0, p->ldc,
+                          w + o.wqkv, p->ldk, 0, ws, ws, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
     if (err != hipSuccess)
         return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, 1);
-    err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, qkv, p->ldk,
+    err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, ws, p->ldk,
                           a->pair_feats, 0, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
-                          ctx, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
+                          ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
                           p->scale);
     if (err != hipSuccess)
         return launch_failed(l, "attn", err, (int)p->groups_attn, 1, ka, p->smem_attn);
-    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, sizeof(float), s, ctx, p->ldc,
+    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, sizeof(float), s, ws, ctx0, p->ldc,
                           w + o.wo, p->ldo, 1, a->nodes, a->out, p->D, rows, p->D, p->D, p->mt, p->nt);
     if (err != hipSuccess)
         return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_out, kp, 1);

@@ -204,21 +204,20 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
         return launch(c, q, SGK_CL_K_FUSED, err, p->B, 1);
     }
     const cl_mem ws = mem(a->workspace);
-    cl_mem ctx = NULL;
-    sgk_status st = sub_buffer(c, a->workspace, p->ctx_offset, p->workspace_bytes - p->ctx_offset, &ctx);
+    const cl_long ctx0 = (cl_long)(p->ctx_offset / sizeof(float));
     const cl_int rows = (cl_int)(p->B * p->N);
     /* the LayerNorm'd rows in the context's place, until attn writes it */
-    if (st == SGK_OK)
-        st = launch(c, q, SGK_CL_K_NORM,
-                    sgk_cl_args_norm(pr->k[SGK_CL_K_NORM].kernel, mem(a->nodes), w[SGK_CL_W_GAMMA], w[SGK_CL_W_BETA],
-                                     l->eps, ctx, p->ldc, rows, p->D, p->rt, p->smem_norm * sizeof(float)),
-                    p->groups_norm, 1);
+    sgk_status st = launch(c, q, SGK_CL_K_NORM,
+                           sgk_cl_args_norm(pr->k[SGK_CL_K_NORM].kernel, mem(a->nodes), w[SGK_CL_W_GAMMA],
+                                            w[SGK_CL_W_BETA], l->eps, ws, ctx0, p->ldc, rows, p->D, p->rt,
+                                            p->smem_norm * sizeof(float)),
+                           p->groups_norm, 1);
     if (st == SGK_OK)
         st = order(q, in_order, c);
     if (st == SGK_OK)
         st = launch(c, q, SGK_CL_K_PROJ,
-                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ctx, p->ldc, w[SGK_CL_W_WQKV], p->ldk, 0, ws, ws,
-                                     p->ldk, rows, p->D, p->ldk, p->mt, p->nt, sizeof(float)),
+                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ws, ctx0, p->ldc, w[SGK_CL_W_WQKV], p->ldk, 0, ws,
+                                     ws, p->ldk, rows, p->D, p->ldk, p->mt, p->nt, sizeof(float)),
                     p->groups_rows, p->groups_qkv);
     if (st == SGK_OK)
         st = order(q, in_order, c);
@@ -226,7 +225,7 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
         st = launch(c, q, SGK_CL_K_ATTN,
                     sgk_cl_args_attn(pr->k[SGK_CL_K_ATTN].kernel, ws, p->ldk, mem(a->pair_feats),
                                      (cl_int)l->dtype, mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
-                                     w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], ctx, p->ldc, p->N, p->D, p->H, p->P,
+                                     w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], ws, ctx0, p->ldc, p->N, p->D, p->H, p->P,
                                      p->tq, p->tqp, p->tk, p->qc, (cl_int)p->groups_q, p->scale,
                                      p->smem_attn * sizeof(float)),
                     p->groups_attn, 1);
@@ -234,13 +233,10 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
         st = order(q, in_order, c);
     if (st == SGK_OK)
         st = launch(c, q, SGK_CL_K_PROJ,
-                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ctx, p->ldc, w[SGK_CL_W_WO], p->ldo, 1,
+                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ws, ctx0, p->ldc, w[SGK_CL_W_WO], p->ldo, 1,
                                      mem(a->nodes), mem(a->out), p->D, rows, p->D, p->D, p->mt, p->nt,
                                      sizeof(float)),
                     p->groups_rows, p->groups_out);
-    /* enqueued work keeps the sub-buffer alive until it is done */
-    if (ctx)
-        clReleaseMemObject(ctx);
     return st;
 }
 

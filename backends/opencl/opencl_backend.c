@@ -200,25 +200,17 @@ static sgk_status device_repack(sgk_cl_layer *l, const sgk_repack_map *m)
     snprintf(l->map_reason, sizeof l->map_reason, "%s", m->reason);
     if (m->runs == NULL)
         return SGK_OK;
-    const size_t align = l->ctx->info.base_align / sizeof(float);
-    size_t count[SGK_SRC_COUNT], at = 0;
-    sgk_repack_sources(l->D, l->H, l->P, count);
-    for (int s = 0; s < SGK_SRC_COUNT; s++) {
-        l->stage_at[s] = at;
-        at += (count[s] + align - 1) / align * align;
-    }
+    const size_t at = sgk_repack_stage(l->D, l->H, l->P, l->ctx->info.base_align / sizeof(float), l->stage_at);
     const size_t bytes = m->count * 5 * sizeof(int64_t);
     int64_t *runs = host_alloc(bytes);
     if (runs == NULL)
         return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY,
                                       "opencl: cannot allocate the host memory for the repack map");
-    l->nruns = sgk_repack_kernel_runs(m, l->stage_at, runs);
+    sgk_repack_kernel_runs(m, l->stage_at, runs);
+    l->nruns = (int64_t)m->count;
     memcpy(l->scales, m->scales, sizeof l->scales);
     sgk_status st = SGK_OK;
-    if (l->nruns < 0)
-        snprintf(l->map_reason, sizeof l->map_reason, "the repack map has more scales than the "
-                 "repack kernel takes");
-    else if (l->nruns > l->ctx->prog.k[SGK_CL_K_REPACK].max_groups)
+    if (l->nruns > l->ctx->prog.k[SGK_CL_K_REPACK].max_groups)
         snprintf(l->map_reason, sizeof l->map_reason, "the repack map has more runs than one launch "
                  "of the repack kernel has groups");
     else

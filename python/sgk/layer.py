@@ -61,7 +61,8 @@ def _weight(weights, key, dtype):
     if a.dtype.kind not in "fiu":
         raise TypeError(f"weights[{key!r}] has dtype {a.dtype}: must be real numbers (converted to {dtype})")
     if dtype == "bfloat16":
-        return a.astype(np.uint16) if a.dtype == np.uint16 else to_bfloat16_bits(a.astype(np.float32))
+        return (np.require(a, np.uint16, ["C_CONTIGUOUS", "ALIGNED"]) if a.dtype == np.uint16
+                else to_bfloat16_bits(a.astype(np.float32)))
     return np.require(a, DTYPES[dtype][1], ["C_CONTIGUOUS", "ALIGNED"])
 
 

@@ -25,7 +25,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake as _is_fake
 
 from .. import _lib
-from ..layer import WEIGHTS, Layer
+from ..layer import DTYPES, WEIGHTS, Layer
 from . import reference
 
 # State-dict names and sgk_layer_desc fields, in the order the operator takes
@@ -36,7 +36,6 @@ FIELDS = tuple(WEIGHTS[k][0] for k in KEYS)
 _MASKS = {torch.float32: _lib.MASK_F32, torch.uint8: _lib.MASK_U8, torch.bool: _lib.MASK_U8}
 # torch dtypes of the weights and data -> sgk.Layer's dtype names
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_CODES = {"float32": _lib.DTYPE_F32, "bfloat16": _lib.DTYPE_BF16, "float16": _lib.DTYPE_F16}
 
 
 def _shapes(weights):
@@ -232,7 +231,7 @@ def _bind(state, nodes, weights, eps):
 def _repack(lib, b, weights, stream):
     L = b.layer
     desc = _lib.layer_desc(L.dim, L.pair_dim, L.heads, L.eps,
-                           {field: w.data_ptr() for field, w in zip(FIELDS, weights)}, _CODES[L.dtype])
+                           {field: w.data_ptr() for field, w in zip(FIELDS, weights)}, DTYPES[L.dtype][0])
     _lib.check(lib.sgk_layer_set_weights_device(b.handle, ctypes.byref(desc), stream))
 
 
