@@ -74,10 +74,11 @@ static sgk_status pick_variant(const sgk_layer *layer, int64_t B, int64_t N, int
         if (!ops->variant_supports(layer->blayer, layer->forced, B, N, &call->plan))
             return fail(report, SGK_ERR_UNSUPPORTED,
                         "variant \"%s\" (forced by sgk_layer_set_variant) does not support "
-                        "B=%lld, N=%lld with D=%lld, H=%lld, P=%lld; a forced variant never "
+                        "B=%lld, N=%lld with D=%lld, H=%lld, P=%lld in %s; a forced variant never "
                         "falls back to another",
                         sgk_variant_name(layer, layer->forced), (long long)B, (long long)N,
-                        (long long)layer->D, (long long)layer->H, (long long)layer->P);
+                        (long long)layer->D, (long long)layer->H, (long long)layer->P,
+                        sgk_dtype_name(layer->dtype));
         call->variant = layer->forced;
         return SGK_OK;
     }
@@ -101,9 +102,10 @@ static sgk_status pick_variant(const sgk_layer *layer, int64_t B, int64_t N, int
     }
     return fail(report, SGK_ERR_UNSUPPORTED,
                 "no variant of backend %s supports B=%lld, N=%lld with D=%lld, H=%lld, P=%lld "
-                "(%d variant%s tried)",
+                "in %s (%d variant%s tried)",
                 ops->name, (long long)B, (long long)N, (long long)layer->D, (long long)layer->H,
-                (long long)layer->P, layer->variant_count, layer->variant_count == 1 ? "" : "s");
+                (long long)layer->P, sgk_dtype_name(layer->dtype), layer->variant_count,
+                layer->variant_count == 1 ? "" : "s");
 }
 
 sgk_status sgk_check_shape(const sgk_layer *layer, int64_t B, int64_t N, size_t mask_elem,

@@ -223,6 +223,22 @@ static void test_rules(void **state)
     assert_non_null(strstr(sgk_last_error(), "out"));
     for (size_t i = 0; i < nn + 2; i++)
         assert_int_equal(out[i], 0x7fffu);
+    /* a variant that does not run the call (on cuda: the tuned ones, in
+     * 16-bit), forced: refused naming the dtype, out untouched */
+    const char *names[16];
+    int supported[16], count = 0;
+    assert_int_equal(sgk_layer_variants(layer, cs.B, cs.N, names, supported, 16, &count), SGK_OK);
+    for (int v = 0; v < count; v++) {
+        if (supported[v])
+            continue;
+        assert_int_equal(sgk_layer_set_variant(layer, names[v]), SGK_OK);
+        assert_int_equal(sgk_forward(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type, out + 1),
+                         SGK_ERR_UNSUPPORTED);
+        assert_non_null(strstr(sgk_last_error(), t == SGK_DTYPE_BF16 ? "SGK_DTYPE_BF16" : "SGK_DTYPE_F16"));
+        for (size_t i = 0; i < nn + 2; i++)
+            assert_int_equal(out[i], 0x7fffu);
+    }
+    assert_int_equal(sgk_layer_set_variant(layer, NULL), SGK_OK);
     /* new 16-bit weights, from host and device pointers: the same bits as a
      * layer built from them */
     {

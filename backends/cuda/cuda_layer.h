@@ -19,6 +19,10 @@ struct sgkc_layer {
     int device;
     int D, H, P, hd;
     float eps;
+    /* The dtype of weights, nodes, pair features and out. The packed
+     * weights are float whatever it is; only the generated variants run
+     * 16-bit layers (generic.cu). */
+    sgk_dtype dtype;
     /* One device allocation holds every packed array below (block_floats
      * floats), then the repack map. Kernels take weights only from here,
      * never by value, so that forwards captured in a CUDA graph see
@@ -72,6 +76,7 @@ struct sgkc_layer {
 
 struct sgkc_fwd {
     int64_t B, N;
+    /* float, or 16-bit elements of L->dtype (generic.cu alone runs those) */
     const float *nodes, *pair;
     const void *mask;
     int mask_u8; /* 0: float32 mask, 1: uint8 mask */
@@ -130,8 +135,8 @@ static inline T sgkc_plan_get(const sgk_backend_plan *plan)
 extern const sgkc_variant sgkc_variants[];
 extern const int sgkc_variant_count;
 
-/* Packs desc's host weights (PyTorch layout, F32, validated) into L's device
- * block. alloc_fail, when not NULL, is asked before the allocation (fault
+/* Packs desc's host weights (PyTorch layout, any dtype, validated; 16-bit
+ * ones widened to float first) into L's device block. alloc_fail, when not NULL, is asked before the allocation (fault
  * injection); a nonzero answer makes this return cudaErrorMemoryAllocation
  * without allocating. L->device must be current. Fills every field of L. */
 cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
@@ -140,8 +145,9 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
  * into the same block; returns once later work on any stream reads them.
  * alloc_fail as above. L->device must be current. */
 cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc, int (*alloc_fail)(void));
-/* The same from device weights of L's device, enqueued on s by the repack
- * map (L->map_runs not NULL); allocates and synchronises nothing. */
+/* The same from device weights of L's device (in L->dtype), enqueued on s
+ * by the repack map (L->map_runs not NULL); allocates and synchronises
+ * nothing. */
 cudaError_t sgkc_layer_repack_device(const sgkc_layer *L, const sgk_layer_desc *desc, cudaStream_t s);
 void sgkc_layer_release(sgkc_layer *L);
 

@@ -21,7 +21,7 @@ sgk_gen_packed sgkc_generic_layout(int D, int H, int P)
  * against 32 keys, shrunk by the plan to the shared memory. */
 static int plan_for(const sgkc_layer *L, sgk_plan_kind kind, int64_t B, int64_t N, sgk_plan *p)
 {
-    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, 0};
+    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, L->dtype != SGK_DTYPE_F32};
     return sgk_plan_make(kind, B, N, L->D, L->H, L->P, &lim, p);
 }
 
@@ -54,21 +54,39 @@ int sgkc_generic_tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backe
     return 1;
 }
 
-size_t sgkc_generic_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_backend_plan *plan)
+/* Byte offsets in the workspace of a 16-bit call's float nodes and out,
+ * after the plan's own parts, and its end. (The kernels widen the pair
+ * features as they stage them.) */
+struct wide_parts {
+    size_t nodes, out, end;
+};
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static wide_parts wide_layout(const sgk_plan &p, int D)
 {
-    sgk_plan p;
-    sgk_plan_load(plan, &p);
-    return p.workspace_bytes;
+    const size_t rows = (size_t)p.B * (size_t)p.N;
+    wide_parts w;
+    w.nodes = round_up(p.workspace_bytes, 256);
+    w.out = round_up(w.nodes + rows * (size_t)D * sizeof(float), 256);
+    w.end = w.out + rows * (size_t)D * sizeof(float);
+    return w;
 }
 
-cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
+size_t sgkc_generic_workspace(const sgkc_layer *L, int64_t, int64_t, const sgk_backend_plan *plan)
 {
     sgk_plan p;
     sgk_plan_load(plan, &p);
+    return L->dtype == SGK_DTYPE_F32 ? p.workspace_bytes : wide_layout(p, L->D).end;
+}
+
+/* The float kernels on f (nodes and out float; pair features of pair_dt). */
+static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_fwd *f, int pair_dt)
+{
     const float *w = L->kern;
     const sgk_gen_packed &o = L->kern_off;
     if (p.kind == SGK_PLAN_SMALL)
-        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes, f->pair, 0,
+        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes, f->pair, pair_dt,
                                 (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
                                 p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, f->out, p.N, p.D, p.H,
                                 p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
@@ -83,11 +101,49 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
                             w + o.wqkv, p.ldk, 0, ws, ws, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     if (e == cudaSuccess)
         e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
-                            f->pair, 0, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
+                            f->pair, pair_dt, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
                             w + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
                             p.scale);
     if (e == cudaSuccess)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
                             p.ldo, 1, f->nodes, f->out, p.D, rows, p.D, p.D, p.mt, p.nt);
+    return e;
+}
+
+/* n elements converted between float and the 16-bit dtype (widen: 16-bit
+ * src to float dst; else float src to 16-bit dst). */
+static cudaError_t convert(int widen, sgk_dtype dtype, const void *src, void *dst, size_t n, cudaStream_t s)
+{
+    if (n == 0)
+        return cudaSuccess;
+    const int per = 16 * k_threads;
+    const size_t groups = (n + per - 1) / per;
+    if (groups > INT_MAX)
+        return cudaErrorInvalidValue; /* the core's element limit keeps n far below this */
+    const int kind = dtype == SGK_DTYPE_F16;
+    return widen ? sgk_launch_widen16((int)groups, 1, k_threads, 0, s, (const unsigned short *)src, (float *)dst,
+                                      (sgk_off)n, kind, per)
+                 : sgk_launch_narrow16((int)groups, 1, k_threads, 0, s, (const float *)src, (unsigned short *)dst,
+                                       (sgk_off)n, kind, per);
+}
+
+cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
+{
+    sgk_plan p;
+    sgk_plan_load(plan, &p);
+    if (L->dtype == SGK_DTYPE_F32)
+        return run_float(L, p, f, SGK_DTYPE_F32);
+    /* A 16-bit call: nodes widened into the workspace, the float kernels,
+     * out narrowed from the workspace. */
+    const wide_parts w = wide_layout(p, L->D);
+    const size_t n = (size_t)p.B * (size_t)p.N * (size_t)L->D;
+    sgkc_fwd g = *f;
+    g.nodes = (const float *)((const char *)f->ws + w.nodes);
+    g.out = (float *)((char *)f->ws + w.out);
+    cudaError_t e = convert(1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
+    if (e == cudaSuccess)
+        e = run_float(L, p, &g, (int)L->dtype);
+    if (e == cudaSuccess)
+        e = convert(0, L->dtype, g.out, f->out, n, f->stream);
     return e;
 }

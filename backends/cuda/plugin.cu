@@ -5,6 +5,7 @@
  * context's device current and restores the caller's afterwards, since the
  * calling thread may be working on another device. */
 #include "cuda_layer.h"
+#include "generic.h"
 
 #include "sgk_backend.h"
 
@@ -168,8 +169,6 @@ static void sgkc_context_destroy(void *bctx)
 static sgk_status sgkc_layer_create(void *bctx, const sgk_layer_desc *desc, void **blayer)
 {
     const sgkc_context *c = (const sgkc_context *)bctx;
-    if (desc->dtype != SGK_DTYPE_F32)
-        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cuda: desc->dtype: only SGK_DTYPE_F32 is supported");
     if (desc->dim > 65536 || desc->pair_dim > 65536)
         return g_host->set_error(SGK_ERR_UNSUPPORTED,
                                  "cuda: desc->dim and desc->pair_dim must be at most 65536");
@@ -246,7 +245,12 @@ static int sgkc_variant_supports(void *blayer, int variant, int64_t B, int64_t N
 {
     if (variant < 0 || variant >= sgkc_variant_count)
         return 0;
-    return sgkc_variants[variant].plan((const sgkc_layer *)blayer, B, N, plan);
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    const sgkc_variant &v = sgkc_variants[variant];
+    /* 16-bit layers run on the generated kernels alone */
+    if (L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch)
+        return 0;
+    return v.plan(L, B, N, plan);
 }
 
 static int sgkc_variant_prefers(void *blayer, int variant, int64_t B, int64_t N,
@@ -386,6 +390,11 @@ static const sgk_backend_ops g_ops = {
     sgkc_set_weights,
     sgkc_set_weights_device,
     sgkc_variant_prefers,
+    NULL, /* training: the cpu backend's alone for now */
+    NULL,
+    NULL,
+    NULL,
+    SGK_DTYPE_BIT(SGK_DTYPE_F32) | SGK_DTYPE_BIT(SGK_DTYPE_BF16) | SGK_DTYPE_BIT(SGK_DTYPE_F16),
 };
 
 extern "C" __attribute__((visibility("default"))) const sgk_backend_ops *

@@ -18,6 +18,7 @@
 #include "mlp_tc.cuh"
 #include "sgemm.cuh"
 
+#include <cuda_fp16.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -1247,8 +1248,8 @@ static float *packed_on_host(const pack_layout &p, const sgk_layer_desc *desc, i
     return h;
 }
 
-cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
-                            int (*alloc_fail)(void))
+/* sgkc_layer_pack on float weights. */
+static cudaError_t pack_float(sgkc_layer *L, int device, const sgk_layer_desc *desc, int (*alloc_fail)(void))
 {
     memset(L, 0, sizeof *L);
     L->device = device;
@@ -1340,10 +1341,29 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     return cudaSuccess;
 }
 
-cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc, int (*alloc_fail)(void))
+cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *desc,
+                            int (*alloc_fail)(void))
+{
+    sgk_layer_desc f;
+    float *wide;
+    if (sgk_widen_desc(desc, &f, &wide, alloc_fail) != 0)
+        return cudaErrorMemoryAllocation;
+    const cudaError_t e = pack_float(L, device, &f, alloc_fail);
+    free(wide);
+    L->dtype = desc->dtype;
+    return e;
+}
+
+cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc16, int (*alloc_fail)(void))
 {
     const pack_layout p = layout_of(L);
+    sgk_layer_desc fdesc;
+    float *wide;
+    if (sgk_widen_desc(desc16, &fdesc, &wide, alloc_fail) != 0)
+        return cudaErrorMemoryAllocation;
+    const sgk_layer_desc *desc = &fdesc;
     float *h = packed_on_host(p, desc, alloc_fail);
+    free(wide);
     if (!h)
         return cudaErrorMemoryAllocation;
     /* From pageable memory cudaMemcpy may return before the copy has
@@ -1359,10 +1379,18 @@ cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc, in
 }
 
 /* The device repack: packed float first[r] + i of run r is source
- * runs[r].seg's element src + i * stride (times a scale). A thread a
- * packed float, found by a binary search over first. */
+ * runs[r].seg's element src + i * stride (times a scale), read as dtype's
+ * element and widened. A thread a packed float, found by a binary search
+ * over first. */
+/* A bf16 or f16 element (dtype) as float: exact either way. */
+static __device__ float sgkc_widen16(unsigned short h, int dtype)
+{
+    return dtype == SGK_DTYPE_BF16 ? __uint_as_float((unsigned)h << 16) : __half2float(__ushort_as_half(h));
+}
+
 struct sgkc_repack_args {
-    const float *src[SGK_SRC_COUNT];
+    const void *src[SGK_SRC_COUNT];
+    int dtype; /* sgk_dtype */
     float *dst;
     const sgk_repack_run *runs;
     const int64_t *first;
@@ -1384,7 +1412,9 @@ __global__ void __launch_bounds__(256) sgkc_repack_kernel(const __grid_constant_
         }
         const sgk_repack_run u = a.runs[lo];
         const int64_t i = t - __ldg(a.first + lo);
-        const float x = __ldg(a.src[u.seg] + u.src + i * u.stride);
+        const int64_t at = u.src + i * u.stride;
+        const float x = a.dtype == SGK_DTYPE_F32 ? __ldg((const float *)a.src[u.seg] + at)
+                                                 : sgkc_widen16(__ldg((const unsigned short *)a.src[u.seg] + at), a.dtype);
         a.dst[u.dst + i] = u.scale ? __fmul_rn(x, a.scales[u.scale]) : x;
     }
 }
@@ -1404,7 +1434,8 @@ cudaError_t sgkc_layer_repack_device(const sgkc_layer *L, const sgk_layer_desc *
     const void *src[SGK_SRC_COUNT];
     sgk_repack_pointers(desc, src);
     for (int i = 0; i < SGK_SRC_COUNT; i++)
-        a.src[i] = (const float *)src[i];
+        a.src[i] = src[i];
+    a.dtype = (int)L->dtype;
     a.dst = (float *)L->block;
     a.runs = L->map_runs;
     a.first = L->map_first;

@@ -10,7 +10,10 @@ extern "C" {
 #endif
 
 /* The kernels of kernels/relation.sgk. */
-enum { SGK_HIP_K_FUSED, SGK_HIP_K_NORM, SGK_HIP_K_PROJ, SGK_HIP_K_ATTN, SGK_HIP_K_REPACK, SGK_HIP_K_COUNT };
+enum {
+    SGK_HIP_K_FUSED, SGK_HIP_K_NORM, SGK_HIP_K_PROJ, SGK_HIP_K_ATTN, SGK_HIP_K_REPACK,
+    SGK_HIP_K_WIDEN, SGK_HIP_K_NARROW, SGK_HIP_K_COUNT
+};
 
 /* hipFuncGetAttributes of one kernel on the current device. It fails when
  * the plugin holds no code object for that device's architecture. */

@@ -19,6 +19,10 @@ extern "C" hipError_t sgk_hip_kernel_attributes(int kernel, hipFuncAttributes *a
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_attn));
     case SGK_HIP_K_REPACK:
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_repack));
+    case SGK_HIP_K_WIDEN:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_widen16));
+    case SGK_HIP_K_NARROW:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_narrow16));
     }
     return hipErrorInvalidValue;
 }

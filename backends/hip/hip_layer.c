@@ -19,13 +19,15 @@ enum { V_TILED, V_SMALL, V_COUNT };
 static const char *const k_variants[V_COUNT] = { [V_TILED] = "tiled", [V_SMALL] = "small" };
 
 /* Device memory of a layer, one allocation: the packed weights (plan.h,
- * sgk_gen_pack), then for new weights from device buffers the repack
- * map's runs as the generated `repack` kernel reads them, and a stage
- * that the ten sources are copied into (source s at float stage_at[s]). */
+ * sgk_gen_pack; float whatever the dtype), then for new weights from
+ * device buffers the repack map's runs as the generated `repack` kernel
+ * reads them, and a stage that the ten sources are copied (or widened)
+ * into (source s at float stage_at[s]). */
 typedef struct hip_layer {
     const sgk_hip_ctx *ctx;
     int64_t D, H, P;
     float eps;
+    sgk_dtype dtype; /* of weights, nodes, pair features and out */
     sgk_gen_packed off;
     float *w;
     const int64_t *runs; /* NULL where there is no device repack (map_reason says why) */
@@ -65,13 +67,31 @@ static sgk_status repack_plan(hip_layer *l, const sgk_repack_map *m, int64_t **h
     return SGK_OK;
 }
 
-sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **out)
+/* desc with 16-bit weights widened to float (*wide to free; NULL for F32). */
+static sgk_status widened(const sgk_layer_desc *desc, sgk_layer_desc *f, float **wide)
+{
+    if (sgk_widen_desc(desc, f, wide, host()->alloc_should_fail) != 0)
+        return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
+                                 "hip: cannot allocate the host memory to widen the weights to float");
+    return SGK_OK;
+}
+
+sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc16, void **out)
 {
     const sgk_hip_ctx *c = bctx;
+    sgk_layer_desc fdesc;
+    float *wide;
+    sgk_status st0 = widened(desc16, &fdesc, &wide);
+    if (st0 != SGK_OK)
+        return st0;
+    const sgk_layer_desc *desc = &fdesc;
     hip_layer *l = sgk_hip_host_alloc(sizeof *l);
-    if (l == NULL)
+    if (l == NULL) {
+        free(wide);
         return host()->set_error(SGK_ERR_OUT_OF_MEMORY, "hip: cannot allocate the layer");
+    }
     l->ctx = c;
+    l->dtype = desc16->dtype;
     l->D = desc->dim;
     l->H = desc->heads;
     l->P = desc->pair_dim;
@@ -81,14 +101,17 @@ sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **o
     float *packed = sgk_hip_host_alloc(bytes);
     if (packed == NULL) {
         free(l);
+        free(wide);
         return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
                                  "hip: cannot allocate %zu bytes of host memory to pack the weights",
                                  bytes);
     }
     sgk_gen_pack(desc, &l->off, packed);
     sgk_repack_map map;
-    if (sgk_repack_map_build(desc, sgk_gen_pack_fn, &l->off, l->off.total, packed,
-                             host()->alloc_should_fail, &map) != 0) {
+    const int mapped = sgk_repack_map_build(desc, sgk_gen_pack_fn, &l->off, l->off.total, packed,
+                                            host()->alloc_should_fail, &map);
+    free(wide);
+    if (mapped != 0) {
         free(packed);
         free(l);
         return host()->set_error(SGK_ERR_OUT_OF_MEMORY,
@@ -137,7 +160,7 @@ sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **o
     return SGK_OK;
 }
 
-sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc)
+sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc16)
 {
     hip_layer *l = bl;
     const sgk_hip_ctx *c = l->ctx;
@@ -148,7 +171,15 @@ sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc)
                                  "hip: cannot allocate %zu bytes of host memory to pack the "
                                  "weights",
                                  bytes);
-    sgk_gen_pack(desc, &l->off, packed);
+    sgk_layer_desc desc;
+    float *wide;
+    sgk_status st0 = widened(desc16, &desc, &wide);
+    if (st0 != SGK_OK) {
+        free(packed);
+        return st0;
+    }
+    sgk_gen_pack(&desc, &l->off, packed);
+    free(wide);
     char where[400];
     snprintf(where, sizeof where, " writing %zu bytes of packed weights on device %d \"%s\"",
              bytes, c->device, c->label);
@@ -166,8 +197,25 @@ sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc)
     }
     free(packed);
     if (st == SGK_OK)
-        l->eps = desc->eps;
+        l->eps = desc.eps;
     return st;
+}
+
+/* n elements converted on stream s between float and the layer's 16-bit
+ * dtype: widen (16-bit src, float dst) or narrow (float src, 16-bit dst). */
+static hipError_t convert(const hip_layer *l, int widen, const void *src, void *dst, size_t n, hipStream_t s)
+{
+    if (n == 0)
+        return hipSuccess;
+    const sgk_hip_kernel *k = &l->ctx->k[widen ? SGK_HIP_K_WIDEN : SGK_HIP_K_NARROW];
+    int64_t per = 16 * (int64_t)k->threads;
+    if (((int64_t)n + per - 1) / per > k->max_groups0)
+        per = ((int64_t)n + k->max_groups0 - 1) / k->max_groups0;
+    if (per > INT32_MAX)
+        return hipErrorInvalidValue;
+    const int groups = (int)(((int64_t)n + per - 1) / per), kind = l->dtype == SGK_DTYPE_F16;
+    return widen ? sgk_launch_widen16(groups, 1, k->threads, sizeof(float), s, src, dst, (sgk_off)n, kind, (int)per)
+                 : sgk_launch_narrow16(groups, 1, k->threads, sizeof(float), s, src, dst, (sgk_off)n, kind, (int)per);
 }
 
 /* The sources into the stage, then the repack kernel, all on stream. */
@@ -189,8 +237,10 @@ sgk_status sgk_hip_set_weights_device(void *bl, const sgk_layer_desc *desc, void
     hipError_t err = hipSuccess;
     const char *call = "hipMemcpyAsync";
     for (int s = 0; s < SGK_SRC_COUNT && err == hipSuccess; s++)
-        err = hipMemcpyAsync(l->stage + l->stage_at[s], src[s], count[s] * sizeof(float),
-                             hipMemcpyDeviceToDevice, (hipStream_t)stream);
+        err = l->dtype == SGK_DTYPE_F32
+                  ? hipMemcpyAsync(l->stage + l->stage_at[s], src[s], count[s] * sizeof(float),
+                                   hipMemcpyDeviceToDevice, (hipStream_t)stream)
+                  : convert(l, 1, src[s], l->stage + l->stage_at[s], count[s], (hipStream_t)stream);
     if (err == hipSuccess) {
         call = "launching the repack kernel";
         err = sgk_launch_repack((int)l->nruns, 1, c->k[SGK_HIP_K_REPACK].threads, sizeof(float),
@@ -239,7 +289,7 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
 {
     const sgk_hip_kernel *k = l->ctx->k;
-    sgk_limits lim = { 0, 0, SGK_GEN_PAD, 256, 64, 64, 16, 32, 0 };
+    sgk_limits lim = { 0, 0, SGK_GEN_PAD, 256, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32 };
     if (v == V_SMALL) {
         const sgk_hip_kernel *f = &k[SGK_HIP_K_FUSED];
         lim.local_bytes = f->local_bytes;
@@ -261,16 +311,35 @@ int sgk_hip_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backend_
     return 1;
 }
 
+/* Byte offsets in the workspace of a 16-bit call's float nodes and out,
+ * after the plan's own parts, and its end. (The kernels widen the pair
+ * features as they stage them.) */
+typedef struct wide_parts {
+    size_t nodes, out, end;
+} wide_parts;
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static wide_parts wide_layout(const hip_layer *l, const sgk_plan *p)
+{
+    const size_t rows = (size_t)p->B * (size_t)p->N;
+    wide_parts w;
+    w.nodes = round_up(p->workspace_bytes, 256);
+    w.out = round_up(w.nodes + rows * (size_t)l->D * sizeof(float), 256);
+    w.end = w.out + rows * (size_t)l->D * sizeof(float);
+    return w;
+}
+
 size_t sgk_hip_workspace_size(void *bl, int v, int64_t B, int64_t N,
                               const sgk_backend_plan *plan)
 {
-    (void)bl;
     (void)v;
     (void)B;
     (void)N;
+    const hip_layer *l = bl;
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return p.workspace_bytes;
+    return l->dtype == SGK_DTYPE_F32 ? p.workspace_bytes : wide_layout(l, &p).end;
 }
 
 static sgk_status launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0,
@@ -288,7 +357,7 @@ static sgk_status launch_failed(const hip_layer *l, const char *kernel, hipError
 /* Each launcher returns hipGetLastError() of its launch. The tiled path's
  * kernels follow each other on the same stream, so each sees what the one
  * before wrote. */
-static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *a)
+static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *a, int pair_dt)
 {
     const sgk_hip_kernel *k = l->ctx->k;
     hipStream_t s = (hipStream_t)a->stream;
@@ -300,7 +369,7 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
     if (p->kind == SGK_PLAN_SMALL) {
         const sgk_hip_kernel *kf = &k[SGK_HIP_K_FUSED];
         err = sgk_launch_fused((int)p->B, 1, kf->threads, p->smem_fused * sizeof(float), s, a->nodes,
-                               a->pair_feats, 0, mask, mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
+                               a->pair_feats, pair_dt, mask, mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
                                p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2, w + o.wo, p->ldo, a->out, p->N,
                                p->D, p->H, p->P, p->ldk, p->ldc, p->tq, p->tqp, p->tk, p->qc, l->eps, p->scale);
         if (err != hipSuccess)
@@ -321,7 +390,7 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
     if (err != hipSuccess)
         return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, 1);
     err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, ws, p->ldk,
-                          a->pair_feats, 0, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
+                          a->pair_feats, pair_dt, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                           ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
                           p->scale);
     if (err != hipSuccess)
@@ -343,7 +412,30 @@ sgk_status sgk_hip_forward(void *bl, int v, const sgk_backend_plan *plan, const 
     sgk_status st = sgk_hip_enter(l->ctx->device, &g);
     if (st != SGK_OK)
         return st;
-    st = enqueue(l, &p, a);
+    if (l->dtype == SGK_DTYPE_F32) {
+        st = enqueue(l, &p, a, SGK_DTYPE_F32);
+        sgk_hip_leave(&g);
+        return st;
+    }
+    /* A 16-bit call: nodes widened into the workspace, the float kernels,
+     * out narrowed from the workspace. */
+    const wide_parts w = wide_layout(l, &p);
+    const size_t n = (size_t)p.B * (size_t)p.N * (size_t)l->D;
+    sgk_fwd f = *a;
+    f.nodes = (char *)a->workspace + w.nodes;
+    f.out = (char *)a->workspace + w.out;
+    hipError_t err = convert(l, 1, a->nodes, (void *)f.nodes, n, (hipStream_t)a->stream);
+    if (err == hipSuccess) {
+        st = enqueue(l, &p, &f, (int)l->dtype);
+        if (st == SGK_OK)
+            err = convert(l, 0, f.out, a->out, n, (hipStream_t)a->stream);
+    }
     sgk_hip_leave(&g);
+    if (err != hipSuccess) {
+        char where[400];
+        snprintf(where, sizeof where, " converting 16-bit values on device %d \"%s\"", l->ctx->device,
+                 l->ctx->label);
+        return sgk_hip_fail(SGK_ERR_BACKEND, "launching a kernel", err, where);
+    }
     return st;
 }
