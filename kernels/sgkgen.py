@@ -443,17 +443,21 @@ def emit_c_dispatch(name, params):
         "void sgk_cpu_%s(int threads, int ng0, int ng1, float *pool, size_t smem_floats, %s)\n{\n"
         "    void (*sgk_group)(int, int, float *, %s) = sgk_group_%s_base;\n"
         "#if SGK_X86\n    const int level = sgk_cpu_isa();\n    sgk_group = %s;\n#endif\n"
-        "    /* no more threads than groups: the others would only be woken */\n"
-        "    const int64_t sgk_groups = (int64_t)ng0 * ng1;\n"
-        "    const int sgk_nt = sgk_groups < threads ? (int)sgk_groups : threads;\n"
-        "    (void)sgk_nt;\n"
-        "#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(sgk_nt > 0 ? sgk_nt : 1)\n"
+        "    /* Every region with the same team, however few its groups: libgomp\n"
+        "     * ends the threads a smaller team leaves out and starts them again\n"
+        "     * for the next larger one, at a thread creation each. One group\n"
+        "     * runs on the calling thread. */\n"
+        "    if ((int64_t)ng0 * ng1 == 1) {\n"
+        "        sgk_group(0, 0, pool, %s);\n"
+        "        return;\n"
+        "    }\n"
+        "#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(threads > 0 ? threads : 1)\n"
         "    for (int sgk_g1 = 0; sgk_g1 < ng1; ++sgk_g1)\n"
         "        for (int sgk_g0 = 0; sgk_g0 < ng0; ++sgk_g0) {\n"
         "#ifdef _OPENMP\n            float *sgk_sm = pool + (size_t)omp_get_thread_num() * smem_floats;\n"
         "#else\n            float *sgk_sm = pool;\n#endif\n"
         "            sgk_group(sgk_g0, sgk_g1, sgk_sm, %s);\n"
-"        }\n}\n\n" % (name, sig, ", ".join(t for _, _, t, _ in plain), name, pick, args))
+"        }\n}\n\n" % (name, sig, ", ".join(t for _, _, t, _ in plain), name, pick, args, args))
 
 
 # host types of the kernels' scalar parameters, for clSetKernelArg
