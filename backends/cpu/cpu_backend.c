@@ -224,6 +224,13 @@ static sgk_status cpu_set_weights_device(void *bl, const sgk_layer_desc *desc16,
 static int cpu_variant_count(void *bl) { (void)bl; return V_COUNT; }
 static const char *cpu_variant_name(void *bl, int v) { (void)bl; return k_variants[v]; }
 
+/* Groups of a projection of rows x cols in tiles of mt x nt. */
+static int64_t proj_groups(int64_t rows, int64_t cols, int mt, int nt)
+{
+    const int64_t m = rows < mt ? rows : mt;
+    return (rows + m - 1) / m * ((cols + nt - 1) / nt);
+}
+
 static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
 {
     /* 16-bit pair features are widened tile by tile in local memory */
@@ -237,6 +244,14 @@ static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
     const int64_t want = 2 * (int64_t)l->ctx->threads;
     while (lim.tq > 8 && B * ((N + lim.tq - 1) / lim.tq) < want)
         lim.tq /= 2;
+    /* and projection tiles small enough that the output projection (D
+     * columns, the narrower of the two) has two groups a thread: columns
+     * down to one AVX-512 register tile's 32, then rows down to its 8 */
+    const int64_t rows = B * N;
+    while (lim.nt > 32 && proj_groups(rows, l->D, lim.mt, lim.nt) < want)
+        lim.nt /= 2;
+    while (lim.mt > 8 && proj_groups(rows, l->D, lim.mt, lim.nt) < want)
+        lim.mt /= 2;
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
