@@ -236,6 +236,14 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     plan->groups_out = (D + plan->nt - 1) / plan->nt;
     plan->groups_q = (N + plan->tq - 1) / plan->tq;
     plan->groups_attn = plan->groups_q * B;
+    /* too few query tiles for the device: split the keys, at most a key
+     * tile a range */
+    const int64_t kt = (N + plan->tk - 1) / plan->tk;
+    int64_t ks = 1;
+    if (lim->min_groups > plan->groups_attn)
+        ks = min64((lim->min_groups + plan->groups_attn - 1) / plan->groups_attn, kt);
+    plan->ks = (int)ks;
+    plan->groups_attn *= ks;
     if (plan->groups_norm > lim->max_groups || plan->groups_rows > lim->max_groups ||
         plan->groups_qkv > lim->max_groups || plan->groups_attn > lim->max_groups ||
         plan->groups_attn > INT_MAX)
@@ -245,5 +253,12 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
         return 0;
     plan->ctx_offset = round_up((size_t)rows * (size_t)ldk * sizeof(float), align);
     plan->workspace_bytes = plan->ctx_offset + (size_t)rows * (size_t)ldc * sizeof(float);
+    if (ks > 1) {
+        /* ks <= kt <= N, so this is at most N times the context's floats */
+        if ((size_t)rows > SIZE_MAX / 4 / (size_t)ks / ((size_t)(ldc + 2 * H) * sizeof(float)))
+            return 0;
+        plan->part_offset = round_up(plan->workspace_bytes, align);
+        plan->workspace_bytes = plan->part_offset + (size_t)ks * (size_t)rows * (size_t)(ldc + 2 * H) * sizeof(float);
+    }
     return 1;
 }

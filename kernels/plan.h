@@ -67,6 +67,8 @@ typedef struct sgk_limits {
     int mt, nt;           /* projection tile (rows, columns) */
     int tq, tk;           /* attention tile (queries, keys) to start from */
     int pair16;           /* 1: the pair features are 16-bit, widened into local memory */
+    int64_t min_groups;   /* tiled: attn groups that keep the device busy; fewer query
+                           * tiles split the keys (0: never) */
 } sgk_limits;
 
 typedef enum { SGK_PLAN_SMALL = 0, SGK_PLAN_TILED = 1 } sgk_plan_kind;
@@ -88,11 +90,16 @@ typedef struct sgk_plan {
     int64_t groups_qkv;      /* tiled: column tiles of the Q/K/V projection */
     int64_t groups_out;      /* tiled: column tiles of the output projection */
     int64_t groups_q;        /* tiled: query tiles per batch entry */
-    int64_t groups_attn;     /* tiled: attn groups, groups_q * B */
+    int64_t groups_attn;     /* tiled: attn groups, ks * groups_q * B */
+    int ks;                  /* tiled: key ranges a query tile's keys split into (1: none) */
     /* tiled: bytes into the workspace where the context begins (before it,
      * Q/K/V rows of ldk); the LayerNorm'd rows take the context's place
      * until the attention writes it */
     size_t ctx_offset;
+    /* tiled, ks > 1: bytes into the workspace where attn's partial states
+     * begin (ks x rows contexts of ldc, then ks x rows x H maxima and as
+     * many sums), which `combine` reduces into the context */
+    size_t part_offset;
     size_t workspace_bytes;
 } sgk_plan;
 

@@ -23,8 +23,8 @@ static const sgk_host *g_host;
  * "tiled" a tile's scratch. Tiles: 64 x 128 projection tiles (eight
  * register rows of the AVX-512 instance, four of its column groups), 32
  * queries (the widest register row) against 64 keys. */
-static const sgk_limits k_small_limits = {1u << 20, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0};
-static const sgk_limits k_tiled_limits = {512u << 10, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0};
+static const sgk_limits k_small_limits = {1u << 20, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0, 0};
+static const sgk_limits k_tiled_limits = {512u << 10, INT_MAX, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0, 0};
 
 static const char *const k_variants[] = {"small", "tiled"};
 enum { V_SMALL, V_TILED, V_COUNT };
@@ -244,6 +244,7 @@ static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
     const int64_t want = 2 * (int64_t)l->ctx->threads;
     while (lim.tq > 8 && B * ((N + lim.tq - 1) / lim.tq) < want)
         lim.tq /= 2;
+    lim.min_groups = want; /* and then the keys split */
     /* and projection tiles small enough that the output projection (D
      * columns, the narrower of the two) has two groups a thread: columns
      * down to one AVX-512 register tile's 32, then rows down to its 8 */
@@ -356,7 +357,11 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
                  p.ldk, 0, ws, ws, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, ws, p.ldk, a->pair_feats, (int)l->dtype,
                  a->edge_mask, mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, ws, ctx0, p.ldc, p.N,
-                 p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale);
+                 p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale, p.ks,
+                 (sgk_off)(p.part_offset / sizeof(float)), rows);
+    if (p.ks > 1)
+        sgk_cpu_combine(threads, (int)p.groups_norm, 1, pool_mem, pool, ws, ctx0, p.ldc,
+                        (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt);
     sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ws, ctx0, p.ldc, w + o.wo, p.ldo,
                  1, a->nodes, a->out, p.D, rows, p.D, p.D, p.mt, p.nt);
     return SGK_OK;

@@ -21,7 +21,9 @@ sgk_gen_packed sgkc_generic_layout(int D, int H, int P)
  * against 32 keys, shrunk by the plan to the shared memory. */
 static int plan_for(const sgkc_layer *L, sgk_plan_kind kind, int64_t B, int64_t N, sgk_plan *p)
 {
-    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, L->dtype != SGK_DTYPE_F32};
+    /* attn groups: two an SM, the keys split where query tiles are fewer */
+    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, L->dtype != SGK_DTYPE_F32,
+                            2 * (int64_t)L->sm_count};
     return sgk_plan_make(kind, B, N, L->D, L->H, L->P, &lim, p);
 }
 
@@ -103,7 +105,10 @@ static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_
         e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
                             f->pair, pair_dt, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
                             w + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
-                            p.scale);
+                            p.scale, p.ks, (sgk_off)(p.part_offset / sizeof(float)), rows);
+    if (e == cudaSuccess && p.ks > 1)
+        e = sgk_launch_combine((int)p.groups_norm, 1, k_threads, 0, f->stream, ws, ctx0, p.ldc,
+                               (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt);
     if (e == cudaSuccess)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
                             p.ldo, 1, f->nodes, f->out, p.D, rows, p.D, p.D, p.mt, p.nt);

@@ -21,7 +21,7 @@ SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 const sgk_host *sgk_hip_host;
 
 static const char *const k_kernel_names[SGK_HIP_K_COUNT] = { "fused", "norm", "proj", "attn", "repack",
-                                                                  "widen16", "narrow16" };
+                                                                  "widen16", "narrow16", "combine" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 is four
@@ -199,6 +199,7 @@ static sgk_status describe_device(sgk_hip_ctx *c)
         return st;
     device_label(&p, c->label, sizeof c->label);
     c->wavefront = p.warpSize > 0 ? p.warpSize : 1;
+    c->units = p.multiProcessorCount > 0 ? p.multiProcessorCount : 1;
     for (int i = 0; i < SGK_HIP_K_COUNT && st == SGK_OK; i++)
         st = kernel_shape(c, &p, i);
     return st;

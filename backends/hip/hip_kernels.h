@@ -12,7 +12,7 @@ extern "C" {
 /* The kernels of kernels/relation.sgk. */
 enum {
     SGK_HIP_K_FUSED, SGK_HIP_K_NORM, SGK_HIP_K_PROJ, SGK_HIP_K_ATTN, SGK_HIP_K_REPACK,
-    SGK_HIP_K_WIDEN, SGK_HIP_K_NARROW, SGK_HIP_K_COUNT
+    SGK_HIP_K_WIDEN, SGK_HIP_K_NARROW, SGK_HIP_K_COMBINE, SGK_HIP_K_COUNT
 };
 
 /* hipFuncGetAttributes of one kernel on the current device. It fails when

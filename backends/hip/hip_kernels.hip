@@ -23,6 +23,8 @@ extern "C" hipError_t sgk_hip_kernel_attributes(int kernel, hipFuncAttributes *a
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_widen16));
     case SGK_HIP_K_NARROW:
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_narrow16));
+    case SGK_HIP_K_COMBINE:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_combine));
     }
     return hipErrorInvalidValue;
 }

@@ -289,7 +289,8 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
 {
     const sgk_hip_kernel *k = l->ctx->k;
-    sgk_limits lim = { 0, 0, SGK_GEN_PAD, 256, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32 };
+    /* attn groups: two a compute unit, the keys split where query tiles are fewer */
+    sgk_limits lim = { 0, 0, SGK_GEN_PAD, 256, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32, 2 * (int64_t)l->ctx->units };
     if (v == V_SMALL) {
         const sgk_hip_kernel *f = &k[SGK_HIP_K_FUSED];
         lim.local_bytes = f->local_bytes;
@@ -298,7 +299,8 @@ static int plan_for(const hip_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
     }
     const sgk_hip_kernel *nm = &k[SGK_HIP_K_NORM], *pj = &k[SGK_HIP_K_PROJ], *at = &k[SGK_HIP_K_ATTN];
     lim.local_bytes = nm->local_bytes < at->local_bytes ? nm->local_bytes : at->local_bytes;
-    lim.max_groups = min64(min64(nm->max_groups0, pj->max_groups0), at->max_groups0);
+    lim.max_groups = min64(min64(nm->max_groups0, pj->max_groups0),
+                           min64(at->max_groups0, k[SGK_HIP_K_COMBINE].max_groups0));
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
@@ -392,9 +394,16 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
     err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, ws, p->ldk,
                           a->pair_feats, pair_dt, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                           ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
-                          p->scale);
+                          p->scale, p->ks, (sgk_off)(p->part_offset / sizeof(float)), rows);
     if (err != hipSuccess)
         return launch_failed(l, "attn", err, (int)p->groups_attn, 1, ka, p->smem_attn);
+    if (p->ks > 1) {
+        const sgk_hip_kernel *kc = &k[SGK_HIP_K_COMBINE];
+        err = sgk_launch_combine((int)p->groups_norm, 1, kc->threads, sizeof(float), s, ws, ctx0, p->ldc,
+                                 (sgk_off)(p->part_offset / sizeof(float)), p->ks, rows, p->D, p->H, p->rt);
+        if (err != hipSuccess)
+            return launch_failed(l, "combine", err, (int)p->groups_norm, 1, kc, 1);
+    }
     err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, sizeof(float), s, ws, ctx0, p->ldc,
                           w + o.wo, p->ldo, 1, a->nodes, a->out, p->D, rows, p->D, p->D, p->mt, p->nt);
     if (err != hipSuccess)

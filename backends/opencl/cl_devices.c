@@ -143,6 +143,7 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info)
         { CL_DEVICE_OPENCL_C_VERSION, "CL_DEVICE_OPENCL_C_VERSION", sizeof cver - 1, cver },
         { CL_DEVICE_MEM_BASE_ADDR_ALIGN, "CL_DEVICE_MEM_BASE_ADDR_ALIGN", sizeof info->base_align,
           &info->base_align },
+        { CL_DEVICE_MAX_COMPUTE_UNITS, "CL_DEVICE_MAX_COMPUTE_UNITS", sizeof info->units, &info->units },
     };
     for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
         cl_int err = clGetDeviceInfo(d->device, q[i].what, q[i].size, q[i].dst, NULL);

@@ -173,15 +173,13 @@ static sgk_status order(cl_command_queue q, int in_order, const sgk_cl_ctx *c)
 static sgk_status launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_int err, int64_t groups0,
                          int64_t groups1)
 {
-    static const char *const names[SGK_CL_K_COUNT] = { "fused", "norm", "proj", "attn", "widen16",
-                                                      "narrow16", "repack" };
     const sgk_cl_kernel *k = &c->prog.k[which];
     if (err != CL_SUCCESS)
-        return launch_failed("clSetKernelArg", err, names[which], c);
+        return launch_failed("clSetKernelArg", err, sgk_cl_kernel_names[which], c);
     const size_t global[2] = { (size_t)groups0 * k->local, (size_t)groups1 }, local[2] = { k->local, 1 };
     err = clEnqueueNDRangeKernel(q, k->kernel, groups1 > 1 ? 2 : 1, NULL, global, local, 0, NULL, NULL);
     if (err != CL_SUCCESS)
-        return launch_failed("clEnqueueNDRangeKernel", err, names[which], c);
+        return launch_failed("clEnqueueNDRangeKernel", err, sgk_cl_kernel_names[which], c);
     return SGK_OK;
 }
 
@@ -226,9 +224,18 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
                     sgk_cl_args_attn(pr->k[SGK_CL_K_ATTN].kernel, ws, p->ldk, mem(a->pair_feats),
                                      (cl_int)l->dtype, mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
                                      w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], ws, ctx0, p->ldc, p->N, p->D, p->H, p->P,
-                                     p->tq, p->tqp, p->tk, p->qc, (cl_int)p->groups_q, p->scale,
-                                     p->smem_attn * sizeof(float)),
+                                     p->tq, p->tqp, p->tk, p->qc, (cl_int)p->groups_q, p->scale, p->ks,
+                                     (cl_long)(p->part_offset / sizeof(float)), rows, p->smem_attn * sizeof(float)),
                     p->groups_attn, 1);
+    if (st == SGK_OK && p->ks > 1) {
+        st = order(q, in_order, c);
+        if (st == SGK_OK)
+            st = launch(c, q, SGK_CL_K_COMBINE,
+                        sgk_cl_args_combine(pr->k[SGK_CL_K_COMBINE].kernel, ws, ctx0, p->ldc,
+                                            (cl_long)(p->part_offset / sizeof(float)), p->ks, rows, p->D, p->H,
+                                            p->rt, sizeof(float)),
+                        p->groups_norm, 1);
+    }
     if (st == SGK_OK)
         st = order(q, in_order, c);
     if (st == SGK_OK)

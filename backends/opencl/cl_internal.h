@@ -43,6 +43,7 @@ typedef struct sgk_cl_devinfo {
     cl_ulong max_alloc;     /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     cl_bool compiler;       /* CL_DEVICE_COMPILER_AVAILABLE */
     cl_uint base_align;     /* CL_DEVICE_MEM_BASE_ADDR_ALIGN, in bytes: sub-buffer origins */
+    cl_uint units;          /* CL_DEVICE_MAX_COMPUTE_UNITS */
     int c_major, c_minor;   /* from CL_DEVICE_OPENCL_C_VERSION */
     char label[256];
 } sgk_cl_devinfo;
@@ -52,7 +53,9 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info);
 /* ---- cl_program.c: the generated kernels, built per context ------------- */
 
 enum { SGK_CL_K_FUSED, SGK_CL_K_NORM, SGK_CL_K_PROJ, SGK_CL_K_ATTN, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_REPACK,
-       SGK_CL_K_COUNT };
+       SGK_CL_K_COMBINE, SGK_CL_K_COUNT };
+/* Their names in the program (cl_program.c). */
+extern const char *const sgk_cl_kernel_names[SGK_CL_K_COUNT];
 
 typedef struct sgk_cl_kernel {
     cl_kernel kernel;

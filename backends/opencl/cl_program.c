@@ -9,8 +9,8 @@
 #include "cl_internal.h"
 #include "relation_cl_source.h"
 
-static const char *const k_kernel_names[SGK_CL_K_COUNT] = { "fused", "norm", "proj", "attn", "widen16",
-                                                              "narrow16", "repack" };
+const char *const sgk_cl_kernel_names[SGK_CL_K_COUNT] = { "fused", "norm", "proj", "attn", "widen16",
+                                                           "narrow16", "repack", "combine" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 keeps
@@ -134,16 +134,16 @@ sgk_status sgk_cl_program_build(cl_context ctx, cl_device_id dev, const sgk_cl_d
         return st;
     }
     for (int i = 0; i < SGK_CL_K_COUNT; i++) {
-        out->k[i].kernel = clCreateKernel(out->program, k_kernel_names[i], &err);
+        out->k[i].kernel = clCreateKernel(out->program, sgk_cl_kernel_names[i], &err);
         sgk_status st = SGK_OK;
         if (out->k[i].kernel == NULL || err != CL_SUCCESS) {
             char where[320];
-            snprintf(where, sizeof where, "for kernel %s on device \"%s\"", k_kernel_names[i],
+            snprintf(where, sizeof where, "for kernel %s on device \"%s\"", sgk_cl_kernel_names[i],
                      info->label);
             out->k[i].kernel = NULL;
             st = sgk_cl_fail("clCreateKernel", err, where);
         } else {
-            st = kernel_shape(&out->k[i], k_kernel_names[i], dev, info);
+            st = kernel_shape(&out->k[i], sgk_cl_kernel_names[i], dev, info);
         }
         if (st != SGK_OK) {
             sgk_cl_program_release(out);

@@ -295,7 +295,9 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan)
 {
     const sgk_cl_program *pr = &l->ctx->prog;
-    sgk_limits lim = { 0, 0, SGK_GEN_PAD, l->ctx->info.base_align, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32 };
+    /* attn groups: two a compute unit, the keys split where query tiles are fewer */
+    sgk_limits lim = { 0, 0, SGK_GEN_PAD, l->ctx->info.base_align, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32,
+                       2 * (int64_t)l->ctx->info.units };
     if (v == SGK_CL_V_SMALL) {
         const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
         lim.local_bytes = k->local_bytes;
@@ -304,7 +306,8 @@ static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan 
     }
     const sgk_cl_kernel *kn = &pr->k[SGK_CL_K_NORM], *kp = &pr->k[SGK_CL_K_PROJ], *ka = &pr->k[SGK_CL_K_ATTN];
     lim.local_bytes = kn->local_bytes < ka->local_bytes ? kn->local_bytes : ka->local_bytes;
-    lim.max_groups = min64(min64(kn->max_groups, kp->max_groups), ka->max_groups);
+    lim.max_groups = min64(min64(kn->max_groups, kp->max_groups),
+                           min64(ka->max_groups, pr->k[SGK_CL_K_COMBINE].max_groups));
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, plan);
 }
 

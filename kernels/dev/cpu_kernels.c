@@ -46,7 +46,7 @@ int main(int argc, char **argv)
     const int64_t B = atoll(argv[1]), N = atoll(argv[2]), D = atoll(argv[3]), H = atoll(argv[4]),
                   P = atoll(argv[5]);
     const int threads = argc > 6 ? atoi(argv[6]) : 1;
-    const sgk_limits lim = {512u << 10, 1 << 30, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0};
+    const sgk_limits lim = {512u << 10, 1 << 30, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0, 0};
     sgk_plan p;
     if (!sgk_plan_make(SGK_PLAN_TILED, B, N, D, H, P, &lim, &p)) {
         fprintf(stderr, "no tiled plan for this shape\n");
@@ -91,7 +91,7 @@ int main(int argc, char **argv)
         t[2] = now();
         sgk_cpu_attn(threads, (int)p.groups_attn, 1, pm, pool, ws, p.ldk, pair, 0, mask, 1, pk + o.w1, p.ldp,
                      pk + o.b1, pk + o.w2, p.ldh, pk + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk,
-                     p.qc, (int)p.groups_q, p.scale);
+                     p.qc, (int)p.groups_q, p.scale, 1, 0, nrows);
         t[3] = now();
         sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pm, pool, ws, ctx0, p.ldc, pk + o.wo, p.ldo, 1,
                      nodes, out, p.D, nrows, p.D, p.D, p.mt, p.nt);
