@@ -12,6 +12,9 @@
 #   bash tools/h200.sh bench [PRESETS]   sgk-bench (default every preset) on BENCH_BACKENDS
 #                                        (default cuda,opencl; BENCH_VARIANTS=a,b only those),
 #                                        into h200-sgk.json/.txt
+#   bash tools/h200.sh generated [PRESETS]  sgk-bench of the generated kernels (small, tiled) on cuda
+#                                        and NVIDIA's OpenCL in fp32 and bf16 (default seed, mid,
+#                                        large, s02, s12, s13), into gen-f32/gen-bf16.json/.txt
 #   bash tools/h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options),
 #                                        into h200-torch.json/.txt
 #   bash tools/h200.sh results           what bench/results/ files for the H200, in one call:
@@ -105,6 +108,13 @@ bench)
   [ -n "${BENCH_VARIANTS:-}" ] && variants=(--variant "$BENCH_VARIANTS")
   build/bench/sgk-bench --backend "${BENCH_BACKENDS:-cuda,opencl}" --preset "$presets" "${variants[@]}" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
   stamp "sgk-bench rc=$?"; cut -c1-200 "$O/h200-sgk.txt";;
+generated)
+  presets=$(echo "${*:-seed mid large s02 s12 s13}" | tr ' ' ',')
+  for dt in f32 bf16; do
+    build/bench/sgk-bench --backend cuda,opencl --variant small,tiled --dtype $dt --preset "$presets" \
+        --json "$O/gen-$dt.json" > "$O/gen-$dt.txt" 2>&1
+    stamp "sgk-bench generated $dt rc=$?"; grep -E "^(cuda|opencl) " "$O/gen-$dt.txt" | cut -c1-200
+  done;;
 torch)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
       ${TORCH_ARGS:-} --json "$O/h200-torch.json" > "$O/h200-torch.txt" 2>&1
@@ -171,7 +181,7 @@ attncheck)
   # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
   dev_check attn_check "${1:-7}";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
