@@ -153,7 +153,7 @@ static int64_t up64(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc, const sgk_limits *lim)
 {
     const int64_t tqp = up64(tq, lim->pad), D = p->D, H = p->H;
-    const int64_t pf = lim->pair16 ? qc * tk * p->P : 0;
+    const int64_t pf = lim->wide16 ? qc * tk * p->P : 0;
     return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->P + H) + tk * tqp + tqp + tk + pf);
 }
 
@@ -178,6 +178,22 @@ static int attn_tile(sgk_plan *p, const sgk_limits *lim, int64_t N, size_t budge
     p->tk = (int)tk;
     p->qc = (int)qc;
     p->smem_attn = attn_floats(p, tq, tk, qc, lim);
+    return 1;
+}
+
+/* A 16-bit layer's nodes and out as floats after the plan's own parts of
+ * the workspace; 0 when they do not fit a size_t. */
+static int add_wide(sgk_plan *plan, const sgk_limits *lim, int64_t rows)
+{
+    if (!lim->wide16)
+        return 1;
+    const size_t align = lim->align < sizeof(float) ? sizeof(float) : lim->align;
+    const size_t bytes = (size_t)plan->D * sizeof(float);
+    if ((size_t)rows > (SIZE_MAX / 4 - plan->workspace_bytes) / 2 / bytes)
+        return 0;
+    plan->wide_nodes = round_up(plan->workspace_bytes, align);
+    plan->wide_out = round_up(plan->wide_nodes + (size_t)rows * bytes, align);
+    plan->workspace_bytes = plan->wide_out + (size_t)rows * bytes;
     return 1;
 }
 
@@ -218,7 +234,7 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
         if (held + ln > budget || !attn_tile(plan, lim, N, budget, held))
             return 0;
         plan->smem_fused = held + (ln > plan->smem_attn ? ln : plan->smem_attn);
-        return 1;
+        return add_wide(plan, lim, B * N);
     }
 
     /* Tiled: norm's groups of up to 8 rows, the projections' tiles as lim
@@ -260,5 +276,5 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
         plan->part_offset = round_up(plan->workspace_bytes, align);
         plan->workspace_bytes = plan->part_offset + (size_t)ks * (size_t)rows * (size_t)(ldc + 2 * H) * sizeof(float);
     }
-    return 1;
+    return add_wide(plan, lim, rows);
 }

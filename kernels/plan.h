@@ -66,7 +66,8 @@ typedef struct sgk_limits {
     size_t align;         /* bytes: where the workspace's parts may begin */
     int mt, nt;           /* projection tile (rows, columns) */
     int tq, tk;           /* attention tile (queries, keys) to start from */
-    int pair16;           /* 1: the pair features are 16-bit, widened into local memory */
+    int wide16;           /* 1: a bf16 or f16 layer: the pair features widened into local
+                           * memory, nodes and out into the workspace */
     int64_t min_groups;   /* tiled: attn groups that keep the device busy; fewer query
                            * tiles split the keys (0: never) */
 } sgk_limits;
@@ -100,6 +101,9 @@ typedef struct sgk_plan {
      * begin (ks x rows contexts of ldc, then ks x rows x H maxima and as
      * many sums), which `combine` reduces into the context */
     size_t part_offset;
+    /* 16-bit layers (limits.wide16): bytes into the workspace of nodes and
+     * out as floats, which the conversion kernels fill and read; 0 else */
+    size_t wide_nodes, wide_out;
     size_t workspace_bytes;
 } sgk_plan;
 

@@ -233,9 +233,8 @@ static int64_t proj_groups(int64_t rows, int64_t cols, int mt, int nt)
 
 static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
 {
-    /* 16-bit pair features are widened tile by tile in local memory */
     sgk_limits lim = v == V_SMALL ? k_small_limits : k_tiled_limits;
-    lim.pair16 = l->dtype != SGK_DTYPE_F32;
+    lim.wide16 = l->dtype != SGK_DTYPE_F32;
     if (v == V_SMALL)
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
     /* query tiles small enough that attn has two groups a thread, down to
@@ -277,7 +276,7 @@ static int cpu_variant_prefers(void *bl, int v, int64_t B, int64_t N, const sgk_
     return v != V_SMALL || B >= 2 * (int64_t)l->ctx->threads || !plan_for(l, V_TILED, B, N, &p);
 }
 
-/* Floats of per-thread local memory, after the tiled path's workspace. */
+/* Floats of per-thread local memory, after the plan's workspace. */
 static size_t pool_floats(const sgk_plan *p)
 {
     if (p->kind == SGK_PLAN_SMALL)
@@ -285,45 +284,38 @@ static size_t pool_floats(const sgk_plan *p)
     return p->smem_norm > p->smem_attn ? p->smem_norm : p->smem_attn;
 }
 
-/* Floats of the widened nodes and out of a 16-bit call, ahead of the float
- * path's workspace; 0 for F32. (The pair features are widened tile by tile
- * in local memory.) */
-static size_t wide_floats(const cpu_layer *l, int64_t B, int64_t N)
-{
-    if (l->dtype == SGK_DTYPE_F32)
-        return 0;
-    return 2 * (size_t)B * (size_t)N * (size_t)l->D;
-}
-
 static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N,
                                  const sgk_backend_plan *plan)
 {
     (void)v;
+    (void)B;
+    (void)N;
     const cpu_layer *l = bl;
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return (wide_floats(l, B, N) + (size_t)l->ctx->threads * pool_floats(&p)) * sizeof(float) +
-           p.workspace_bytes;
+    return (size_t)l->ctx->threads * pool_floats(&p) * sizeof(float) + p.workspace_bytes;
 }
 
 static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, const sgk_fwd *a);
 
-/* 16-bit calls widen nodes into the workspace, run the float path on them
- * (which widens the pair features as it stages them), and round its out
- * back: SPEC's fp32 accumulation, with every input exactly the caller's
- * value. */
+/* 16-bit calls widen nodes into the workspace (where the plan puts them),
+ * run the float path on them (which widens the pair features as it stages
+ * them), and round its out back: SPEC's fp32 accumulation, with every
+ * input exactly the caller's value. */
 static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, const sgk_fwd *a)
 {
     (void)v;
     const cpu_layer *l = bl;
     if (l->dtype == SGK_DTYPE_F32)
         return forward_f32(l, plan, a);
+    sgk_plan p;
+    sgk_plan_load(plan, &p);
     const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
-    float *nodes = a->workspace, *out = nodes + nd;
+    float *nodes = (float *)((char *)a->workspace + p.wide_nodes);
+    float *out = (float *)((char *)a->workspace + p.wide_out);
     sgk_fwd f = *a;
     f.nodes = nodes;
     f.out = out;
-    f.workspace = out + nd;
     widen(l->dtype, a->nodes, nodes, nd, l->ctx->threads);
     sgk_status st = forward_f32(l, plan, &f);
     narrow(l->dtype, out, a->out, nd, l->ctx->threads);
@@ -339,15 +331,15 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
     const int threads = l->ctx->threads;
     const int mask_u8 = a->mask_type == SGK_MASK_U8;
     const size_t pool = pool_floats(&p);
+    float *pool_mem = (float *)((char *)a->workspace + p.workspace_bytes);
     if (p.kind == SGK_PLAN_SMALL) {
-        sgk_cpu_fused(threads, (int)p.B, 1, a->workspace, pool, a->nodes, a->pair_feats, (int)l->dtype, a->edge_mask,
+        sgk_cpu_fused(threads, (int)p.B, 1, pool_mem, pool, a->nodes, a->pair_feats, (int)l->dtype, a->edge_mask,
                       mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1, p.ldp, w + o.b1, w + o.w2,
                       p.ldh, w + o.b2, w + o.wo, p.ldo, a->out, p.N, p.D, p.H, p.P, p.ldk, p.ldc, p.tq,
                       p.tqp, p.tk, p.qc, l->eps, p.scale);
         return SGK_OK;
     }
     float *ws = a->workspace;
-    float *pool_mem = (float *)((char *)a->workspace + p.workspace_bytes);
     const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float));
     const int rows = (int)(p.B * p.N);
     /* the LayerNorm'd rows in the context's place, until attn writes it */

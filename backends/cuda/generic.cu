@@ -56,30 +56,11 @@ int sgkc_generic_tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backe
     return 1;
 }
 
-/* Byte offsets in the workspace of a 16-bit call's float nodes and out,
- * after the plan's own parts, and its end. (The kernels widen the pair
- * features as they stage them.) */
-struct wide_parts {
-    size_t nodes, out, end;
-};
-
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-static wide_parts wide_layout(const sgk_plan &p, int D)
-{
-    const size_t rows = (size_t)p.B * (size_t)p.N;
-    wide_parts w;
-    w.nodes = round_up(p.workspace_bytes, 256);
-    w.out = round_up(w.nodes + rows * (size_t)D * sizeof(float), 256);
-    w.end = w.out + rows * (size_t)D * sizeof(float);
-    return w;
-}
-
-size_t sgkc_generic_workspace(const sgkc_layer *L, int64_t, int64_t, const sgk_backend_plan *plan)
+size_t sgkc_generic_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_backend_plan *plan)
 {
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return L->dtype == SGK_DTYPE_F32 ? p.workspace_bytes : wide_layout(p, L->D).end;
+    return p.workspace_bytes;
 }
 
 /* The float kernels on f (nodes and out float; pair features of pair_dt). */
@@ -138,13 +119,12 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
     sgk_plan_load(plan, &p);
     if (L->dtype == SGK_DTYPE_F32)
         return run_float(L, p, f, SGK_DTYPE_F32);
-    /* A 16-bit call: nodes widened into the workspace, the float kernels,
-     * out narrowed from the workspace. */
-    const wide_parts w = wide_layout(p, L->D);
+    /* A 16-bit call: nodes widened into the workspace (where the plan puts
+     * them), the float kernels, out narrowed from the workspace. */
     const size_t n = (size_t)p.B * (size_t)p.N * (size_t)L->D;
     sgkc_fwd g = *f;
-    g.nodes = (const float *)((const char *)f->ws + w.nodes);
-    g.out = (float *)((char *)f->ws + w.out);
+    g.nodes = (const float *)((const char *)f->ws + p.wide_nodes);
+    g.out = (float *)((char *)f->ws + p.wide_out);
     cudaError_t e = convert(1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
     if (e == cudaSuccess)
         e = run_float(L, p, &g, (int)L->dtype);

@@ -313,35 +313,16 @@ int sgk_hip_variant_supports(void *bl, int v, int64_t B, int64_t N, sgk_backend_
     return 1;
 }
 
-/* Byte offsets in the workspace of a 16-bit call's float nodes and out,
- * after the plan's own parts, and its end. (The kernels widen the pair
- * features as they stage them.) */
-typedef struct wide_parts {
-    size_t nodes, out, end;
-} wide_parts;
-
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-static wide_parts wide_layout(const hip_layer *l, const sgk_plan *p)
-{
-    const size_t rows = (size_t)p->B * (size_t)p->N;
-    wide_parts w;
-    w.nodes = round_up(p->workspace_bytes, 256);
-    w.out = round_up(w.nodes + rows * (size_t)l->D * sizeof(float), 256);
-    w.end = w.out + rows * (size_t)l->D * sizeof(float);
-    return w;
-}
-
 size_t sgk_hip_workspace_size(void *bl, int v, int64_t B, int64_t N,
                               const sgk_backend_plan *plan)
 {
+    (void)bl;
     (void)v;
     (void)B;
     (void)N;
-    const hip_layer *l = bl;
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return l->dtype == SGK_DTYPE_F32 ? p.workspace_bytes : wide_layout(l, &p).end;
+    return p.workspace_bytes;
 }
 
 static sgk_status launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0,
@@ -428,11 +409,10 @@ sgk_status sgk_hip_forward(void *bl, int v, const sgk_backend_plan *plan, const 
     }
     /* A 16-bit call: nodes widened into the workspace, the float kernels,
      * out narrowed from the workspace. */
-    const wide_parts w = wide_layout(l, &p);
     const size_t n = (size_t)p.B * (size_t)p.N * (size_t)l->D;
     sgk_fwd f = *a;
-    f.nodes = (char *)a->workspace + w.nodes;
-    f.out = (char *)a->workspace + w.out;
+    f.nodes = (char *)a->workspace + p.wide_nodes;
+    f.out = (char *)a->workspace + p.wide_out;
     hipError_t err = convert(l, 1, a->nodes, (void *)f.nodes, n, (hipStream_t)a->stream);
     if (err == hipSuccess) {
         st = enqueue(l, &p, &f, (int)l->dtype);

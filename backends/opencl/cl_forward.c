@@ -78,30 +78,6 @@ static const char *elem_unit(const sgk_cl_layer *l)
     return l->dtype == SGK_DTYPE_BF16 ? "bf16 values" : l->dtype == SGK_DTYPE_F16 ? "f16 values" : "floats";
 }
 
-static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-/* Byte offsets in the workspace of a 16-bit call's float nodes and out,
- * and the end; each origin a multiple of the device's sub-buffer
- * alignment. (The kernels widen the pair features as they stage them.) */
-typedef struct wide_parts {
-    size_t nodes, out, end;
-} wide_parts;
-
-static wide_parts wide_layout(const sgk_cl_layer *l, const sgk_plan *p)
-{
-    const size_t a = l->ctx->info.base_align, rows = (size_t)p->B * (size_t)p->N;
-    wide_parts w;
-    w.nodes = round_up(p->workspace_bytes, a);
-    w.out = round_up(w.nodes + rows * (size_t)l->D * sizeof(float), a);
-    w.end = w.out + rows * (size_t)l->D * sizeof(float);
-    return w;
-}
-
-size_t sgk_cl_workspace_bytes(const sgk_cl_layer *l, const sgk_plan *p)
-{
-    return l->dtype == SGK_DTYPE_F32 ? p->workspace_bytes : wide_layout(l, p).end;
-}
-
 static sgk_status check_args(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
                              cl_command_queue q, int *in_order)
 {
@@ -110,7 +86,7 @@ static sgk_status check_args(const sgk_cl_layer *l, const sgk_plan *p, const sgk
     const size_t rows = (size_t)a->B * (size_t)a->N;
     const size_t pairs = rows * (size_t)a->N;
     const size_t mask_elem = a->mask_type == SGK_MASK_U8 ? 1 : f;
-    const size_t ws = sgk_cl_workspace_bytes(l, p);
+    const size_t ws = p->workspace_bytes;
     char what[2][40];
     snprintf(what[0], sizeof what[0], "B*N*D %s", elem_unit(l));
     snprintf(what[1], sizeof what[1], "B*N*N*P %s", elem_unit(l));
@@ -286,12 +262,11 @@ static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_
                             cl_command_queue q, int in_order)
 {
     const sgk_cl_ctx *c = l->ctx;
-    const wide_parts w = wide_layout(l, p);
     const size_t nd = (size_t)p->B * (size_t)p->N * (size_t)l->D;
     cl_mem wn = NULL, wo = NULL;
-    sgk_status st = sub_buffer(c, a->workspace, w.nodes, nd * sizeof(float), &wn);
+    sgk_status st = sub_buffer(c, a->workspace, p->wide_nodes, nd * sizeof(float), &wn);
     if (st == SGK_OK)
-        st = sub_buffer(c, a->workspace, w.out, nd * sizeof(float), &wo);
+        st = sub_buffer(c, a->workspace, p->wide_out, nd * sizeof(float), &wo);
     if (st == SGK_OK)
         st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->nodes), wn, nd, q);
     if (st == SGK_OK)

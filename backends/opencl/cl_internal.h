@@ -124,9 +124,6 @@ enum { SGK_CL_V_TILED, SGK_CL_V_SMALL, SGK_CL_V_COUNT };
 
 /* ---- cl_forward.c ---------------------------------------------------------- */
 
-/* The workspace of a call: the plan's, then (16-bit layers) nodes and out
- * as floats, each at a sub-buffer origin. */
-size_t sgk_cl_workspace_bytes(const sgk_cl_layer *l, const sgk_plan *p);
 
 /* Enqueues the plan that variant_supports made (an sgk_plan, plan.h). */
 sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *plan,

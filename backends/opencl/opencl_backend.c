@@ -329,7 +329,7 @@ static size_t cl_workspace_size(void *bl, int v, int64_t B, int64_t N,
     (void)N;
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return sgk_cl_workspace_bytes(bl, &p);
+    return p.workspace_bytes;
 }
 
 /* ---- memory ------------------------------------------------------------- */
