@@ -261,7 +261,7 @@ typedef struct sgk_grads {
  * each (batch, head, row)'s softmax log-sum-exp, B*H*N floats, never the
  * (B, H, N, N) scores or bias, which the backward recomputes from the
  * inputs. SGK_ERR_UNSUPPORTED where the layer's backend has no backward
- * (today every backend but cpu). */
+ * (today cuda, hip, and layers of a 16-bit dtype). */
 SGK_EXPORT sgk_status sgk_saved_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes);
 
 /* sgk_forward that also writes saved (sgk_saved_size bytes, host memory,
@@ -278,9 +278,11 @@ SGK_EXPORT sgk_status sgk_forward_train(sgk_layer *layer, int64_t B, int64_t N,
  * argument). nodes, pair_feats and edge_mask must be those the forward
  * saw, and saved what sgk_forward_train wrote for them with the layer's
  * current weights. Masked pairs and rows with no edge get zero gradient;
- * a non-finite input spreads only where it does in the forward. The
- * result is the same bit for bit run after run, whatever the thread
- * count. */
+ * b2's is zero exactly (the softmax ignores a shift common to a row), or
+ * NaN where a row's is not finite; a non-finite input spreads only where
+ * it does in the forward. Every sum has a fixed order, so the result is
+ * the same bit for bit run after run on one context (the order follows
+ * its thread count or device, as the forward's does). */
 SGK_EXPORT sgk_status sgk_backward(sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
                                    const void *pair_feats, const void *edge_mask,
                                    sgk_mask_type mask_type, const void *saved,

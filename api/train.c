@@ -1,8 +1,9 @@
 /* The training calls: sgk_saved_size, sgk_train_workspace_size,
  * sgk_forward_train[_device] and sgk_backward[_device]. The forward's
- * argument checks, then the backend's ABI 4 ops (host-memory backends
- * only, for now): the host forms allocate the workspace, the device forms
- * take the caller's. */
+ * argument checks, then the backend's ABI 4 ops: the device forms on the
+ * caller's pointers and workspace; the host forms on a workspace
+ * allocated here and, on a backend of device memory, through device
+ * copies of every buffer (outputs written only once all has succeeded). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +20,7 @@ static sgk_status require_backward(const sgk_layer *layer, const char *call)
                              call, sgk_dtype_name(layer->dtype));
     if (ops->saved_size == NULL || ops->train_workspace_size == NULL || ops->forward_train == NULL ||
         ops->backward == NULL)
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "%s: backend %s has no backward yet (the cpu backend has one)", call,
-                             ops->name);
-    if (!ops->host_memory)
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "%s: backend %s works on device memory, and the training calls run "
-                             "only on host-memory backends (cpu) for now",
-                             call, ops->name);
+        return sgk_set_error(SGK_ERR_UNSUPPORTED, "%s: backend %s has no backward", call, ops->name);
     return SGK_OK;
 }
 
@@ -40,8 +34,10 @@ typedef struct buf {
 
 /* Alignment of every buffer given (NULL ones are not wanted), then
  * overlaps: inputs, bufs[0 .. first_out), are only read and may share
- * memory; an output may meet no other buffer. */
-static sgk_status check_buffers(const buf *bufs, int n, int first_out)
+ * memory; an output may meet no other buffer. Device pointers may be
+ * opaque handles (OpenCL): there (ranges 0) only the same pointer twice is
+ * caught. */
+static sgk_status check_buffers(const buf *bufs, int n, int first_out, int ranges)
 {
     for (int i = 0; i < n; i++) {
         if (bufs[i].ptr == NULL)
@@ -53,7 +49,8 @@ static sgk_status check_buffers(const buf *bufs, int n, int first_out)
     for (int i = first_out; i < n; i++)
         for (int j = 0; j < n && bufs[i].ptr != NULL; j++)
             if (j != i && bufs[j].ptr != NULL &&
-                sgk_ranges_overlap(bufs[i].ptr, bufs[i].bytes, bufs[j].ptr, bufs[j].bytes))
+                (ranges ? sgk_ranges_overlap(bufs[i].ptr, bufs[i].bytes, bufs[j].ptr, bufs[j].bytes)
+                        : bufs[i].ptr == bufs[j].ptr))
                 return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                                      "%s overlaps %s: each output must be a buffer of its own",
                                      bufs[i].name, bufs[j].name);
@@ -145,6 +142,10 @@ static sgk_status workspace_for(const sgk_layer *layer, const char *name, int64_
     if (st != SGK_OK)
         return st;
     if (host) {
+        if (!layer->ops->host_memory) { /* with the device copies (run_staged) */
+            *ws = NULL;
+            return SGK_OK;
+        }
         *ws = *owned = sgk_malloc(need ? need : 1);
         if (*owned == NULL)
             return sgk_set_error(SGK_ERR_OUT_OF_MEMORY,
@@ -153,7 +154,7 @@ static sgk_status workspace_for(const sgk_layer *layer, const char *name, int64_
         return SGK_OK;
     }
     st = sgk_check_workspace(name, "sgk_train_workspace_size", need, B, N, workspace,
-                             workspace_bytes, 16, "the training calls keep doubles in it");
+                             workspace_bytes, 16, "the training calls take it aligned to 16 bytes");
     if (st != SGK_OK)
         return st;
     *ws = workspace;
@@ -177,6 +178,89 @@ SGK_EXPORT sgk_status sgk_train_workspace_size(sgk_layer *layer, int64_t B, int6
     if (st == SGK_OK)
         *bytes = need;
     return st;
+}
+
+/* A host form's buffers on a backend of device memory: n of them, inputs
+ * (in set) copied to device buffers, outputs (out set) copied back through
+ * one host staging block and written to the caller's only once every step
+ * has succeeded; NULL ones left out. */
+typedef struct staged {
+    const void *in;
+    void *out;
+    size_t bytes;
+    void *dev;
+} staged;
+
+typedef sgk_status (*staged_op)(sgk_layer *layer, sgk_fwd *args, staged *b, void *user);
+
+static sgk_status run_staged(sgk_layer *layer, const char *name, sgk_fwd *args, staged *b, int n,
+                             size_t ws_bytes, staged_op op, void *user)
+{
+    const sgk_backend_ops *ops = layer->ops;
+    void *bctx = layer->ctx->bctx;
+    size_t out_bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (b[i].out)
+            out_bytes += b[i].bytes;
+    unsigned char *staging = sgk_malloc(out_bytes ? out_bytes : 1);
+    if (staging == NULL)
+        return sgk_set_error(SGK_ERR_OUT_OF_MEMORY, "%s: out of memory allocating %zu bytes to stage the outputs",
+                             name, out_bytes);
+    uint64_t serial = sgk_error_serial();
+    const char *step = "mem_alloc";
+    void *ws = NULL;
+    sgk_status st = ops->mem_alloc(bctx, ws_bytes ? ws_bytes : 1, &ws);
+    for (int i = 0; i < n && st == SGK_OK; i++)
+        if (b[i].in || b[i].out)
+            st = ops->mem_alloc(bctx, b[i].bytes ? b[i].bytes : 1, &b[i].dev);
+    if (st == SGK_OK)
+        step = "copy_to_device";
+    for (int i = 0; i < n && st == SGK_OK; i++)
+        if (b[i].in)
+            st = ops->copy_to_device(bctx, b[i].dev, b[i].in, b[i].bytes);
+    if (st == SGK_OK) {
+        step = name;
+        args->workspace = ws;
+        args->workspace_bytes = ws_bytes;
+        args->stream = NULL;
+        st = op(layer, args, b, user);
+    }
+    if (st == SGK_OK) {
+        step = "synchronize";
+        st = ops->synchronize(bctx);
+    }
+    size_t at = 0;
+    if (st == SGK_OK)
+        step = "copy_to_host";
+    for (int i = 0; i < n && st == SGK_OK; i++)
+        if (b[i].out) {
+            st = ops->copy_to_host(bctx, staging + at, b[i].dev, b[i].bytes);
+            at += b[i].bytes;
+        }
+    st = sgk_backend_result(st, serial, ops, step);
+    at = 0;
+    for (int i = 0; i < n; i++) {
+        if (st == SGK_OK && b[i].out)
+            memcpy(b[i].out, staging + at, b[i].bytes);
+        if (b[i].out)
+            at += b[i].bytes;
+        if (b[i].dev)
+            ops->mem_free(bctx, b[i].dev);
+    }
+    if (ws)
+        ops->mem_free(bctx, ws);
+    free(staging);
+    return st;
+}
+
+static sgk_status staged_forward_train(sgk_layer *layer, sgk_fwd *args, staged *b, void *user)
+{
+    (void)user;
+    args->nodes = b[0].dev;
+    args->pair_feats = b[1].dev;
+    args->edge_mask = b[2].dev;
+    args->out = b[3].dev;
+    return layer->ops->forward_train(layer->blayer, args, b[4].dev);
 }
 
 static sgk_status forward_train(int host, sgk_layer *layer, int64_t B, int64_t N,
@@ -207,13 +291,25 @@ static sgk_status forward_train(int host, sgk_layer *layer, int64_t B, int64_t N
         { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
     memcpy(bufs + n_in, outs, sizeof outs);
-    st = check_buffers(bufs, n_in + 3, n_in);
+    st = check_buffers(bufs, n_in + 3, n_in, host || layer->ops->host_memory);
     void *owned = NULL;
     if (st == SGK_OK)
         st = workspace_for(layer, name, B, N, host, workspace, workspace_bytes, &args.workspace,
                            &owned);
     if (st != SGK_OK)
         return st;
+    if (host && !layer->ops->host_memory) {
+        size_t need = 0;
+        st = train_need(layer, name, B, N, &need);
+        staged b[] = { { nodes, NULL, call.nodes_bytes, NULL },
+                       { pair_feats, NULL, call.pair_bytes, NULL },
+                       { edge_mask, NULL, call.mask_bytes, NULL },
+                       { NULL, out, call.nodes_bytes, NULL },
+                       { NULL, saved, sbytes, NULL } };
+        if (st == SGK_OK)
+            st = run_staged(layer, "forward_train", &args, b, 5, need, staged_forward_train, NULL);
+        return st;
+    }
     args.out = out;
     args.stream = stream;
     uint64_t serial = sgk_error_serial();
@@ -239,6 +335,20 @@ SGK_EXPORT sgk_status sgk_forward_train_device(sgk_layer *layer, int64_t B, int6
 {
     return forward_train(0, layer, B, N, nodes, pair_feats, edge_mask, mask_type, out, saved,
                          workspace, workspace_bytes, stream);
+}
+
+static sgk_status staged_backward(sgk_layer *layer, sgk_fwd *args, staged *b, void *user)
+{
+    (void)user;
+    args->nodes = b[0].dev;
+    args->pair_feats = b[1].dev;
+    args->edge_mask = b[2].dev;
+    sgk_grads g;
+    void **slot[12] = { &g.nodes, &g.pair_feats, &g.ln_gamma, &g.ln_beta, &g.wq, &g.wk,
+                        &g.wv,    &g.wo,         &g.w1,       &g.b1,      &g.w2, &g.b2 };
+    for (int i = 0; i < 12; i++)
+        *slot[i] = b[5 + i].dev;
+    return layer->ops->backward(layer->blayer, args, b[3].dev, b[4].dev, &g);
 }
 
 static sgk_status backward(int host, sgk_layer *layer, int64_t B, int64_t N, const void *nodes,
@@ -285,13 +395,31 @@ static sgk_status backward(int host, sgk_layer *layer, int64_t B, int64_t N, con
         { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
     memcpy(bufs + n_in, rest, sizeof rest);
-    st = check_buffers(bufs, n_in + (int)(sizeof rest / sizeof rest[0]), n_in + 2);
+    st = check_buffers(bufs, n_in + (int)(sizeof rest / sizeof rest[0]), n_in + 2,
+                       host || layer->ops->host_memory);
     void *owned = NULL;
     if (st == SGK_OK)
         st = workspace_for(layer, name, B, N, host, workspace, workspace_bytes, &args.workspace,
                            &owned);
     if (st != SGK_OK)
         return st;
+    if (host && !layer->ops->host_memory) {
+        size_t need = 0;
+        st = train_need(layer, name, B, N, &need);
+        staged b[17] = { { nodes, NULL, call.nodes_bytes, NULL },
+                         { pair_feats, NULL, call.pair_bytes, NULL },
+                         { edge_mask, NULL, call.mask_bytes, NULL },
+                         { saved, NULL, sbytes, NULL },
+                         { d_out, NULL, call.nodes_bytes, NULL } };
+        for (int i = 0; i < 12; i++) { /* the gradients, in sgk_grads' order as in rest[] */
+            const buf *r = &rest[2 + i];
+            staged s = { NULL, (void *)r->ptr, r->bytes, NULL };
+            b[5 + i] = s;
+        }
+        if (st == SGK_OK)
+            st = run_staged(layer, "backward", &args, b, 17, need, staged_backward, NULL);
+        return st;
+    }
     args.stream = stream;
     uint64_t serial = sgk_error_serial();
     st = layer->ops->backward(layer->blayer, &args, saved, d_out, grads);

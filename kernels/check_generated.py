@@ -2,7 +2,7 @@
 """Checks that sgkgen.py is deterministic: for every target, two fresh runs
 give the same bytes, and those bytes are what the build compiled.
 
-    check_generated.py SGKGEN RELATION_SGK BUILD_KERNELS_DIR
+    check_generated.py SGKGEN SOURCE.sgk... BUILD_KERNELS_DIR
 """
 import hashlib
 import os
@@ -13,14 +13,14 @@ import tempfile
 BUILT = {"c": "relation_c.c", "cuda": "relation_cuda.cu", "hip": "relation_hip.hip", "opencl": "relation.cl"}
 
 
-def main(gen, src, built_dir):
+def main(gen, srcs, built_dir):
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
         for target, name in BUILT.items():
             outs = []
             for run in (1, 2):
                 path = os.path.join(tmp, "%s.%d" % (target, run))
-                subprocess.run([sys.executable, gen, "--target", target, src, path], check=True)
+                subprocess.run([sys.executable, gen, "--target", target] + srcs + [path], check=True)
                 outs.append(open(path, "rb").read())
             digest = hashlib.sha256(outs[0]).hexdigest()[:16]
             same = outs[0] == outs[1]
@@ -33,4 +33,4 @@ def main(gen, src, built_dir):
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(sys.argv[1], sys.argv[2:-1], sys.argv[-1]))

@@ -104,6 +104,7 @@ sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t a
     p.ldo = sgk_row_length(D, pad);
     p.ldp = sgk_row_length(P, pad);
     p.ldh = sgk_row_length(H, pad);
+    p.ldd = sgk_row_length(D + pad, pad);
     size_t o = 0;
     p.gamma = o; o = round_up(o + d, a);
     p.beta = o;  o = round_up(o + d, a);
@@ -113,6 +114,10 @@ sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t a
     p.b1 = o;    o = round_up(o + (size_t)p.ldp, a);
     p.w2 = o;    o = round_up(o + (size_t)P * (size_t)p.ldh, a);
     p.b2 = o;    o = round_up(o + (size_t)p.ldh, a);
+    p.wqkv_b = o; o = round_up(o + 3 * d * (size_t)p.ldo, a);
+    p.wo_b = o;  o = round_up(o + d * (size_t)p.ldd, a);
+    p.w1_b = o;  o = round_up(o + (size_t)P * (size_t)p.ldp, a);
+    p.w2_b = o;  o = round_up(o + (size_t)H * (size_t)p.ldp, a);
     p.total = o;
     return p;
 }
@@ -142,6 +147,15 @@ void sgk_gen_pack(const sgk_layer_desc *d, const sgk_gen_packed *o, float *dst)
         for (size_t h = 0; h < H; h++)
             dst[o->w2 + q * (size_t)o->ldh + h] = w2[h * P + q];
     memcpy(dst + o->b2, d->b2, H * sizeof(float));
+    for (int m = 0; m < 3; m++)
+        for (size_t n = 0; n < D; n++)
+            memcpy(dst + o->wqkv_b + (m * D + n) * (size_t)o->ldo, w[m] + n * D, D * sizeof(float));
+    for (size_t n = 0; n < D; n++)
+        memcpy(dst + o->wo_b + n * (size_t)o->ldd, wo + n * D, D * sizeof(float));
+    for (size_t q = 0; q < P; q++)
+        memcpy(dst + o->w1_b + q * (size_t)o->ldp, w1 + q * P, P * sizeof(float));
+    for (size_t h = 0; h < H; h++)
+        memcpy(dst + o->w2_b + h * (size_t)o->ldp, w2 + h * P, P * sizeof(float));
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -277,4 +291,96 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
         plan->workspace_bytes = plan->part_offset + (size_t)ks * (size_t)rows * (size_t)(ldc + 2 * H) * sizeof(float);
     }
     return add_wide(plan, lim, rows);
+}
+
+/* Floats of local memory attn_bwd needs (train.sgk's carving) for a
+ * (tq, tk) tile whose MLP runs qc query rows at a time. */
+static size_t bwd_floats(int64_t D, int64_t H, int64_t ldp, int64_t tqp, int64_t tk, int64_t qc)
+{
+    return (size_t)(2 * D * tqp + 2 * H * tk * tqp + 2 * H * tqp + tk * tqp + 2 * tqp + 3 * tk * qc * ldp +
+                    2 * H * tk * qc);
+}
+
+int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, const sgk_limits *lim,
+                        sgk_train_plan *tp)
+{
+    memset(tp, 0, sizeof *tp);
+    if (!sgk_plan_make(SGK_PLAN_TILED, B, N, D, H, P, lim, &tp->fwd) || lim->wide16)
+        return 0;
+    const sgk_plan *f = &tp->fwd;
+    const size_t budget = lim->local_bytes / sizeof(float);
+    const int64_t ldp = f->ldp, rows = B * N;
+    tp->ldd = sgk_row_length(D + lim->pad, lim->pad);
+    tp->ldv = sgk_row_length(2 * D, lim->pad);
+    /* the tile: as the forward's to start, then the MLP's chunk, the key
+     * tile and the query tile shrunk until it fits */
+    int64_t tq = min64(N, lim->tq < 1 ? 1 : lim->tq), tk = min64(N, lim->tk < 1 ? 1 : lim->tk), qc = tq;
+    while (bwd_floats(D, H, ldp, up64(tq, lim->pad), tk, qc) > budget) {
+        if (qc > 1)
+            qc = (qc + 1) / 2;
+        else if (tk > 1)
+            tk = (tk + 1) / 2;
+        else if (tq > 1)
+            tq = qc = (tq + 1) / 2;
+        else
+            return 0;
+    }
+    tp->tq = (int)tq;
+    tp->tqp = (int)up64(tq, lim->pad);
+    tp->tk = (int)tk;
+    tp->qc = (int)qc;
+    tp->smem_bwd = bwd_floats(D, H, ldp, tp->tqp, tk, qc);
+    /* ranges of query and key tiles, the smaller one grown first, until
+     * the groups keep the device busy */
+    const int64_t qtiles = (N + tq - 1) / tq, ktiles = (N + tk - 1) / tk;
+    int64_t rq = 1, rk = 1;
+    while (B * rq * rk < lim->min_groups && (rq < qtiles || rk < ktiles)) {
+        if (rq < qtiles && (rq <= rk || rk >= ktiles))
+            rq++;
+        else
+            rk++;
+    }
+    tp->rq = (int)rq;
+    tp->rk = (int)rk;
+    tp->groups_bwd = B * rq * rk;
+    tp->mlpw = (int)((P + 1 + H) * ldp + H);
+    tp->cb = 64;
+    tp->groups_cols = (D + tp->cb - 1) / tp->cb;
+    tp->smem_cols = (size_t)(2 * tp->cb);
+    tp->per = 256;
+    tp->groups_mlp = (P * P + P + H * P + H + tp->per - 1) / tp->per;
+    tp->groups_dctx = (tp->ldd + f->nt - 1) / f->nt;
+    /* a weight's gradient: the forward's projection tiles, shrunk (columns
+     * to 32, then rows to 8) until there are min_groups of them */
+    int64_t wmt = min64(D, lim->mt < 1 ? 1 : lim->mt), wnt = min64(D, lim->nt < 1 ? 1 : lim->nt);
+    while (wnt > 32 && ((D + wmt - 1) / wmt) * ((D + wnt - 1) / wnt) < lim->min_groups)
+        wnt /= 2;
+    while (wmt > 8 && ((D + wmt - 1) / wmt) * ((D + wnt - 1) / wnt) < lim->min_groups)
+        wmt /= 2;
+    tp->wmt = (int)wmt;
+    tp->wnt = (int)wnt;
+    tp->groups_wr = (D + wmt - 1) / wmt;
+    tp->groups_wc = (D + wnt - 1) / wnt;
+    if (tp->groups_bwd > lim->max_groups || tp->groups_bwd > INT_MAX || tp->groups_mlp > lim->max_groups)
+        return 0;
+    /* the workspace after the forward's: xn, dctx (then dxn), Di, the row
+     * statistics, the partial sums; checked against size_t in doubles
+     * first (each part is far below 2^53 floats where it fits) */
+    const double need = (double)f->workspace_bytes / sizeof(float) +
+                        (double)rows * (double)(f->ldc + tp->ldd + H + 3) +
+                        (double)rk * (double)rows * (double)tp->ldd + (double)rq * (double)rows * (double)tp->ldv +
+                        (double)tp->groups_bwd * (double)tp->mlpw + 8.0 * (double)(lim->align + 1);
+    if (need * sizeof(float) > (double)(SIZE_MAX / 2))
+        return 0;
+    const size_t a = (lim->align < sizeof(float) ? sizeof(float) : lim->align) / sizeof(float);
+    size_t o = round_up(f->workspace_bytes / sizeof(float), a);
+    tp->xn = o;  o = round_up(o + (size_t)rows * (size_t)f->ldc, a);
+    tp->dctx = o; o = round_up(o + (size_t)rows * (size_t)tp->ldd, a);
+    tp->di = o;  o = round_up(o + (size_t)rows * (size_t)(H + 1), a);
+    tp->st = o;  o = round_up(o + (size_t)rows * 2, a);
+    tp->dq = o;  o = round_up(o + (size_t)rk * (size_t)rows * (size_t)tp->ldd, a);
+    tp->dkv = o; o = round_up(o + (size_t)rq * (size_t)rows * (size_t)tp->ldv, a);
+    tp->mlp = o; o = o + (size_t)tp->groups_bwd * (size_t)tp->mlpw;
+    tp->workspace_bytes = o * sizeof(float);
+    return 1;
 }

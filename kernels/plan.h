@@ -35,14 +35,20 @@ void sgk_pack_weights(const sgk_layer_desc *desc, float *dst);
 /* The generated kernels' packed weights: offsets in floats (multiples of
  * align), the matrices transposed to (in, out) with rows of ld floats, a
  * multiple of the target's pad (SGK_GEN_PAD), zero past the outputs: the
- * kernels' register tiles read a row of consecutive outputs' weights. */
+ * kernels' register tiles read a row of consecutive outputs' weights. The
+ * backward (kernels/train.sgk) multiplies by the matrices themselves, so
+ * they follow in PyTorch's (out, in) orientation, rows padded the same
+ * way: [Wq; Wk; Wv] (3D rows of ldo), Wo (D rows of ldd), W1 (P rows of
+ * ldp), W2 (H rows of ldp). */
 typedef struct sgk_gen_packed {
-    size_t gamma, beta, wqkv, wo, w1, b1, w2, b2, total;
+    size_t gamma, beta, wqkv, wo, w1, b1, w2, b2;
+    size_t wqkv_b, wo_b, w1_b, w2_b, total;
     /* row lengths, sgk_row_length's */
     int ldk; /* [Wq; Wk; Wv]^T's rows, of 3D + pad; Q/K/V rows in a workspace too */
     int ldo; /* Wo^T's rows, of D */
     int ldp; /* W1^T's rows and b1, of P */
     int ldh; /* W2^T's rows and b2, of H */
+    int ldd; /* Wo's rows, of D + pad (zero past D); dctx rows in a workspace too */
 } sgk_gen_packed;
 
 sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align);
@@ -111,6 +117,35 @@ typedef struct sgk_plan {
  * returns 0 (plan unspecified) otherwise. */
 int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H, int64_t P,
                   const sgk_limits *limits, sgk_plan *plan);
+
+/* The training calls (kernels/train.sgk): the tiled forward's plan (which
+ * sgk_forward_train runs, and the backward runs again up to the context),
+ * then the backward's tiles and its parts of the workspace after the
+ * forward's. Offsets in floats; groups per kernel. */
+typedef struct sgk_train_plan {
+    sgk_plan fwd;
+    int ldd;                 /* dctx, dxn and partial dq rows (D + pad) */
+    int ldv;                 /* partial dk | dv rows (2 D) */
+    int tq, tqp, tk, qc;     /* attn_bwd's tile */
+    int rq, rk;              /* attn_bwd: query ranges, key ranges of a batch entry */
+    int mlpw;                /* floats of one attn_bwd group's MLP weight sums */
+    int cb;                  /* ln_wgrad: columns a group */
+    int per;                 /* reduce_mlp: elements a group */
+    int wmt, wnt;            /* wgrad: a (D x D) gradient's tiles */
+    int64_t groups_wr, groups_wc; /* wgrad: row and column tiles */
+    int64_t groups_bwd;      /* attn_bwd: B rq rk */
+    int64_t groups_cols;     /* ln_wgrad */
+    int64_t groups_mlp;      /* reduce_mlp */
+    int64_t groups_dctx;     /* proj to dctx: column tiles of ldd */
+    size_t smem_bwd, smem_cols; /* floats of local memory: attn_bwd, ln_wgrad */
+    size_t xn, dctx, di, st, dq, dkv, mlp; /* offsets, in floats */
+    size_t workspace_bytes;
+} sgk_train_plan;
+
+/* Fills tp and returns 1 when the training calls run (B, N) within limits
+ * (min_groups: the attn_bwd groups that keep the device busy); 0 else. */
+int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, const sgk_limits *limits,
+                        sgk_train_plan *tp);
 
 /* An sgk_plan is what the backends running these kernels hand from
  * variant_supports to workspace_size and forward (sgk_backend.h); these

@@ -12,7 +12,6 @@
 #include "dtype.h"
 #include "plan.h"
 #include "relation_c.h"
-#include "cpu_backward.h"
 
 const sgk_backend_ops *sgk_cpu_backend_entry(const sgk_host *host);
 
@@ -38,12 +37,9 @@ typedef struct cpu_layer {
     int64_t D, H, P;
     sgk_dtype dtype; /* BF16 and F16 are widened to float on load, rounded back on store */
     float eps;
-    /* one block: the generated kernels' layout (off), then PyTorch's for
-     * the training calls (plain, at w + off.total), packed by pack_both */
-    sgk_gen_packed off;
-    sgk_packed plain;
+    sgk_gen_packed off; /* the generated kernels' layout of w */
     float *w;
-    sgk_repack_map map; /* pack_both's map, for set_weights_device */
+    sgk_repack_map map; /* sgk_gen_pack's map, for set_weights_device */
 } cpu_layer;
 
 static int cpu_probe(char *reason, size_t len)
@@ -127,13 +123,6 @@ static sgk_status widen_desc(const sgk_layer_desc *desc, sgk_layer_desc *f, floa
     return SGK_OK;
 }
 
-static void pack_both(const sgk_layer_desc *desc, float *dst, void *user)
-{
-    const cpu_layer *l = user;
-    sgk_gen_pack(desc, &l->off, dst);
-    sgk_pack_weights(desc, dst + l->off.total);
-}
-
 static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, void **out)
 {
     sgk_layer_desc fdesc;
@@ -154,8 +143,7 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, voi
     l->P = desc->pair_dim;
     l->eps = desc->eps;
     l->off = sgk_gen_layout(l->D, l->H, l->P, SGK_GEN_PAD, 16);
-    l->plain = sgk_packed_layout(l->D, l->H, l->P);
-    const size_t total = l->off.total + l->plain.total;
+    const size_t total = l->off.total;
     l->w = host_alloc(total * sizeof(float));
     if (!l->w) {
         const size_t bytes = total * sizeof(float);
@@ -164,9 +152,9 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, voi
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cpu: cannot allocate %zu bytes of packed weights",
                                  bytes);
     }
-    pack_both(desc, l->w, l);
-    const int mapped = sgk_repack_map_build(desc, pack_both, l, total, l->w, g_host->alloc_should_fail,
-                                            &l->map) == 0;
+    sgk_gen_pack(desc, &l->off, l->w);
+    const int mapped = sgk_repack_map_build(desc, sgk_gen_pack_fn, &l->off, total, l->w,
+                                            g_host->alloc_should_fail, &l->map) == 0;
     free(wide);
     if (!mapped) {
         free(l->w);
@@ -198,7 +186,7 @@ static sgk_status cpu_set_weights(void *bl, const sgk_layer_desc *desc16)
     sgk_status st = widen_desc(desc16, &desc, &wide);
     if (st != SGK_OK)
         return st;
-    pack_both(&desc, l->w, l);
+    sgk_gen_pack(&desc, &l->off, l->w);
     l->eps = desc.eps;
     free(wide);
     return SGK_OK;
@@ -231,12 +219,11 @@ static int64_t proj_groups(int64_t rows, int64_t cols, int mt, int nt)
     return (rows + m - 1) / m * ((cols + nt - 1) / nt);
 }
 
-static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
+/* The tiled path's limits for (B, N) at the context's thread count. */
+static sgk_limits tiled_limits(const cpu_layer *l, int64_t B, int64_t N)
 {
-    sgk_limits lim = v == V_SMALL ? k_small_limits : k_tiled_limits;
+    sgk_limits lim = k_tiled_limits;
     lim.wide16 = l->dtype != SGK_DTYPE_F32;
-    if (v == V_SMALL)
-        return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
     /* query tiles small enough that attn has two groups a thread, down to
      * 8 queries: few batch entries of a hundred nodes would otherwise leave
      * most of sixteen threads idle */
@@ -252,6 +239,17 @@ static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p
         lim.nt /= 2;
     while (lim.mt > 8 && proj_groups(rows, l->D, lim.mt, lim.nt) < want)
         lim.mt /= 2;
+    return lim;
+}
+
+static int plan_for(const cpu_layer *l, int v, int64_t B, int64_t N, sgk_plan *p)
+{
+    if (v == V_SMALL) {
+        sgk_limits lim = k_small_limits;
+        lim.wide16 = l->dtype != SGK_DTYPE_F32;
+        return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, p);
+    }
+    const sgk_limits lim = tiled_limits(l, B, N);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, p);
 }
 
@@ -322,54 +320,76 @@ static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, con
     return st;
 }
 
+/* The tiled path up to the context: LayerNorm'd rows into ws from float
+ * xn0 on (the forward puts them where the context will be), Q/K/V, the
+ * attention (and the combine of split keys) into the context; each (head,
+ * row)'s log-sum-exp into lse where it is not NULL. */
+static void tiled_context(const cpu_layer *l, const sgk_plan *p, const sgk_fwd *a, float *pool_mem, size_t pool,
+                          sgk_off xn0, float *lse)
+{
+    const float *w = l->w;
+    const sgk_gen_packed o = l->off;
+    const int threads = l->ctx->threads;
+    float *ws = a->workspace;
+    const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float)), part0 = (sgk_off)(p->part_offset / sizeof(float));
+    const int rows = (int)(p->B * p->N), lse_on = lse != NULL;
+    sgk_cpu_norm(threads, (int)p->groups_norm, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta, l->eps, ws, xn0,
+                 p->ldc, rows, p->D, p->rt);
+    sgk_cpu_proj(threads, (int)p->groups_rows, (int)p->groups_qkv, pool_mem, pool, ws, xn0, p->ldc, w + o.wqkv,
+                 p->ldk, 0, ws, ws, 0, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
+    sgk_cpu_attn(threads, (int)p->groups_attn, 1, pool_mem, pool, ws, p->ldk, a->pair_feats, (int)l->dtype,
+                 a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
+                 ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q, p->scale,
+                 p->ks, part0, rows, lse_on && p->ks == 1 ? lse : ws, lse_on && p->ks == 1);
+    if (p->ks > 1)
+        sgk_cpu_combine(threads, (int)p->groups_norm, 1, pool_mem, pool, ws, ctx0, p->ldc, part0, p->ks, rows, p->D,
+                        p->H, p->rt, lse_on ? lse : ws, lse_on, p->N);
+}
+
+/* The tiled forward: the context, then out = nodes + context Wo^T. */
+static void tiled_forward(const cpu_layer *l, const sgk_plan *p, const sgk_fwd *a, float *pool_mem, size_t pool,
+                          float *lse)
+{
+    const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float));
+    tiled_context(l, p, a, pool_mem, pool, ctx0, lse);
+    sgk_cpu_proj(l->ctx->threads, (int)p->groups_rows, (int)p->groups_out, pool_mem, pool, a->workspace, ctx0,
+                 p->ldc, l->w + l->off.wo, p->ldo, 1, a->nodes, a->out, 0, p->D, (int)(p->B * p->N), p->D, p->D,
+                 p->mt, p->nt);
+}
+
 static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, const sgk_fwd *a)
 {
     sgk_plan p;
     sgk_plan_load(plan, &p);
     const float *w = l->w;
     const sgk_gen_packed o = l->off;
-    const int threads = l->ctx->threads;
-    const int mask_u8 = a->mask_type == SGK_MASK_U8;
     const size_t pool = pool_floats(&p);
     float *pool_mem = (float *)((char *)a->workspace + p.workspace_bytes);
     if (p.kind == SGK_PLAN_SMALL) {
-        sgk_cpu_fused(threads, (int)p.B, 1, pool_mem, pool, a->nodes, a->pair_feats, (int)l->dtype, a->edge_mask,
-                      mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1, p.ldp, w + o.b1, w + o.w2,
-                      p.ldh, w + o.b2, w + o.wo, p.ldo, a->out, p.N, p.D, p.H, p.P, p.ldk, p.ldc, p.tq,
-                      p.tqp, p.tk, p.qc, l->eps, p.scale);
+        sgk_cpu_fused(l->ctx->threads, (int)p.B, 1, pool_mem, pool, a->nodes, a->pair_feats, (int)l->dtype,
+                      a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
+                      p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, a->out, p.N, p.D, p.H, p.P,
+                      p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, l->eps, p.scale);
         return SGK_OK;
     }
-    float *ws = a->workspace;
-    const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float));
-    const int rows = (int)(p.B * p.N);
-    /* the LayerNorm'd rows in the context's place, until attn writes it */
-    sgk_cpu_norm(threads, (int)p.groups_norm, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta, l->eps, ws,
-                 ctx0, p.ldc, rows, p.D, p.rt);
-    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pool_mem, pool, ws, ctx0, p.ldc, w + o.wqkv,
-                 p.ldk, 0, ws, ws, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
-    sgk_cpu_attn(threads, (int)p.groups_attn, 1, pool_mem, pool, ws, p.ldk, a->pair_feats, (int)l->dtype,
-                 a->edge_mask, mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, ws, ctx0, p.ldc, p.N,
-                 p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q, p.scale, p.ks,
-                 (sgk_off)(p.part_offset / sizeof(float)), rows);
-    if (p.ks > 1)
-        sgk_cpu_combine(threads, (int)p.groups_norm, 1, pool_mem, pool, ws, ctx0, p.ldc,
-                        (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt);
-    sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pool_mem, pool, ws, ctx0, p.ldc, w + o.wo, p.ldo,
-                 1, a->nodes, a->out, p.D, rows, p.D, p.D, p.mt, p.nt);
+    tiled_forward(l, &p, a, pool_mem, pool, NULL);
     return SGK_OK;
 }
 
-/* The training calls (cpu_backward.c): the layer's weights are PyTorch's
- * layout end to end in the packed block. */
-static sgk_cpu_weights weights_of(const cpu_layer *l)
+/* ---- the training calls: kernels/train.sgk on the tiled plan ---------- */
+
+static int train_plan_for(const cpu_layer *l, int64_t B, int64_t N, sgk_train_plan *tp)
 {
-    const float *w = l->w + l->off.total;
-    const sgk_packed o = l->plain;
-    const size_t DD = (size_t)(l->D * l->D);
-    sgk_cpu_weights cw = {l->D, l->H, l->P, l->eps, w + o.gamma, w + o.beta,
-                          w + o.wqkv, w + o.wqkv + DD, w + o.wqkv + 2 * DD, w + o.wo,
-                          w + o.w1, w + o.b1, w + o.w2, w + o.b2};
-    return cw;
+    const sgk_limits lim = tiled_limits(l, B, N);
+    return sgk_train_plan_make(B, N, l->D, l->H, l->P, &lim, tp);
+}
+
+/* Floats of per-thread local memory, after the training plan's workspace. */
+static size_t train_pool_floats(const sgk_train_plan *tp)
+{
+    size_t m = pool_floats(&tp->fwd);
+    m = tp->smem_bwd > m ? tp->smem_bwd : m;
+    return tp->smem_cols > m ? tp->smem_cols : m;
 }
 
 static size_t cpu_saved_size(void *bl, int64_t B, int64_t N)
@@ -381,18 +401,24 @@ static size_t cpu_saved_size(void *bl, int64_t B, int64_t N)
 static size_t cpu_train_workspace_size(void *bl, int64_t B, int64_t N)
 {
     const cpu_layer *l = bl;
-    const sgk_cpu_weights w = weights_of(l);
-    const size_t f = sgk_cpu_forward_train_scratch(&w, B, N, l->ctx->threads);
-    const size_t b = sgk_cpu_backward_scratch(&w, B, N, l->ctx->threads);
-    return f > b ? f : b;
+    sgk_train_plan tp;
+    if (!train_plan_for(l, B, N, &tp))
+        return SIZE_MAX;
+    const size_t pool = train_pool_floats(&tp) * sizeof(float);
+    if (pool > (SIZE_MAX - tp.workspace_bytes) / (size_t)l->ctx->threads)
+        return SIZE_MAX;
+    return tp.workspace_bytes + (size_t)l->ctx->threads * pool;
 }
 
 static sgk_status cpu_forward_train(void *bl, const sgk_fwd *a, void *saved)
 {
     const cpu_layer *l = bl;
-    const sgk_cpu_weights w = weights_of(l);
-    sgk_cpu_forward_train(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
-                          a->mask_type == SGK_MASK_U8, a->out, saved, l->ctx->threads, a->workspace);
+    sgk_train_plan tp;
+    if (!train_plan_for(l, a->B, a->N, &tp))
+        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no training plan for B=%lld, N=%lld",
+                                 (long long)a->B, (long long)a->N);
+    float *pool_mem = (float *)((char *)a->workspace + tp.workspace_bytes);
+    tiled_forward(l, &tp.fwd, a, pool_mem, train_pool_floats(&tp), saved);
     return SGK_OK;
 }
 
@@ -400,11 +426,52 @@ static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, co
                                const sgk_grads *g)
 {
     const cpu_layer *l = bl;
-    const sgk_cpu_weights w = weights_of(l);
-    const sgk_cpu_grads cg = {g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
-                              g->wv, g->wo, g->w1, g->b1, g->w2, g->b2};
-    sgk_cpu_backward(&w, a->B, a->N, a->nodes, a->pair_feats, a->edge_mask,
-                     a->mask_type == SGK_MASK_U8, saved, d_out, &cg, l->ctx->threads, a->workspace);
+    sgk_train_plan tp;
+    if (!train_plan_for(l, a->B, a->N, &tp))
+        return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no training plan for B=%lld, N=%lld",
+                                 (long long)a->B, (long long)a->N);
+    const sgk_plan *p = &tp.fwd;
+    const float *w = l->w;
+    const sgk_gen_packed o = l->off;
+    const int threads = l->ctx->threads, rows = (int)(p->B * p->N), D = p->D;
+    const size_t pool = train_pool_floats(&tp);
+    float *pm = (float *)((char *)a->workspace + tp.workspace_bytes);
+    float *ws = a->workspace;
+    const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float));
+    const sgk_off xn0 = (sgk_off)tp.xn, dctx0 = (sgk_off)tp.dctx;
+    tiled_context(l, p, a, pm, pool, xn0, NULL);
+    sgk_cpu_proj(threads, (int)p->groups_rows, (int)tp.groups_dctx, pm, pool, d_out, 0, D, w + o.wo_b, o.ldd, 0, ws,
+                 ws, dctx0, tp.ldd, rows, D, tp.ldd, p->mt, p->nt);
+    sgk_cpu_bwd_di(threads, (int)p->groups_norm, 1, pm, pool, ws, dctx0, tp.ldd, ctx0, p->ldc, (sgk_off)tp.di,
+                   a->edge_mask, a->mask_type == SGK_MASK_U8, p->N, rows, D, p->H, p->rt);
+    sgk_cpu_attn_bwd(threads, (int)tp.groups_bwd, 1, pm, pool, ws, p->ldk, dctx0, tp.ldd, (sgk_off)tp.di,
+                     a->pair_feats, a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.w1, w + o.w1_b, p->ldp,
+                     w + o.b1, w + o.w2, p->ldh, w + o.w2_b, w + o.b2, saved, (sgk_off)tp.dq, (sgk_off)tp.dkv, tp.ldv,
+                     (sgk_off)tp.mlp, tp.mlpw, g->pair_feats, g->pair_feats != NULL, p->N, D, p->H, p->P, tp.tq,
+                     tp.tqp, tp.tk, tp.qc, tp.rq, tp.rk, p->scale, rows);
+    sgk_cpu_reduce_qkv(threads, (int)p->groups_norm, 1, pm, pool, ws, (sgk_off)tp.dq, tp.ldd, (sgk_off)tp.dkv,
+                       tp.ldv, tp.rk, tp.rq, p->ldk, p->scale, rows, D, p->rt);
+    /* dxn = [dq dk dv] [Wq; Wk; Wv], where dctx was */
+    sgk_cpu_proj(threads, (int)p->groups_rows, (int)p->groups_out, pm, pool, ws, 0, p->ldk, w + o.wqkv_b, o.ldo, 0,
+                 ws, ws, dctx0, tp.ldd, rows, 3 * D, D, p->mt, p->nt);
+    sgk_cpu_ln_bwd(threads, (int)p->groups_norm, 1, pm, pool, a->nodes, w + o.gamma, l->eps, ws, dctx0, tp.ldd,
+                   (sgk_off)tp.st, d_out, g->nodes, g->nodes != NULL, rows, D, p->rt);
+    const int want_ln = (g->ln_gamma != NULL) | (g->ln_beta != NULL) << 1;
+    if (want_ln)
+        sgk_cpu_ln_wgrad(threads, (int)tp.groups_cols, 1, pm, pool, a->nodes, ws, dctx0, tp.ldd, (sgk_off)tp.st,
+                         g->ln_gamma, g->ln_beta, want_ln, rows, D, tp.cb);
+    void *const dw[3] = {g->wq, g->wk, g->wv};
+    for (int m = 0; m < 3; m++)
+        if (dw[m])
+            sgk_cpu_wgrad(threads, (int)tp.groups_wr, (int)tp.groups_wc, pm, pool, ws, (sgk_off)m * D, p->ldk, ws,
+                          xn0, p->ldc, dw[m], D, rows, D, D, tp.wmt, tp.wnt);
+    if (g->wo)
+        sgk_cpu_wgrad(threads, (int)tp.groups_wr, (int)tp.groups_wc, pm, pool, d_out, 0, D, ws, ctx0, p->ldc, g->wo, D,
+                      rows, D, D, tp.wmt, tp.wnt);
+    const int want_mlp = (g->w1 != NULL) | (g->b1 != NULL) << 1 | (g->w2 != NULL) << 2 | (g->b2 != NULL) << 3;
+    if (want_mlp)
+        sgk_cpu_reduce_mlp(threads, (int)tp.groups_mlp, 1, pm, pool, ws, (sgk_off)tp.mlp, tp.mlpw, (int)tp.groups_bwd,
+                           p->ldp, p->P, p->H, g->w1, g->b1, g->w2, g->b2, want_mlp, tp.per);
     return SGK_OK;
 }
 

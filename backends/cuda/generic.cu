@@ -81,18 +81,18 @@ static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_
                                     f->nodes, w + o.gamma, w + o.beta, L->eps, ws, ctx0, p.ldc, rows, p.D, p.rt);
     if (e == cudaSuccess)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, 0, f->stream, ws, ctx0, p.ldc,
-                            w + o.wqkv, p.ldk, 0, ws, ws, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
+                            w + o.wqkv, p.ldk, 0, ws, ws, 0, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     if (e == cudaSuccess)
         e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
                             f->pair, pair_dt, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
                             w + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
-                            p.scale, p.ks, (sgk_off)(p.part_offset / sizeof(float)), rows);
+                            p.scale, p.ks, (sgk_off)(p.part_offset / sizeof(float)), rows, ws, 0);
     if (e == cudaSuccess && p.ks > 1)
         e = sgk_launch_combine((int)p.groups_norm, 1, k_threads, 0, f->stream, ws, ctx0, p.ldc,
-                               (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt);
+                               (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt, ws, 0, p.N);
     if (e == cudaSuccess)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
-                            p.ldo, 1, f->nodes, f->out, p.D, rows, p.D, p.D, p.mt, p.nt);
+                            p.ldo, 1, f->nodes, f->out, 0, p.D, rows, p.D, p.D, p.mt, p.nt);
     return e;
 }
 

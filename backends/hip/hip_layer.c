@@ -369,24 +369,24 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
     if (err != hipSuccess)
         return launch_failed(l, "norm", err, (int)p->groups_norm, 1, kn, p->smem_norm);
     err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, sizeof(float), s, ws, ctx0, p->ldc,
-                          w + o.wqkv, p->ldk, 0, ws, ws, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
+                          w + o.wqkv, p->ldk, 0, ws, ws, 0, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
     if (err != hipSuccess)
         return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, 1);
     err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, ws, p->ldk,
                           a->pair_feats, pair_dt, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                           ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
-                          p->scale, p->ks, (sgk_off)(p->part_offset / sizeof(float)), rows);
+                          p->scale, p->ks, (sgk_off)(p->part_offset / sizeof(float)), rows, ws, 0);
     if (err != hipSuccess)
         return launch_failed(l, "attn", err, (int)p->groups_attn, 1, ka, p->smem_attn);
     if (p->ks > 1) {
         const sgk_hip_kernel *kc = &k[SGK_HIP_K_COMBINE];
         err = sgk_launch_combine((int)p->groups_norm, 1, kc->threads, sizeof(float), s, ws, ctx0, p->ldc,
-                                 (sgk_off)(p->part_offset / sizeof(float)), p->ks, rows, p->D, p->H, p->rt);
+                                 (sgk_off)(p->part_offset / sizeof(float)), p->ks, rows, p->D, p->H, p->rt, ws, 0, p->N);
         if (err != hipSuccess)
             return launch_failed(l, "combine", err, (int)p->groups_norm, 1, kc, 1);
     }
     err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, sizeof(float), s, ws, ctx0, p->ldc,
-                          w + o.wo, p->ldo, 1, a->nodes, a->out, p->D, rows, p->D, p->D, p->mt, p->nt);
+                          w + o.wo, p->ldo, 1, a->nodes, a->out, 0, p->D, rows, p->D, p->D, p->mt, p->nt);
     if (err != hipSuccess)
         return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_out, kp, 1);
     return SGK_OK;

@@ -14,7 +14,7 @@ static const sgk_host *host(void) { return sgk_cl_host; }
 
 /* The queue must feed the layer's device in the layer's context. An
  * out-of-order queue gets an event between the tiled path's two kernels. */
-static sgk_status check_queue(const sgk_cl_ctx *c, cl_command_queue q, int *in_order)
+sgk_status sgk_cl_check_queue(const sgk_cl_ctx *c, cl_command_queue q, int *in_order)
 {
     cl_context qc = NULL;
     cl_device_id qd = NULL;
@@ -45,8 +45,8 @@ static sgk_status check_queue(const sgk_cl_ctx *c, cl_command_queue q, int *in_o
 
 /* A buffer of the layer's context holding at least need bytes; a short one
  * would let the kernels read or write past its end. */
-static sgk_status check_buffer(const sgk_cl_ctx *c, const void *ptr, const char *name,
-                               const char *formula, size_t need, sgk_status short_status)
+sgk_status sgk_cl_check_buffer(const sgk_cl_ctx *c, const void *ptr, const char *name, const char *formula,
+                               size_t need, sgk_status short_status)
 {
     cl_mem m = (cl_mem)(uintptr_t)ptr;
     cl_context mc = NULL;
@@ -90,27 +90,27 @@ static sgk_status check_args(const sgk_cl_layer *l, const sgk_plan *p, const sgk
     char what[2][40];
     snprintf(what[0], sizeof what[0], "B*N*D %s", elem_unit(l));
     snprintf(what[1], sizeof what[1], "B*N*N*P %s", elem_unit(l));
-    sgk_status st = check_queue(c, q, in_order);
+    sgk_status st = sgk_cl_check_queue(c, q, in_order);
     if (st == SGK_OK)
-        st = check_buffer(c, a->nodes, "nodes", what[0], rows * (size_t)l->D * es,
+        st = sgk_cl_check_buffer(c, a->nodes, "nodes", what[0], rows * (size_t)l->D * es,
                           SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
-        st = check_buffer(c, a->pair_feats, "pair_feats", what[1], pairs * (size_t)l->P * es,
+        st = sgk_cl_check_buffer(c, a->pair_feats, "pair_feats", what[1], pairs * (size_t)l->P * es,
                           SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
-        st = check_buffer(c, a->edge_mask, "edge_mask",
+        st = sgk_cl_check_buffer(c, a->edge_mask, "edge_mask",
                           mask_elem == 1 ? "B*N*N uint8" : "B*N*N floats", pairs * mask_elem,
                           SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
-        st = check_buffer(c, a->out, "out", what[0], rows * (size_t)l->D * es,
+        st = sgk_cl_check_buffer(c, a->out, "out", what[0], rows * (size_t)l->D * es,
                           SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK && ws > 0)
-        st = check_buffer(c, a->workspace, "workspace", "the variant's workspace", ws,
+        st = sgk_cl_check_buffer(c, a->workspace, "workspace", "the variant's workspace", ws,
                           SGK_ERR_INSUFFICIENT_WORKSPACE);
     return st;
 }
 
-static cl_mem mem(const void *p) { return (cl_mem)(uintptr_t)p; }
+static cl_mem mem(const void *p) { return sgk_cl_mem(p); }
 
 static sgk_status launch_failed(const char *call, cl_int err, const char *kernel,
                                 const sgk_cl_ctx *c)
@@ -139,14 +139,14 @@ static sgk_status sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, siz
 }
 
 /* On an out-of-order queue, what comes after waits for what came before. */
-static sgk_status order(cl_command_queue q, int in_order, const sgk_cl_ctx *c)
+sgk_status sgk_cl_order(cl_command_queue q, int in_order, const sgk_cl_ctx *c)
 {
     cl_int err = in_order ? CL_SUCCESS : clEnqueueBarrierWithWaitList(q, 0, NULL, NULL);
     return err == CL_SUCCESS ? SGK_OK : launch_failed("clEnqueueBarrierWithWaitList", err, "(ordering)", c);
 }
 
 /* groups0 x groups1 groups of kernel k, whose arguments err says were set. */
-static sgk_status launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_int err, int64_t groups0,
+sgk_status sgk_cl_launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_int err, int64_t groups0,
                          int64_t groups1)
 {
     const sgk_cl_kernel *k = &c->prog.k[which];
@@ -175,49 +175,61 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
             w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], w[SGK_CL_W_WO], p->ldo, mem(a->out), p->N, p->D, p->H,
             p->P, p->ldk, p->ldc, p->tq, p->tqp, p->tk, p->qc, l->eps, p->scale,
             p->smem_fused * sizeof(float));
-        return launch(c, q, SGK_CL_K_FUSED, err, p->B, 1);
+        return sgk_cl_launch(c, q, SGK_CL_K_FUSED, err, p->B, 1);
     }
+    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    return sgk_cl_tiled(l, p, a, q, in_order, (cl_long)(p->ctx_offset / sizeof(float)), NULL);
+}
+
+sgk_status sgk_cl_tiled(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a, cl_command_queue q,
+                        int in_order, cl_long xn0, cl_mem lse)
+{
+    const sgk_cl_ctx *c = l->ctx;
+    const sgk_cl_program *pr = &c->prog;
+    const cl_mem *w = l->w;
+    const cl_int mask_u8 = a->mask_type == SGK_MASK_U8;
     const cl_mem ws = mem(a->workspace);
     const cl_long ctx0 = (cl_long)(p->ctx_offset / sizeof(float));
-    const cl_int rows = (cl_int)(p->B * p->N);
-    /* the LayerNorm'd rows in the context's place, until attn writes it */
-    sgk_status st = launch(c, q, SGK_CL_K_NORM,
-                           sgk_cl_args_norm(pr->k[SGK_CL_K_NORM].kernel, mem(a->nodes), w[SGK_CL_W_GAMMA],
-                                            w[SGK_CL_W_BETA], l->eps, ws, ctx0, p->ldc, rows, p->D, p->rt,
-                                            p->smem_norm * sizeof(float)),
-                           p->groups_norm, 1);
+    const cl_int rows = (cl_int)(p->B * p->N), lse_on = lse != NULL;
+    sgk_status st = sgk_cl_launch(c, q, SGK_CL_K_NORM,
+                                  sgk_cl_args_norm(pr->k[SGK_CL_K_NORM].kernel, mem(a->nodes), w[SGK_CL_W_GAMMA],
+                                                   w[SGK_CL_W_BETA], l->eps, ws, xn0, p->ldc, rows, p->D, p->rt,
+                                                   p->smem_norm * sizeof(float)),
+                                  p->groups_norm, 1);
     if (st == SGK_OK)
-        st = order(q, in_order, c);
+        st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK)
-        st = launch(c, q, SGK_CL_K_PROJ,
-                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ws, ctx0, p->ldc, w[SGK_CL_W_WQKV], p->ldk, 0, ws,
-                                     ws, p->ldk, rows, p->D, p->ldk, p->mt, p->nt, sizeof(float)),
+        st = sgk_cl_launch(c, q, SGK_CL_K_PROJ,
+                    sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ws, xn0, p->ldc, w[SGK_CL_W_WQKV], p->ldk, 0, ws,
+                                     ws, 0, p->ldk, rows, p->D, p->ldk, p->mt, p->nt, sizeof(float)),
                     p->groups_rows, p->groups_qkv);
     if (st == SGK_OK)
-        st = order(q, in_order, c);
+        st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK)
-        st = launch(c, q, SGK_CL_K_ATTN,
+        st = sgk_cl_launch(c, q, SGK_CL_K_ATTN,
                     sgk_cl_args_attn(pr->k[SGK_CL_K_ATTN].kernel, ws, p->ldk, mem(a->pair_feats),
                                      (cl_int)l->dtype, mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1], p->ldp, w[SGK_CL_W_B1],
                                      w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_B2], ws, ctx0, p->ldc, p->N, p->D, p->H, p->P,
                                      p->tq, p->tqp, p->tk, p->qc, (cl_int)p->groups_q, p->scale, p->ks,
-                                     (cl_long)(p->part_offset / sizeof(float)), rows, p->smem_attn * sizeof(float)),
+                                     (cl_long)(p->part_offset / sizeof(float)), rows,
+                                     lse_on && p->ks == 1 ? lse : ws, lse_on && p->ks == 1,
+                                     p->smem_attn * sizeof(float)),
                     p->groups_attn, 1);
     if (st == SGK_OK && p->ks > 1) {
-        st = order(q, in_order, c);
+        st = sgk_cl_order(q, in_order, c);
         if (st == SGK_OK)
-            st = launch(c, q, SGK_CL_K_COMBINE,
+            st = sgk_cl_launch(c, q, SGK_CL_K_COMBINE,
                         sgk_cl_args_combine(pr->k[SGK_CL_K_COMBINE].kernel, ws, ctx0, p->ldc,
                                             (cl_long)(p->part_offset / sizeof(float)), p->ks, rows, p->D, p->H,
-                                            p->rt, sizeof(float)),
+                                            p->rt, lse_on ? lse : ws, lse_on, p->N, sizeof(float)),
                         p->groups_norm, 1);
     }
     if (st == SGK_OK)
-        st = order(q, in_order, c);
-    if (st == SGK_OK)
-        st = launch(c, q, SGK_CL_K_PROJ,
+        st = sgk_cl_order(q, in_order, c);
+    if (st == SGK_OK && a->out != NULL)
+        st = sgk_cl_launch(c, q, SGK_CL_K_PROJ,
                     sgk_cl_args_proj(pr->k[SGK_CL_K_PROJ].kernel, ws, ctx0, p->ldc, w[SGK_CL_W_WO], p->ldo, 1,
-                                     mem(a->nodes), mem(a->out), p->D, rows, p->D, p->D, p->mt, p->nt,
+                                     mem(a->nodes), mem(a->out), 0, p->D, rows, p->D, p->D, p->mt, p->nt,
                                      sizeof(float)),
                     p->groups_rows, p->groups_out);
     return st;
@@ -270,7 +282,7 @@ static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_
     if (st == SGK_OK)
         st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->nodes), wn, nd, q);
     if (st == SGK_OK)
-        st = order(q, in_order, c);
+        st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK) {
         sgk_fwd f = *a;
         f.nodes = wn;
@@ -278,7 +290,7 @@ static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_
         st = enqueue(l, p, &f, q, in_order);
     }
     if (st == SGK_OK)
-        st = order(q, in_order, c);
+        st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK)
         st = convert(c, SGK_CL_K_NARROW, l->dtype, wo, mem(a->out), nd, q);
     /* enqueued work keeps the sub-buffers alive until it is done */
@@ -372,9 +384,9 @@ static sgk_status repack_on(const sgk_cl_layer *l, const void *const src[SGK_SRC
         clReleaseMemObject(part);
     }
     if (st == SGK_OK)
-        st = order(q, in_order, c);
+        st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK)
-        st = launch(c, q, SGK_CL_K_REPACK,
+        st = sgk_cl_launch(c, q, SGK_CL_K_REPACK,
                     sgk_cl_args_repack(c->prog.k[SGK_CL_K_REPACK].kernel, l->runs, l->stage, l->block,
                                        l->scales[1], l->scales[2], l->scales[3], sizeof(float)),
                     l->nruns, 1);
@@ -390,7 +402,7 @@ sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, v
                                  l->map_reason);
     cl_command_queue q = stream ? (cl_command_queue)stream : c->queue;
     int in_order = 1;
-    sgk_status st = check_queue(c, q, &in_order);
+    sgk_status st = sgk_cl_check_queue(c, q, &in_order);
     static const char *const names[SGK_SRC_COUNT] = {
         "desc->ln_gamma", "desc->ln_beta", "desc->wq", "desc->wk", "desc->wv",
         "desc->wo", "desc->w1", "desc->b1", "desc->w2", "desc->b2",
@@ -405,7 +417,7 @@ sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, v
     for (int s = 0; s < SGK_SRC_COUNT && st == SGK_OK; s++) {
         char what[48];
         snprintf(what, sizeof what, "%s %s", sizes[s], elem_unit(l));
-        st = check_buffer(c, src[s], names[s], what, count[s] * elem_bytes(l), SGK_ERR_INVALID_ARGUMENT);
+        st = sgk_cl_check_buffer(c, src[s], names[s], what, count[s] * elem_bytes(l), SGK_ERR_INVALID_ARGUMENT);
     }
     if (st != SGK_OK)
         return st;
@@ -413,11 +425,11 @@ sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, v
      * enqueued before, its kernel after its copies, and the work enqueued
      * after behind it. */
     pthread_mutex_lock(&c->lock);
-    st = order(q, in_order, c);
+    st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK)
         st = repack_on(l, src, count, q, in_order);
     if (st == SGK_OK)
-        st = order(q, in_order, c);
+        st = sgk_cl_order(q, in_order, c);
     pthread_mutex_unlock(&c->lock);
     return st;
 }

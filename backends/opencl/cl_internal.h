@@ -53,7 +53,8 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info);
 /* ---- cl_program.c: the generated kernels, built per context ------------- */
 
 enum { SGK_CL_K_FUSED, SGK_CL_K_NORM, SGK_CL_K_PROJ, SGK_CL_K_ATTN, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_REPACK,
-       SGK_CL_K_COMBINE, SGK_CL_K_COUNT };
+       SGK_CL_K_COMBINE, SGK_CL_K_BWD_DI, SGK_CL_K_ATTN_BWD, SGK_CL_K_REDUCE_QKV, SGK_CL_K_LN_BWD, SGK_CL_K_LN_WGRAD,
+       SGK_CL_K_WGRAD, SGK_CL_K_REDUCE_MLP, SGK_CL_K_COUNT };
 /* Their names in the program (cl_program.c). */
 extern const char *const sgk_cl_kernel_names[SGK_CL_K_COUNT];
 
@@ -90,8 +91,9 @@ typedef struct sgk_cl_ctx {
     sgk_cl_program prog;
 } sgk_cl_ctx;
 
+/* in the order of sgk_gen_packed's offsets */
 enum { SGK_CL_W_GAMMA, SGK_CL_W_BETA, SGK_CL_W_WQKV, SGK_CL_W_WO, SGK_CL_W_W1, SGK_CL_W_B1,
-       SGK_CL_W_W2, SGK_CL_W_B2, SGK_CL_W_COUNT };
+       SGK_CL_W_W2, SGK_CL_W_B2, SGK_CL_W_WQKV_B, SGK_CL_W_WO_B, SGK_CL_W_W1_B, SGK_CL_W_W2_B, SGK_CL_W_COUNT };
 
 /* A layer's weights, packed once (plan.h, sgk_gen_pack) into one buffer,
  * each weight's part a sub-buffer of it (the kernels take each as its own
@@ -115,6 +117,10 @@ typedef struct sgk_cl_layer {
     char map_reason[192];
 } sgk_cl_layer;
 
+/* The plan's limits for the layer's device, its local memory and groups
+ * those of the n kernels given (the least of each). */
+sgk_limits sgk_cl_limits(const sgk_cl_layer *l, const int *kernels, int n);
+
 /* Where weight buffer i begins and ends in the packed layout (floats). */
 void sgk_cl_weight_range(const sgk_gen_packed *o, int i, size_t *at, size_t *end);
 
@@ -124,6 +130,25 @@ enum { SGK_CL_V_TILED, SGK_CL_V_SMALL, SGK_CL_V_COUNT };
 
 /* ---- cl_forward.c ---------------------------------------------------------- */
 
+static inline cl_mem sgk_cl_mem(const void *p) { return (cl_mem)(uintptr_t)p; }
+/* The queue feeds the context's device in its context; *in_order says
+ * whether it is in order. */
+sgk_status sgk_cl_check_queue(const sgk_cl_ctx *c, cl_command_queue q, int *in_order);
+/* ptr is a cl_mem of the context of at least need bytes (formula names
+ * them); short_status where it is smaller. */
+sgk_status sgk_cl_check_buffer(const sgk_cl_ctx *c, const void *ptr, const char *name, const char *formula,
+                               size_t need, sgk_status short_status);
+/* On an out-of-order queue, what comes after waits for what came before. */
+sgk_status sgk_cl_order(cl_command_queue q, int in_order, const sgk_cl_ctx *c);
+/* groups0 x groups1 groups of kernel which, whose arguments err says were set. */
+sgk_status sgk_cl_launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_int err, int64_t groups0,
+                         int64_t groups1);
+/* The tiled plan p on a's float buffers, with the context's lock held:
+ * the LayerNorm'd rows into the workspace from float xn0 on, Q/K/V, the
+ * context (each (head, row)'s log-sum-exp into lse where it is not NULL),
+ * then out where a->out is not NULL. */
+sgk_status sgk_cl_tiled(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a, cl_command_queue q,
+                        int in_order, cl_long xn0, cl_mem lse);
 
 /* Enqueues the plan that variant_supports made (an sgk_plan, plan.h). */
 sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *plan,
@@ -132,5 +157,13 @@ sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *pla
  * queue; device ones (cl_mem) copied by the map's runs on stream. */
 sgk_status sgk_cl_set_weights(void *blayer, const sgk_layer_desc *desc);
 sgk_status sgk_cl_set_weights_device(void *blayer, const sgk_layer_desc *desc, void *stream);
+
+/* ---- cl_train.c: the training calls (sgk_backend.h, ABI 4) ---------------- */
+
+size_t sgk_cl_saved_size(void *blayer, int64_t B, int64_t N);
+size_t sgk_cl_train_workspace_size(void *blayer, int64_t B, int64_t N);
+sgk_status sgk_cl_forward_train(void *blayer, const sgk_fwd *args, void *saved);
+sgk_status sgk_cl_backward(void *blayer, const sgk_fwd *args, const void *saved, const void *d_out,
+                           const sgk_grads *grads);
 
 #endif

@@ -10,7 +10,9 @@
 #include "relation_cl_source.h"
 
 const char *const sgk_cl_kernel_names[SGK_CL_K_COUNT] = { "fused", "norm", "proj", "attn", "widen16",
-                                                           "narrow16", "repack", "combine" };
+                                                           "narrow16", "repack", "combine", "bwd_di",
+                                                           "attn_bwd", "reduce_qkv", "ln_bwd", "ln_wgrad",
+                                                           "wgrad", "reduce_mlp" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 keeps

@@ -134,8 +134,8 @@ static sgk_status ensure_program(sgk_cl_ctx *c)
 
 void sgk_cl_weight_range(const sgk_gen_packed *o, int i, size_t *at, size_t *end)
 {
-    const size_t a[SGK_CL_W_COUNT + 1] = { o->gamma, o->beta, o->wqkv, o->wo, o->w1,
-                                           o->b1, o->w2, o->b2, o->total };
+    const size_t a[SGK_CL_W_COUNT + 1] = { o->gamma, o->beta, o->wqkv, o->wo, o->w1, o->b1, o->w2,
+                                           o->b2, o->wqkv_b, o->wo_b, o->w1_b, o->w2_b, o->total };
     *at = a[i];
     *end = a[i + 1];
 }
@@ -292,22 +292,30 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
  * built kernels; 0 when it does not run the shape. Tiles: 64 x 64
  * projection tiles (16 x 16 register tiles of 4 x 4), 16 queries against
  * 32 keys, shrunk by the plan to the device's local memory. */
-static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan)
+sgk_limits sgk_cl_limits(const sgk_cl_layer *l, const int *kernels, int n)
 {
     const sgk_cl_program *pr = &l->ctx->prog;
     /* attn groups: two a compute unit, the keys split where query tiles are fewer */
-    sgk_limits lim = { 0, 0, SGK_GEN_PAD, l->ctx->info.base_align, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32,
-                       2 * (int64_t)l->ctx->info.units };
+    sgk_limits lim = { SIZE_MAX, INT64_MAX, SGK_GEN_PAD, l->ctx->info.base_align, 64, 64, 16, 32,
+                       l->dtype != SGK_DTYPE_F32, 2 * (int64_t)l->ctx->info.units };
+    for (int i = 0; i < n; i++) {
+        const sgk_cl_kernel *k = &pr->k[kernels[i]];
+        if (k->local_bytes < lim.local_bytes)
+            lim.local_bytes = k->local_bytes;
+        lim.max_groups = min64(lim.max_groups, k->max_groups);
+    }
+    return lim;
+}
+
+static int cl_plan(const sgk_cl_layer *l, int v, int64_t B, int64_t N, sgk_plan *plan)
+{
     if (v == SGK_CL_V_SMALL) {
-        const sgk_cl_kernel *k = &pr->k[SGK_CL_K_FUSED];
-        lim.local_bytes = k->local_bytes;
-        lim.max_groups = k->max_groups;
+        const int fused[] = { SGK_CL_K_FUSED };
+        const sgk_limits lim = sgk_cl_limits(l, fused, 1);
         return sgk_plan_make(SGK_PLAN_SMALL, B, N, l->D, l->H, l->P, &lim, plan);
     }
-    const sgk_cl_kernel *kn = &pr->k[SGK_CL_K_NORM], *kp = &pr->k[SGK_CL_K_PROJ], *ka = &pr->k[SGK_CL_K_ATTN];
-    lim.local_bytes = kn->local_bytes < ka->local_bytes ? kn->local_bytes : ka->local_bytes;
-    lim.max_groups = min64(min64(kn->max_groups, kp->max_groups),
-                           min64(ka->max_groups, pr->k[SGK_CL_K_COMBINE].max_groups));
+    const int tiled[] = { SGK_CL_K_NORM, SGK_CL_K_PROJ, SGK_CL_K_ATTN, SGK_CL_K_COMBINE };
+    const sgk_limits lim = sgk_cl_limits(l, tiled, 4);
     return sgk_plan_make(SGK_PLAN_TILED, B, N, l->D, l->H, l->P, &lim, plan);
 }
 
@@ -447,6 +455,10 @@ static const sgk_backend_ops k_ops = {
     .native = cl_native,
     .layer_set_weights = sgk_cl_set_weights,
     .layer_set_weights_device = sgk_cl_set_weights_device,
+    .saved_size = sgk_cl_saved_size,
+    .train_workspace_size = sgk_cl_train_workspace_size,
+    .forward_train = sgk_cl_forward_train,
+    .backward = sgk_cl_backward,
 };
 
 SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host)

@@ -87,14 +87,14 @@ int main(int argc, char **argv)
                      p.ldc, nrows, p.D, p.rt);
         t[1] = now();
         sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pm, pool, ws, ctx0, p.ldc, pk + o.wqkv, p.ldk, 0,
-                     ws, ws, p.ldk, nrows, p.D, p.ldk, p.mt, p.nt);
+                     ws, ws, 0, p.ldk, nrows, p.D, p.ldk, p.mt, p.nt);
         t[2] = now();
         sgk_cpu_attn(threads, (int)p.groups_attn, 1, pm, pool, ws, p.ldk, pair, 0, mask, 1, pk + o.w1, p.ldp,
                      pk + o.b1, pk + o.w2, p.ldh, pk + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk,
-                     p.qc, (int)p.groups_q, p.scale, 1, 0, nrows);
+                     p.qc, (int)p.groups_q, p.scale, 1, 0, nrows, ws, 0);
         t[3] = now();
         sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pm, pool, ws, ctx0, p.ldc, pk + o.wo, p.ldo, 1,
-                     nodes, out, p.D, nrows, p.D, p.D, p.mt, p.nt);
+                     nodes, out, 0, p.D, nrows, p.D, p.D, p.mt, p.nt);
         t[4] = now();
         if (rep == 0) { /* validate before timing anything */
             const sgk_ref_layer rl = {D, H, P, 1e-5, w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9]};

@@ -226,9 +226,9 @@ class Layer:
         tensor's shape.
 
         Inputs as forward's; d_out (B, N, D) float32. Runs sgk_forward_train
-        (for the softmax statistics the backward needs) and sgk_backward on
-        host memory: the cpu backend and float32 layers (others raise
-        sgk.Error, SGK_ERR_UNSUPPORTED).
+        (for the softmax statistics the backward needs) and sgk_backward, on
+        the cpu and opencl backends alike; float32 layers only (a 16-bit
+        layer raises sgk.Error, SGK_ERR_UNSUPPORTED).
         """
         layer = self._handle()
         nodes, pair_feats, edge_mask, B, N, mask_type = self._inputs(nodes, pair_feats, edge_mask)

@@ -358,11 +358,29 @@ def test_backward_refused_where_unsupported_and_bad_d_out(rng):
             layer.backward(nodes, pair, mask, np.zeros((1, 4, D + 1), np.float32))
         with pytest.raises(TypeError, match="d_out has dtype float64"):
             layer.backward(nodes, pair, mask, np.zeros((1, 4, D)))
-    if available("opencl"):
-        with sgk.Layer("opencl", w) as layer:
-            with pytest.raises(sgk.Error) as e:
-                layer.backward(nodes, pair, mask, np.zeros((1, 4, D), np.float32))
-            assert e.value.status == "SGK_ERR_UNSUPPORTED"
+    with sgk.Layer("cpu", w, dtype="bfloat16") as layer:
+        with pytest.raises(sgk.Error) as e:
+            layer.backward(sgk.to_bfloat16_bits(nodes), sgk.to_bfloat16_bits(pair), mask,
+                           np.zeros((1, 4, D), np.float32))
+        assert e.value.status == "SGK_ERR_UNSUPPORTED"
+
+
+@pytest.mark.skipif(not available("opencl"), reason="no OpenCL device")
+def test_backward_on_opencl_matches_cpu(rng):
+    """The same generated kernels on both backends: every gradient within
+    fp32 rounding of the cpu backend's."""
+    B, N, D, H, P = 2, 7, 16, 2, 5
+    w = make_weights(rng, D, P, H)
+    nodes, pair, mask = make_inputs(rng, B, N, D, P)
+    d_out = rng.standard_normal((B, N, D)).astype(np.float32)
+    with sgk.Layer("cpu", w) as layer:
+        want = layer.backward(nodes, pair, mask, d_out)
+    with sgk.Layer("opencl", w) as layer:
+        got = layer.backward(nodes, pair, mask, d_out)
+    assert sorted(got) == sorted(want)
+    for name, g in got.items():
+        scale = max(1.0, float(np.abs(want[name]).max()))
+        np.testing.assert_allclose(g, want[name], rtol=0, atol=1e-5 * scale, err_msg=name)
 
 
 # ---- bf16 and f16 layers ----------------------------------------------------
