@@ -140,7 +140,38 @@ static void run_variant(backend_run *br, const bench_row *tmpl, call_ctx *c, con
     free(graphs);
 }
 
-/* --train on a host-memory backend (cpu): the backward row of a shape.
+/* Memory of the training row: the backend's (through the bench's device
+ * module) or, on cpu, host memory. */
+static void *train_alloc(const backend_run *br, size_t bytes)
+{
+    void *p = NULL;
+    if (br->ops) return br->ops->alloc(br->dev, bytes ? bytes : 1, &p) == 0 ? p : NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 1) == 0 ? p : NULL;
+}
+
+static void train_free(const backend_run *br, void *p)
+{
+    if (!p) return;
+    if (br->ops) br->ops->free(br->dev, p);
+    else free(p);
+}
+
+static int train_put(const backend_run *br, void *dst, const void *src, size_t bytes)
+{
+    if (br->ops) return br->ops->upload(br->dev, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int train_get(const backend_run *br, void *dst, const void *src, size_t bytes)
+{
+    if (br->ops) return br->ops->synchronize(br->dev) != 0 ? -1 : br->ops->download(br->dev, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+/* --train: the backward row of a shape, on cpu or on a GPU the bench has a
+ * device module for (its buffers, stream and clock, as the forward's).
  * One sgk_forward_train_device for the saved state, then
  * sgk_backward_device timed as the forward is, into every gradient; its
  * nodes gradient against sgk_ref_backward's (relative L2 <= 1e-4, the
@@ -151,7 +182,7 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
 {
     const bench_shape *s = &tmpl->shape;
     size_t saved_bytes = 0, ws_bytes = 0;
-    if (br->ops || !br->is_cpu) return; /* the training calls run on host memory only, for now */
+    if (!br->ops && !br->is_cpu) return; /* a GPU without the bench's device module: no device buffers */
     if (sgk_saved_size(layer, s->B, s->N, &saved_bytes) != SGK_OK ||
         sgk_train_workspace_size(layer, s->B, s->N, &ws_bytes) != SGK_OK) {
         add_note(br->res, "%s %s: --train: %s", br->name, tmpl->preset, sgk_last_error());
@@ -167,30 +198,41 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
     r->flops *= 2, r->bytes *= 2, r->ffma_floor_us *= 2, r->copy_floor_us *= 2;
     progress(br->opt, "%s %s backward ...", r->backend, r->preset);
     const size_t nd = (size_t)(s->B * s->N * s->D);
-    size_t counts[SGKT_N_GRADS], total = 0;
+    size_t counts[SGKT_N_GRADS];
     sgkt_grad_counts(s->B, s->N, s->D, s->H, s->P, counts);
-    for (int k = 0; k < SGKT_N_GRADS; k++) total += counts[k];
-    float *grads = malloc(total * sizeof(float)), *out = malloc(nd * sizeof(float));
-    float *d_out = malloc(nd * sizeof(float)), *saved = malloc(saved_bytes ? saved_bytes : 1);
-    void *ws = NULL;
-    if (posix_memalign(&ws, 64, ws_bytes ? ws_bytes : 1) != 0) ws = NULL;
+    /* each gradient a buffer of its own (an OpenCL buffer cannot be offset) */
+    void *gbuf[SGKT_N_GRADS] = {0};
+    float *d_out = malloc(nd * sizeof(float)), *got = malloc(nd * sizeof(float));
+    void *dd_out = train_alloc(br, nd * sizeof(float)), *out = train_alloc(br, nd * sizeof(float));
+    void *saved = train_alloc(br, saved_bytes), *ws = train_alloc(br, ws_bytes);
     sgk_grads g;
-    int ok = grads && out && d_out && saved && ws;
-    if (!ok) snprintf(r->note, sizeof r->note, "out of host memory for the backward's buffers");
+    int ok = d_out && got && dd_out && out && saved && ws;
+    for (int k = 0; k < SGKT_N_GRADS && ok; k++) {
+        gbuf[k] = train_alloc(br, counts[k] * sizeof(float));
+        *sgkt_grad_slot(&g, k) = gbuf[k];
+        ok = gbuf[k] != NULL;
+    }
+    if (!ok) snprintf(r->note, sizeof r->note, "out of memory for the backward's buffers");
     call_ctx c = *fwd;
     c.err[0] = 0;
     if (ok) {
-        size_t at = 0;
-        for (int k = 0; k < SGKT_N_GRADS; k++) *sgkt_grad_slot(&g, k) = grads + at, at += counts[k];
         sgkt_rng rng;
         sgkt_rng_seed(&rng, br->opt->seed ^ 0xbacull);
         sgkt_fill_normal(&rng, d_out, nd, 0.0, 1.0);
-        c.saved = saved, c.d_out = d_out, c.grads = &g, c.ws = ws, c.ws_bytes = ws_bytes;
+        for (size_t k = 0; k < nd; k++) got[k] = NAN; /* an unwritten gradient cannot pass */
+        ok = train_put(br, dd_out, d_out, nd * sizeof(float)) == 0 && train_put(br, gbuf[0], got, nd * sizeof(float)) == 0;
+        if (!ok) snprintf(r->note, sizeof r->note, "copying to the device failed");
+    }
+    if (ok) {
+        c.saved = saved, c.d_out = dd_out, c.grads = &g, c.ws = ws, c.ws_bytes = ws_bytes;
         sgk_status st = sgk_forward_train_device(layer, s->B, s->N, c.nodes[0], c.pair[0], c.mask[0], c.mask_type,
-                                                 out, saved, ws, ws_bytes, NULL);
+                                                 out, saved, ws, ws_bytes, c.stream);
         if (st != SGK_OK) ok = sgk_failed(&c, "sgk_forward_train_device", st) == 0;
-        for (size_t k = 0; k < total; k++) grads[k] = NAN; /* an unwritten gradient cannot pass */
         if (ok) ok = call_backward_device(&c, 0) == 0;
+        if (ok && train_get(br, got, gbuf[0], nd * sizeof(float)) != 0) {
+            ok = 0;
+            snprintf(r->note, sizeof r->note, "copying the nodes gradient back failed");
+        }
     }
     int checked_ok = 1;
     double rel = NAN, worst = NAN;
@@ -200,10 +242,10 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
         sgk_ref_grads rg;
         memset(&rg, 0, sizeof rg);
         rg.nodes = malloc(nd * sizeof(double));
-        if (rg.nodes && sgk_ref_backward(&ref, s->B, s->N, c.nodes[0], c.pair[0], c.mask[0], c.mask_type, d_out,
-                                         &rg) == 0) {
-            worst = sgkt_compare(g.nodes, rg.nodes, nd).max_abs;
-            rel = sgkt_rel_l2_floored(g.nodes, rg.nodes, nd);
+        if (rg.nodes && sgk_ref_backward(&ref, s->B, s->N, cd->in.nodes, cd->in.pair_feats, cd->in.edge_mask,
+                                         c.mask_type, d_out, &rg) == 0) {
+            worst = sgkt_compare(got, rg.nodes, nd).max_abs;
+            rel = sgkt_rel_l2_floored(got, rg.nodes, nd);
             checked_ok = rel <= 1e-4;
         } else {
             snprintf(r->note, sizeof r->note, "the reference backward could not be computed (out of memory?)");
@@ -213,7 +255,7 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
     }
     bench_timing t;
     bench_clock hc = bench_host_clock();
-    if (ok) ok = bench_measure(&hc, call_backward_device, &c, &br->proto, &t) == 0;
+    if (ok) ok = bench_measure(br->ops ? &br->dclock : &hc, call_backward_device, &c, &br->proto, &t) == 0;
     if (ok) finish_timing(br, r, &t, 0);
     else if (!r->note[0]) snprintf(r->note, sizeof r->note, "%s", c.err);
     if (!ok) snprintf(r->status, sizeof r->status, "ERROR");
@@ -225,11 +267,13 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
         r->max_abs = worst;
         snprintf(r->status, sizeof r->status, "%s", checked_ok ? "ok" : "FAIL");
     }
-    free(grads);
-    free(out);
+    for (int k = 0; k < SGKT_N_GRADS; k++) train_free(br, gbuf[k]);
+    train_free(br, dd_out);
+    train_free(br, out);
+    train_free(br, saved);
+    train_free(br, ws);
     free(d_out);
-    free(saved);
-    free(ws);
+    free(got);
 }
 
 static void case_error(backend_run *br, const bench_row *tmpl, const char *variant, const char *msg)
