@@ -29,7 +29,8 @@ static int plan_for(const sgkc_layer *L, sgk_plan_kind kind, int64_t B, int64_t 
 
 cudaError_t sgkc_generic_prepare(int smem_limit)
 {
-    const void *fns[] = {(const void *)sgk_k_fused, (const void *)sgk_k_attn};
+    const void *fns[] = {(const void *)sgk_k_fused, (const void *)sgk_k_attn, (const void *)sgk_k_attn_bwd,
+                         (const void *)sgk_k_ln_wgrad};
     for (size_t i = 0; i < sizeof fns / sizeof fns[0]; i++) {
         const cudaError_t e = cudaFuncSetAttribute(fns[i], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit);
         if (e != cudaSuccess)
@@ -63,6 +64,9 @@ size_t sgkc_generic_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_ba
     return p.workspace_bytes;
 }
 
+static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_fwd *f, int pair_dt, sgk_off xn0,
+                             float *lse);
+
 /* The float kernels on f (nodes and out float; pair features of pair_dt). */
 static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_fwd *f, int pair_dt)
 {
@@ -73,24 +77,37 @@ static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_
                                 (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
                                 p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, f->out, p.N, p.D, p.H,
                                 p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
+    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    return run_tiled(L, p, f, pair_dt, (sgk_off)(p.ctx_offset / sizeof(float)), NULL);
+}
+
+/* The tiled plan p on f: LayerNorm'd rows into the workspace from float
+ * xn0 on, Q/K/V, the context (each (head, row)'s log-sum-exp into lse
+ * where it is not NULL), then out where f->out is not NULL. */
+static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_fwd *f, int pair_dt, sgk_off xn0,
+                             float *lse)
+{
+    const float *w = L->kern;
+    const sgk_gen_packed &o = L->kern_off;
     float *ws = (float *)f->ws;
     const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float));
-    const int rows = (int)(p.B * p.N);
-    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    const int rows = (int)(p.B * p.N), lse_on = lse != NULL;
     cudaError_t e = sgk_launch_norm((int)p.groups_norm, 1, k_threads, p.smem_norm * sizeof(float), f->stream,
-                                    f->nodes, w + o.gamma, w + o.beta, L->eps, ws, ctx0, p.ldc, rows, p.D, p.rt);
+                                    f->nodes, w + o.gamma, w + o.beta, L->eps, ws, xn0, p.ldc, rows, p.D, p.rt);
     if (e == cudaSuccess)
-        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, 0, f->stream, ws, ctx0, p.ldc,
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, 0, f->stream, ws, xn0, p.ldc,
                             w + o.wqkv, p.ldk, 0, ws, ws, 0, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     if (e == cudaSuccess)
         e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
                             f->pair, pair_dt, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
                             w + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
-                            p.scale, p.ks, (sgk_off)(p.part_offset / sizeof(float)), rows, ws, 0);
+                            p.scale, p.ks, (sgk_off)(p.part_offset / sizeof(float)), rows,
+                            lse_on && p.ks == 1 ? lse : ws, lse_on && p.ks == 1);
     if (e == cudaSuccess && p.ks > 1)
         e = sgk_launch_combine((int)p.groups_norm, 1, k_threads, 0, f->stream, ws, ctx0, p.ldc,
-                               (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt, ws, 0, p.N);
-    if (e == cudaSuccess)
+                               (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt,
+                               lse_on ? lse : ws, lse_on, p.N);
+    if (e == cudaSuccess && f->out != NULL)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
                             p.ldo, 1, f->nodes, f->out, 0, p.D, rows, p.D, p.D, p.mt, p.nt);
     return e;
@@ -130,5 +147,87 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
         e = run_float(L, p, &g, (int)L->dtype);
     if (e == cudaSuccess)
         e = convert(0, L->dtype, g.out, f->out, n, f->stream);
+    return e;
+}
+
+/* ---- the training calls: kernels/train.sgk on the tiled plan ---------- */
+
+static int train_plan_for(const sgkc_layer *L, int64_t B, int64_t N, sgk_train_plan *tp)
+{
+    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, 0, 2 * (int64_t)L->sm_count};
+    return L->dtype == SGK_DTYPE_F32 && sgk_train_plan_make(B, N, L->D, L->H, L->P, &lim, tp);
+}
+
+size_t sgkc_train_workspace(const sgkc_layer *L, int64_t B, int64_t N)
+{
+    sgk_train_plan tp;
+    return train_plan_for(L, B, N, &tp) ? tp.workspace_bytes : SIZE_MAX;
+}
+
+cudaError_t sgkc_train_forward(const sgkc_layer *L, const sgkc_fwd *f, float *saved)
+{
+    sgk_train_plan tp;
+    if (!train_plan_for(L, f->B, f->N, &tp))
+        return cudaErrorInvalidValue; /* the core asked for the workspace size first */
+    return run_tiled(L, tp.fwd, f, SGK_DTYPE_F32, (sgk_off)(tp.fwd.ctx_offset / sizeof(float)), saved);
+}
+
+cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const float *saved, const float *d_out,
+                                const sgk_grads *g)
+{
+    sgk_train_plan tp;
+    if (!train_plan_for(L, f->B, f->N, &tp))
+        return cudaErrorInvalidValue;
+    const sgk_plan &p = tp.fwd;
+    const float *w = L->kern;
+    const sgk_gen_packed &o = L->kern_off;
+    float *ws = (float *)f->ws;
+    const cudaStream_t s = f->stream;
+    const int rows = (int)(p.B * p.N), D = p.D;
+    const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float)), xn0 = (sgk_off)tp.xn, dctx0 = (sgk_off)tp.dctx;
+    sgkc_fwd c = *f;
+    c.out = NULL;
+    cudaError_t e = run_tiled(L, p, &c, SGK_DTYPE_F32, xn0, NULL);
+    if (e == cudaSuccess)
+        e = sgk_launch_proj((int)p.groups_rows, (int)tp.groups_dctx, k_threads, 0, s, d_out, 0, D, w + o.wo_b, o.ldd,
+                            0, ws, ws, dctx0, tp.ldd, rows, D, tp.ldd, p.mt, p.nt);
+    if (e == cudaSuccess)
+        e = sgk_launch_bwd_di((int)p.groups_norm, 1, k_threads, 0, s, ws, dctx0, tp.ldd, ctx0, p.ldc, (sgk_off)tp.di,
+                              (const uchar *)f->mask, f->mask_u8, p.N, rows, D, p.H, p.rt);
+    if (e == cudaSuccess)
+        e = sgk_launch_attn_bwd((int)tp.groups_bwd, 1, k_threads, tp.smem_bwd * sizeof(float), s, ws, p.ldk, dctx0,
+                                tp.ldd, (sgk_off)tp.di, f->pair, (const uchar *)f->mask, f->mask_u8, w + o.w1,
+                                w + o.w1_b, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.w2_b, w + o.b2, saved,
+                                (sgk_off)tp.dq, (sgk_off)tp.dkv, tp.ldv, (sgk_off)tp.mlp, tp.mlpw,
+                                (float *)g->pair_feats, g->pair_feats != NULL, p.N, D, p.H, p.P, tp.tq, tp.tqp,
+                                tp.tk, tp.qc, tp.rq, tp.rk, p.scale, rows);
+    if (e == cudaSuccess)
+        e = sgk_launch_reduce_qkv((int)p.groups_norm, 1, k_threads, 0, s, ws, (sgk_off)tp.dq, tp.ldd, (sgk_off)tp.dkv,
+                                  tp.ldv, tp.rk, tp.rq, p.ldk, p.scale, rows, D, p.rt);
+    /* dxn = [dq dk dv] [Wq; Wk; Wv], where dctx was */
+    if (e == cudaSuccess)
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, s, ws, 0, p.ldk, w + o.wqkv_b, o.ldo,
+                            0, ws, ws, dctx0, tp.ldd, rows, 3 * D, D, p.mt, p.nt);
+    if (e == cudaSuccess)
+        e = sgk_launch_ln_bwd((int)p.groups_norm, 1, k_threads, 0, s, f->nodes, w + o.gamma, L->eps, ws, dctx0,
+                              tp.ldd, (sgk_off)tp.st, d_out, (float *)g->nodes, g->nodes != NULL, rows, D, p.rt);
+    const int want_ln = (g->ln_gamma != NULL) | (g->ln_beta != NULL) << 1;
+    if (e == cudaSuccess && want_ln)
+        e = sgk_launch_ln_wgrad((int)tp.groups_cols, 1, k_threads, tp.smem_cols * sizeof(float), s, f->nodes, ws,
+                                dctx0, tp.ldd, (sgk_off)tp.st, (float *)g->ln_gamma, (float *)g->ln_beta, want_ln,
+                                rows, D, tp.cb);
+    void *const dw[3] = {g->wq, g->wk, g->wv};
+    for (int m = 0; m < 3 && e == cudaSuccess; m++)
+        if (dw[m])
+            e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, k_threads, 0, s, ws, (sgk_off)m * D, p.ldk, ws,
+                                 xn0, p.ldc, (float *)dw[m], D, rows, D, D, tp.wmt, tp.wnt);
+    if (e == cudaSuccess && g->wo)
+        e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, k_threads, 0, s, d_out, 0, D, ws, ctx0, p.ldc,
+                             (float *)g->wo, D, rows, D, D, tp.wmt, tp.wnt);
+    const int want_mlp = (g->w1 != NULL) | (g->b1 != NULL) << 1 | (g->w2 != NULL) << 2 | (g->b2 != NULL) << 3;
+    if (e == cudaSuccess && want_mlp)
+        e = sgk_launch_reduce_mlp((int)tp.groups_mlp, 1, k_threads, 0, s, ws, (sgk_off)tp.mlp, tp.mlpw,
+                                  (int)tp.groups_bwd, p.ldp, p.P, p.H, (float *)g->w1, (float *)g->b1, (float *)g->w2,
+                                  (float *)g->b2, want_mlp, tp.per);
     return e;
 }

@@ -20,4 +20,13 @@ size_t sgkc_generic_workspace(const sgkc_layer *L, int64_t B, int64_t N,
 cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *plan,
                                 const sgkc_fwd *f);
 
+/* The training calls on the generated kernels (kernels/train.sgk), float32
+ * layers: the workspace both need (SIZE_MAX where the shape has no plan),
+ * the forward that also writes saved, and the backward into g's non-NULL
+ * members. Each enqueues on f->stream and returns the first CUDA error. */
+size_t sgkc_train_workspace(const sgkc_layer *L, int64_t B, int64_t N);
+cudaError_t sgkc_train_forward(const sgkc_layer *L, const sgkc_fwd *f, float *saved);
+cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const float *saved, const float *d_out,
+                                const sgk_grads *g);
+
 #endif

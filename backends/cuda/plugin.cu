@@ -296,6 +296,58 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
     return SGK_OK;
 }
 
+/* ---- the training calls: the generated kernels (generic.cu) ---------- */
+
+static sgkc_fwd fwd_of(const sgk_fwd *a)
+{
+    sgkc_fwd f;
+    f.B = a->B;
+    f.N = a->N;
+    f.nodes = (const float *)a->nodes;
+    f.pair = (const float *)a->pair_feats;
+    f.mask = a->edge_mask;
+    f.mask_u8 = a->mask_type == SGK_MASK_U8;
+    f.out = (float *)a->out;
+    f.ws = a->workspace;
+    f.ws_bytes = a->workspace_bytes;
+    f.stream = (cudaStream_t)a->stream;
+    return f;
+}
+
+static size_t sgkc_saved_size(void *blayer, int64_t B, int64_t N)
+{
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    return (size_t)B * (size_t)L->H * (size_t)N * sizeof(float);
+}
+
+static size_t sgkc_train_workspace_size(void *blayer, int64_t B, int64_t N)
+{
+    return sgkc_train_workspace((const sgkc_layer *)blayer, B, N);
+}
+
+static sgk_status sgkc_forward_train(void *blayer, const sgk_fwd *args, void *saved)
+{
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    DeviceScope scope(L->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    const sgkc_fwd f = fwd_of(args);
+    const cudaError_t e = sgkc_train_forward(L, &f, (float *)saved);
+    return e == cudaSuccess ? SGK_OK : cuda_fail(e, "forward_train");
+}
+
+static sgk_status sgkc_backward(void *blayer, const sgk_fwd *args, const void *saved, const void *d_out,
+                                const sgk_grads *grads)
+{
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    DeviceScope scope(L->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    const sgkc_fwd f = fwd_of(args);
+    const cudaError_t e = sgkc_train_backward(L, &f, (const float *)saved, (const float *)d_out, grads);
+    return e == cudaSuccess ? SGK_OK : cuda_fail(e, "backward");
+}
+
 static sgk_status sgkc_mem_alloc(void *bctx, size_t bytes, void **ptr)
 {
     const sgkc_context *c = (const sgkc_context *)bctx;
@@ -390,10 +442,10 @@ static const sgk_backend_ops g_ops = {
     sgkc_set_weights,
     sgkc_set_weights_device,
     sgkc_variant_prefers,
-    NULL, /* training: the cpu backend's alone for now */
-    NULL,
-    NULL,
-    NULL,
+    sgkc_saved_size,
+    sgkc_train_workspace_size,
+    sgkc_forward_train,
+    sgkc_backward,
     SGK_DTYPE_BIT(SGK_DTYPE_F32) | SGK_DTYPE_BIT(SGK_DTYPE_BF16) | SGK_DTYPE_BIT(SGK_DTYPE_F16),
 };
 

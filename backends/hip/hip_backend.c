@@ -20,8 +20,9 @@ SGK_EXPORT const sgk_backend_ops *sgk_backend_entry(const sgk_host *host);
 
 const sgk_host *sgk_hip_host;
 
-static const char *const k_kernel_names[SGK_HIP_K_COUNT] = { "fused", "norm", "proj", "attn", "repack",
-                                                                  "widen16", "narrow16", "combine" };
+static const char *const k_kernel_names[SGK_HIP_K_COUNT] = {
+    "fused", "norm", "proj", "attn", "repack", "widen16", "narrow16", "combine", "bwd_di", "attn_bwd",
+    "reduce_qkv", "ln_bwd", "ln_wgrad", "wgrad", "reduce_mlp" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 is four
@@ -344,6 +345,10 @@ static const sgk_backend_ops k_ops = {
     .native = hip_native,
     .layer_set_weights = sgk_hip_set_weights,
     .layer_set_weights_device = sgk_hip_set_weights_device,
+    .saved_size = sgk_hip_saved_size,
+    .train_workspace_size = sgk_hip_train_workspace_size,
+    .forward_train = sgk_hip_forward_train,
+    .backward = sgk_hip_backward,
     .dtypes = SGK_DTYPE_BIT(SGK_DTYPE_F32) | SGK_DTYPE_BIT(SGK_DTYPE_BF16) | SGK_DTYPE_BIT(SGK_DTYPE_F16),
 };
 

@@ -52,6 +52,27 @@ typedef struct sgk_hip_ctx {
 
 /* ---- hip_layer.c: layers, variants, forward ----------------------------- */
 
+/* Device memory of a layer, one allocation: the packed weights (plan.h,
+ * sgk_gen_pack; float whatever the dtype), then for new weights from
+ * device buffers the repack map's runs as the generated `repack` kernel
+ * reads them, and a stage that the ten sources are copied (or widened)
+ * into (source s at float stage_at[s]). */
+typedef struct hip_layer {
+    const sgk_hip_ctx *ctx;
+    int64_t D, H, P;
+    float eps;
+    sgk_dtype dtype; /* of weights, nodes, pair features and out */
+    sgk_gen_packed off;
+    float *w;
+    const int64_t *runs; /* NULL where there is no device repack (map_reason says why) */
+    float *stage;
+    size_t stage_at[SGK_SRC_COUNT];
+    int64_t nruns;
+    float scales[SGK_REPACK_SCALES];
+    char map_reason[192];
+} hip_layer;
+
+
 sgk_status sgk_hip_layer_create(void *bctx, const sgk_layer_desc *desc, void **blayer);
 void sgk_hip_layer_destroy(void *blayer);
 int sgk_hip_variant_count(void *blayer);
@@ -68,5 +89,22 @@ sgk_status sgk_hip_forward(void *blayer, int variant, const sgk_backend_plan *pl
  * copied by the repack map's runs on the stream. */
 sgk_status sgk_hip_set_weights(void *blayer, const sgk_layer_desc *desc);
 sgk_status sgk_hip_set_weights_device(void *blayer, const sgk_layer_desc *desc, void *stream);
+/* The tiled plan p on a's float buffers, on the layer's device: the
+ * LayerNorm'd rows into the workspace from float xn0 on, Q/K/V, the
+ * context (each (head, row)'s log-sum-exp into lse where it is not NULL),
+ * then out where a->out is not NULL. */
+sgk_status sgk_hip_tiled(const hip_layer *l, const sgk_plan *p, const sgk_fwd *a, int pair_dt, int64_t xn0,
+                         float *lse);
+/* SGK_ERR_BACKEND for a launch that failed, naming the kernel and its shape. */
+sgk_status sgk_hip_launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0, int ng1,
+                                 const sgk_hip_kernel *k, size_t smem_floats);
+
+/* ---- hip_train.c: the training calls (sgk_backend.h, ABI 4) -------------- */
+
+size_t sgk_hip_saved_size(void *blayer, int64_t B, int64_t N);
+size_t sgk_hip_train_workspace_size(void *blayer, int64_t B, int64_t N);
+sgk_status sgk_hip_forward_train(void *blayer, const sgk_fwd *args, void *saved);
+sgk_status sgk_hip_backward(void *blayer, const sgk_fwd *args, const void *saved, const void *d_out,
+                            const sgk_grads *grads);
 
 #endif

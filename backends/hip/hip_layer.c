@@ -18,25 +18,6 @@ typedef unsigned char uchar; /* the dialect's name, used by the generated protot
 enum { V_TILED, V_SMALL, V_COUNT };
 static const char *const k_variants[V_COUNT] = { [V_TILED] = "tiled", [V_SMALL] = "small" };
 
-/* Device memory of a layer, one allocation: the packed weights (plan.h,
- * sgk_gen_pack; float whatever the dtype), then for new weights from
- * device buffers the repack map's runs as the generated `repack` kernel
- * reads them, and a stage that the ten sources are copied (or widened)
- * into (source s at float stage_at[s]). */
-typedef struct hip_layer {
-    const sgk_hip_ctx *ctx;
-    int64_t D, H, P;
-    float eps;
-    sgk_dtype dtype; /* of weights, nodes, pair features and out */
-    sgk_gen_packed off;
-    float *w;
-    const int64_t *runs; /* NULL where there is no device repack (map_reason says why) */
-    float *stage;
-    size_t stage_at[SGK_SRC_COUNT];
-    int64_t nruns;
-    float scales[SGK_REPACK_SCALES];
-    char map_reason[192];
-} hip_layer;
 
 static const sgk_host *host(void) { return sgk_hip_host; }
 
@@ -325,7 +306,7 @@ size_t sgk_hip_workspace_size(void *bl, int v, int64_t B, int64_t N,
     return p.workspace_bytes;
 }
 
-static sgk_status launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0,
+sgk_status sgk_hip_launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0,
                                 int ng1, const sgk_hip_kernel *k, size_t smem_floats)
 {
     char where[512];
@@ -356,39 +337,55 @@ static sgk_status enqueue(const hip_layer *l, const sgk_plan *p, const sgk_fwd *
                                p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2, w + o.wo, p->ldo, a->out, p->N,
                                p->D, p->H, p->P, p->ldk, p->ldc, p->tq, p->tqp, p->tk, p->qc, l->eps, p->scale);
         if (err != hipSuccess)
-            return launch_failed(l, "fused", err, (int)p->B, 1, kf, p->smem_fused);
+            return sgk_hip_launch_failed(l, "fused", err, (int)p->B, 1, kf, p->smem_fused);
         return SGK_OK;
     }
+    /* the LayerNorm'd rows in the context's place, until attn writes it */
+    return sgk_hip_tiled(l, p, a, pair_dt, (sgk_off)(p->ctx_offset / sizeof(float)), NULL);
+}
+
+sgk_status sgk_hip_tiled(const hip_layer *l, const sgk_plan *p, const sgk_fwd *a, int pair_dt, int64_t xn0,
+                         float *lse)
+{
+    const sgk_hip_kernel *k = l->ctx->k;
+    hipStream_t s = (hipStream_t)a->stream;
+    const float *w = l->w;
+    const sgk_gen_packed o = l->off;
+    const int mask_u8 = a->mask_type == SGK_MASK_U8;
+    const uchar *mask = a->edge_mask;
     const sgk_hip_kernel *kn = &k[SGK_HIP_K_NORM], *kp = &k[SGK_HIP_K_PROJ], *ka = &k[SGK_HIP_K_ATTN];
     float *ws = a->workspace;
     const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float));
-    const int rows = (int)(p->B * p->N);
-    /* the LayerNorm'd rows in the context's place, until attn writes it */
-    err = sgk_launch_norm((int)p->groups_norm, 1, kn->threads, p->smem_norm * sizeof(float), s, a->nodes, w + o.gamma,
-                          w + o.beta, l->eps, ws, ctx0, p->ldc, rows, p->D, p->rt);
+    const int rows = (int)(p->B * p->N), lse_on = lse != NULL;
+    hipError_t err = sgk_launch_norm((int)p->groups_norm, 1, kn->threads, p->smem_norm * sizeof(float), s, a->nodes,
+                                     w + o.gamma, w + o.beta, l->eps, ws, xn0, p->ldc, rows, p->D, p->rt);
     if (err != hipSuccess)
-        return launch_failed(l, "norm", err, (int)p->groups_norm, 1, kn, p->smem_norm);
-    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, sizeof(float), s, ws, ctx0, p->ldc,
+        return sgk_hip_launch_failed(l, "norm", err, (int)p->groups_norm, 1, kn, p->smem_norm);
+    err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_qkv, kp->threads, sizeof(float), s, ws, xn0, p->ldc,
                           w + o.wqkv, p->ldk, 0, ws, ws, 0, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
     if (err != hipSuccess)
-        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, 1);
+        return sgk_hip_launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_qkv, kp, 1);
     err = sgk_launch_attn((int)p->groups_attn, 1, ka->threads, p->smem_attn * sizeof(float), s, ws, p->ldk,
                           a->pair_feats, pair_dt, mask, mask_u8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                           ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q,
-                          p->scale, p->ks, (sgk_off)(p->part_offset / sizeof(float)), rows, ws, 0);
+                          p->scale, p->ks, (sgk_off)(p->part_offset / sizeof(float)), rows,
+                          lse_on && p->ks == 1 ? lse : ws, lse_on && p->ks == 1);
     if (err != hipSuccess)
-        return launch_failed(l, "attn", err, (int)p->groups_attn, 1, ka, p->smem_attn);
+        return sgk_hip_launch_failed(l, "attn", err, (int)p->groups_attn, 1, ka, p->smem_attn);
     if (p->ks > 1) {
         const sgk_hip_kernel *kc = &k[SGK_HIP_K_COMBINE];
         err = sgk_launch_combine((int)p->groups_norm, 1, kc->threads, sizeof(float), s, ws, ctx0, p->ldc,
-                                 (sgk_off)(p->part_offset / sizeof(float)), p->ks, rows, p->D, p->H, p->rt, ws, 0, p->N);
+                                 (sgk_off)(p->part_offset / sizeof(float)), p->ks, rows, p->D, p->H, p->rt,
+                                 lse_on ? lse : ws, lse_on, p->N);
         if (err != hipSuccess)
-            return launch_failed(l, "combine", err, (int)p->groups_norm, 1, kc, 1);
+            return sgk_hip_launch_failed(l, "combine", err, (int)p->groups_norm, 1, kc, 1);
     }
+    if (a->out == NULL)
+        return SGK_OK;
     err = sgk_launch_proj((int)p->groups_rows, (int)p->groups_out, kp->threads, sizeof(float), s, ws, ctx0, p->ldc,
                           w + o.wo, p->ldo, 1, a->nodes, a->out, 0, p->D, rows, p->D, p->D, p->mt, p->nt);
     if (err != hipSuccess)
-        return launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_out, kp, 1);
+        return sgk_hip_launch_failed(l, "proj", err, (int)p->groups_rows, (int)p->groups_out, kp, 1);
     return SGK_OK;
 }
 
