@@ -245,9 +245,10 @@ SGK_EXPORT sgk_status sgk_forward_device(sgk_layer *layer, int64_t B, int64_t N,
 /* ---- training: the backward ------------------------------------------ */
 
 /* Where sgk_backward writes the gradient of each input and weight, in the
- * shape and layout of that tensor (the weights' as in sgk_layer_desc,
- * PyTorch's). A NULL member is not computed (a frozen weight, say); the
- * others are overwritten, not accumulated into. */
+ * shape, layout and dtype of that tensor (the weights' as in
+ * sgk_layer_desc, PyTorch's; a 16-bit layer's gradients are computed in
+ * float32 and rounded once). A NULL member is not computed (a frozen
+ * weight, say); the others are overwritten, not accumulated into. */
 typedef struct sgk_grads {
     void *nodes;              /* (B, N, D) */
     void *pair_feats;         /* (B, N, N, P) */
@@ -260,8 +261,7 @@ typedef struct sgk_grads {
 /* Bytes of the state sgk_forward_train keeps for sgk_backward at (B, N):
  * each (batch, head, row)'s softmax log-sum-exp, B*H*N floats, never the
  * (B, H, N, N) scores or bias, which the backward recomputes from the
- * inputs. SGK_ERR_UNSUPPORTED where the layer's backend has no backward
- * (today cuda, hip, and layers of a 16-bit dtype). */
+ * inputs. SGK_ERR_UNSUPPORTED where the layer's backend has no backward. */
 SGK_EXPORT sgk_status sgk_saved_size(sgk_layer *layer, int64_t B, int64_t N, size_t *bytes);
 
 /* sgk_forward that also writes saved (sgk_saved_size bytes, host memory,
@@ -274,8 +274,8 @@ SGK_EXPORT sgk_status sgk_forward_train(sgk_layer *layer, int64_t B, int64_t N,
 
 /* The gradients of sum(d_out * out), out the forward of these inputs, with
  * respect to every input and weight, into grads' non-NULL members (host
- * memory, each aligned to alignof(float) and overlapping no other
- * argument). nodes, pair_feats and edge_mask must be those the forward
+ * memory, each aligned to its elements' size and overlapping no other
+ * argument); d_out in the layer's dtype. nodes, pair_feats and edge_mask must be those the forward
  * saw, and saved what sgk_forward_train wrote for them with the layer's
  * current weights. Masked pairs and rows with no edge get zero gradient;
  * b2's is zero exactly (the softmax ignores a shift common to a row), or

@@ -13,11 +13,6 @@
 static sgk_status require_backward(const sgk_layer *layer, const char *call)
 {
     const sgk_backend_ops *ops = layer->ops;
-    if (layer->dtype != SGK_DTYPE_F32) /* first: no backend's training calls take it */
-        return sgk_set_error(SGK_ERR_UNSUPPORTED,
-                             "%s: the layer's dtype is %s, and the training calls run "
-                             "SGK_DTYPE_F32 layers only for now",
-                             call, sgk_dtype_name(layer->dtype));
     if (ops->saved_size == NULL || ops->train_workspace_size == NULL || ops->forward_train == NULL ||
         ops->backward == NULL)
         return sgk_set_error(SGK_ERR_UNSUPPORTED, "%s: backend %s has no backward", call, ops->name);
@@ -59,11 +54,11 @@ static sgk_status check_buffers(const buf *bufs, int n, int first_out, int range
 
 /* The three inputs' entries of a call's buffer list; returns 3. */
 static int input_bufs(buf *b, const void *nodes, const void *pair_feats, const void *edge_mask,
-                      sgk_mask_type mask_type, const sgk_call *call)
+                      sgk_mask_type mask_type, const sgk_call *call, size_t elem)
 {
     const buf in[3] = {
-        { "nodes", nodes, call->nodes_bytes, _Alignof(float) },
-        { "pair_feats", pair_feats, call->pair_bytes, _Alignof(float) },
+        { "nodes", nodes, call->nodes_bytes, elem },
+        { "pair_feats", pair_feats, call->pair_bytes, elem },
         { "edge_mask", edge_mask, call->mask_bytes,
           mask_type == SGK_MASK_F32 ? _Alignof(float) : 1 },
     };
@@ -284,9 +279,10 @@ static sgk_status forward_train(int host, sgk_layer *layer, int64_t B, int64_t N
     if (st != SGK_OK)
         return st;
     buf bufs[6];
-    const int n_in = input_bufs(bufs, nodes, pair_feats, edge_mask, mask_type, &call);
+    const size_t elem = sgk_dtype_size(layer->dtype);
+    const int n_in = input_bufs(bufs, nodes, pair_feats, edge_mask, mask_type, &call, elem);
     const buf outs[] = {
-        { "out", out, call.nodes_bytes, _Alignof(float) },
+        { "out", out, call.nodes_bytes, elem },
         { "saved", saved, sbytes, _Alignof(float) },
         { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
@@ -373,25 +369,26 @@ static sgk_status backward(int host, sgk_layer *layer, int64_t B, int64_t N, con
     st = saved_bytes(layer, B, N, &sbytes);
     if (st != SGK_OK)
         return st;
-    const size_t f = sizeof(float), D = (size_t)layer->D, H = (size_t)layer->H,
+    const size_t f = sgk_dtype_size(layer->dtype), D = (size_t)layer->D, H = (size_t)layer->H,
                  P = (size_t)layer->P;
     buf bufs[18];
-    const int n_in = input_bufs(bufs, nodes, pair_feats, edge_mask, mask_type, &call);
+    const size_t elem = sgk_dtype_size(layer->dtype);
+    const int n_in = input_bufs(bufs, nodes, pair_feats, edge_mask, mask_type, &call, elem);
     const buf rest[] = {
         { "saved", saved, sbytes, _Alignof(float) },
-        { "d_out", d_out, call.nodes_bytes, _Alignof(float) },
-        { "grads->nodes", grads->nodes, call.nodes_bytes, _Alignof(float) },
-        { "grads->pair_feats", grads->pair_feats, call.pair_bytes, _Alignof(float) },
-        { "grads->ln_gamma", grads->ln_gamma, D * f, _Alignof(float) },
-        { "grads->ln_beta", grads->ln_beta, D * f, _Alignof(float) },
-        { "grads->wq", grads->wq, D * D * f, _Alignof(float) },
-        { "grads->wk", grads->wk, D * D * f, _Alignof(float) },
-        { "grads->wv", grads->wv, D * D * f, _Alignof(float) },
-        { "grads->wo", grads->wo, D * D * f, _Alignof(float) },
-        { "grads->w1", grads->w1, P * P * f, _Alignof(float) },
-        { "grads->b1", grads->b1, P * f, _Alignof(float) },
-        { "grads->w2", grads->w2, H * P * f, _Alignof(float) },
-        { "grads->b2", grads->b2, H * f, _Alignof(float) },
+        { "d_out", d_out, call.nodes_bytes, f },
+        { "grads->nodes", grads->nodes, call.nodes_bytes, f },
+        { "grads->pair_feats", grads->pair_feats, call.pair_bytes, f },
+        { "grads->ln_gamma", grads->ln_gamma, D * f, f },
+        { "grads->ln_beta", grads->ln_beta, D * f, f },
+        { "grads->wq", grads->wq, D * D * f, f },
+        { "grads->wk", grads->wk, D * D * f, f },
+        { "grads->wv", grads->wv, D * D * f, f },
+        { "grads->wo", grads->wo, D * D * f, f },
+        { "grads->w1", grads->w1, P * P * f, f },
+        { "grads->b1", grads->b1, P * f, f },
+        { "grads->w2", grads->w2, H * P * f, f },
+        { "grads->b2", grads->b2, H * f, f },
         { "workspace", host ? NULL : workspace, workspace_bytes, 1 },
     };
     memcpy(bufs + n_in, rest, sizeof rest);

@@ -305,7 +305,7 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
                         sgk_train_plan *tp)
 {
     memset(tp, 0, sizeof *tp);
-    if (!sgk_plan_make(SGK_PLAN_TILED, B, N, D, H, P, lim, &tp->fwd) || lim->wide16)
+    if (!sgk_plan_make(SGK_PLAN_TILED, B, N, D, H, P, lim, &tp->fwd))
         return 0;
     const sgk_plan *f = &tp->fwd;
     const size_t budget = lim->local_bytes / sizeof(float);
@@ -369,7 +369,10 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     const double need = (double)f->workspace_bytes / sizeof(float) +
                         (double)rows * (double)(f->ldc + tp->ldd + H + 3) +
                         (double)rk * (double)rows * (double)tp->ldd + (double)rq * (double)rows * (double)tp->ldv +
-                        (double)tp->groups_bwd * (double)tp->mlpw + 8.0 * (double)(lim->align + 1);
+                        (double)tp->groups_bwd * (double)tp->mlpw + 8.0 * (double)(lim->align + 1) +
+                        (lim->wide16 ? 2.0 * (double)rows * (double)D + 4.0 * (double)D * (double)D +
+                                           (double)((P + 1) * (P + H) + 2 * D) + 16.0 * (double)(lim->align + 1)
+                                     : 0.0);
     if (need * sizeof(float) > (double)(SIZE_MAX / 2))
         return 0;
     const size_t a = (lim->align < sizeof(float) ? sizeof(float) : lim->align) / sizeof(float);
@@ -381,6 +384,18 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     tp->dq = o;  o = round_up(o + (size_t)rk * (size_t)rows * (size_t)tp->ldd, a);
     tp->dkv = o; o = round_up(o + (size_t)rq * (size_t)rows * (size_t)tp->ldv, a);
     tp->mlp = o; o = o + (size_t)tp->groups_bwd * (size_t)tp->mlpw;
+    if (lim->wide16) {
+        const size_t d = (size_t)D, n[12] = {(size_t)rows * d, 0, d, d, d * d, d * d, d * d, d * d,
+                                             (size_t)(P * P), (size_t)P, (size_t)(H * P), (size_t)H};
+        o = round_up(o, a);
+        tp->wide_dout = o;
+        o = round_up(o + (size_t)rows * d, a);
+        for (int i = 0; i < 12; i++)
+            if (n[i]) {
+                tp->grad16[i] = o;
+                o = round_up(o + n[i], a);
+            }
+    }
     tp->workspace_bytes = o * sizeof(float);
     return 1;
 }

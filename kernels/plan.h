@@ -139,6 +139,10 @@ typedef struct sgk_train_plan {
     int64_t groups_dctx;     /* proj to dctx: column tiles of ldd */
     size_t smem_bwd, smem_cols; /* floats of local memory: attn_bwd, ln_wgrad */
     size_t xn, dctx, di, st, dq, dkv, mlp; /* offsets, in floats */
+    /* 16-bit layers (limits.wide16): d_out widened (B N D floats), and each
+     * gradient but the pair features' computed in float before it is
+     * rounded into the caller's buffer (sgk_grads' order; 0 else) */
+    size_t wide_dout, grad16[12];
     size_t workspace_bytes;
 } sgk_train_plan;
 

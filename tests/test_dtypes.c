@@ -174,6 +174,148 @@ static void table(sgk_dtype t)
     assert_int_equal(bad, 0);
 }
 
+/* The training calls on a 16-bit layer, over the cases the double
+ * reference backward takes quickly: out as the forward's contract, the
+ * saved log-sum-exp within 1e-3 of the reference's, and every gradient
+ * (in the layer's dtype, NaN-poisoned before) within the 16-bit contract of
+ * sgk_ref_backward on the rounded weights, inputs and d_out: relative L2
+ * <= 1e-2 (the reference's norm floored, as for float32), and finite where
+ * the reference is. */
+static void train_table(sgk_dtype t)
+{
+    const char *tname = t == SGK_DTYPE_BF16 ? "bf16" : "f16";
+    if (!(t == SGK_DTYPE_BF16 ? g_runs_bf16 : g_runs_f16))
+        return;
+    int bad = 0, runs = 0;
+    for (int k = 0; k < sgkt_case_count; k++) {
+        const sgkt_case *cs = &sgkt_cases[k];
+        const double pairs = (double)cs->B * (double)cs->N * (double)cs->N;
+        if (!sgkt_case_enabled(cs) ||
+            pairs * ((double)cs->P * cs->P + (double)cs->D) + (double)cs->B * cs->N * (double)cs->D * cs->D > 1e8)
+            continue;
+        sgkt_prepared p;
+        assert_int_equal(sgkt_prepare(&p, cs, sgkt_seed_mix(g_seed ^ 0x7261696eull, (uint64_t)k)), 0);
+        case16 c;
+        make16(t, &p, &c);
+        sgk_layer *layer = NULL;
+        assert_int_equal(sgk_layer_create(g_ctx, &c.desc, &layer), SGK_OK);
+        const size_t n = p.n_out, BHN = (size_t)(cs->B * cs->H * cs->N);
+        size_t cnt[SGKT_N_GRADS];
+        sgkt_grad_counts(cs->B, cs->N, cs->D, cs->H, cs->P, cnt);
+        /* d_out rounded to the dtype, and its 16 bits */
+        float *dout = malloc(n * sizeof(float));
+        uint16_t *dout16 = malloc(n * sizeof(uint16_t)), *out16 = malloc(n * sizeof(uint16_t));
+        float *saved = malloc(BHN * sizeof(float)), *got = NULL;
+        double *rmax = malloc(BHN * sizeof(double)), *rsum = malloc(BHN * sizeof(double));
+        double *rout = malloc(n * sizeof(double));
+        assert_true(dout && dout16 && out16 && saved && rmax && rsum && rout);
+        sgkt_rng rng;
+        sgkt_rng_seed(&rng, p.seed ^ 0xd0u);
+        sgkt_fill_normal(&rng, dout, n, 0.0, 1.0);
+        for (size_t i = 0; i < n; i++) {
+            dout16[i] = t == SGK_DTYPE_BF16 ? sgk_bf16_from_f32(dout[i]) : sgk_f16_from_f32(dout[i]);
+            dout[i] = from16(t, dout16[i]);
+        }
+        sgk_ref_layer ref;
+        sgkt_weights_to_ref(&p.w, &ref);
+        assert_int_equal(sgk_ref_forward_stats(&ref, cs->B, cs->N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                                               p.in.mask_type, rout, NULL, rmax, rsum),
+                         0);
+        sgk_ref_grads rg;
+        memset(&rg, 0, sizeof rg);
+        uint16_t *g16[SGKT_N_GRADS];
+        sgk_grads g;
+        memset(&g, 0, sizeof g);
+        for (int i = 0; i < SGKT_N_GRADS; i++) {
+            *sgkt_ref_grad_slot(&rg, i) = malloc(cnt[i] * sizeof(double));
+            g16[i] = sgkt_guarded_alloc(cnt[i] * sizeof(uint16_t));
+            assert_non_null(*sgkt_ref_grad_slot(&rg, i));
+            assert_non_null(g16[i]);
+            for (size_t e = 0; e < cnt[i]; e++)
+                g16[i][e] = 0x7fffu; /* NaN in both dtypes */
+            *sgkt_grad_slot(&g, i) = g16[i];
+        }
+        assert_int_equal(sgk_ref_backward(&ref, cs->B, cs->N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                                          p.in.mask_type, dout, &rg),
+                         0);
+        char what[160];
+        snprintf(what, sizeof what, "backend=%s dtype=%s case=%s training", g_backend, tname, cs->name);
+        sgk_status st = sgk_forward_train(layer, cs->B, cs->N, c.h.nodes, c.h.pair, p.in.edge_mask, p.in.mask_type,
+                                          out16, saved);
+        if (st == SGK_OK)
+            st = sgk_backward(layer, cs->B, cs->N, c.h.nodes, c.h.pair, p.in.edge_mask, p.in.mask_type, saved,
+                              dout16, &g);
+        runs++;
+        if (st != SGK_OK) {
+            printf("FAIL %s: %s: %s\n", what, sgk_status_string(st), sgk_last_error());
+            bad++;
+        } else {
+            got = malloc(n * sizeof(float));
+            assert_non_null(got);
+            for (size_t i = 0; i < n; i++)
+                got[i] = from16(t, out16[i]);
+            const sgkt_error e = sgkt_compare(got, rout, n);
+            size_t lse_bad = 0;
+            for (size_t i = 0; i < BHN; i++) {
+                const double want = rsum[i] > 0 ? rmax[i] + log(rsum[i]) : -INFINITY;
+                lse_bad += isinf(want) ? !(isinf(saved[i]) && saved[i] < 0)
+                                       : !(fabs(saved[i] - want) <= 1e-3 * fmax(1.0, fabs(want)));
+            }
+            if (!(e.rel_l2 <= REL_L2_16 && e.mismatched_nonfinite == 0 && lse_bad == 0)) {
+                printf("FAIL %s: out rel L2 %.2e, saved rows off %zu (seed 0x%016llx)\n", what, e.rel_l2, lse_bad,
+                       (unsigned long long)p.seed);
+                bad++;
+            }
+            free(got);
+            for (int i = 0; i < SGKT_N_GRADS; i++) {
+                float *gf = malloc((cnt[i] ? cnt[i] : 1) * sizeof(float));
+                assert_non_null(gf);
+                size_t fin = 0;
+                const double *want = *sgkt_ref_grad_slot(&rg, i);
+                for (size_t e2 = 0; e2 < cnt[i]; e2++) {
+                    gf[e2] = from16(t, g16[i][e2]);
+                    fin += isfinite(want[e2]) && !isfinite(gf[e2]);
+                }
+                const double rel = sgkt_rel_l2_floored(gf, want, cnt[i]);
+                if (!(rel <= REL_L2_16) || fin || !sgkt_guard_ok(g16[i], cnt[i] * sizeof(uint16_t))) {
+                    printf("FAIL %s grad %s: rel L2 %.2e (bound %.0e), finiteness mismatches %zu (seed 0x%016llx)\n",
+                           what, sgkt_grad_names[i], rel, REL_L2_16, fin, (unsigned long long)p.seed);
+                    bad++;
+                }
+                free(gf);
+            }
+        }
+        for (int i = 0; i < SGKT_N_GRADS; i++) {
+            free(*sgkt_ref_grad_slot(&rg, i));
+            sgkt_guarded_free(g16[i]);
+        }
+        free(dout);
+        free(dout16);
+        free(out16);
+        free(saved);
+        free(rmax);
+        free(rsum);
+        free(rout);
+        sgk_layer_destroy(layer);
+        free16(&c);
+        sgkt_prepared_free(&p);
+    }
+    printf("dtypes: backend=%s dtype=%s: %d training runs, %d failures\n", g_backend, tname, runs, bad);
+    assert_int_equal(bad, 0);
+}
+
+static void test_bf16_train(void **state)
+{
+    (void)state;
+    train_table(SGK_DTYPE_BF16);
+}
+
+static void test_f16_train(void **state)
+{
+    (void)state;
+    train_table(SGK_DTYPE_F16);
+}
+
 static void test_bf16_table(void **state)
 {
     (void)state;
@@ -187,8 +329,7 @@ static void test_f16_table(void **state)
 }
 
 /* 16-bit buffers need 2-byte alignment, not float's; an odd address is
- * refused naming the buffer, with the output untouched; the training calls
- * refuse 16-bit layers. */
+ * refused naming the buffer, with the output untouched. */
 static void test_rules(void **state)
 {
     (void)state;
@@ -223,6 +364,40 @@ static void test_rules(void **state)
     assert_non_null(strstr(sgk_last_error(), "out"));
     for (size_t i = 0; i < nn + 2; i++)
         assert_int_equal(out[i], 0x7fffu);
+    /* the training calls: 16-bit buffers at 2 mod 4 run; an odd d_out or
+     * gradient is refused naming it, with no gradient written */
+    {
+        size_t sb = 0;
+        assert_int_equal(sgk_saved_size(layer, cs.B, cs.N, &sb), SGK_OK);
+        float *saved = malloc(sb);
+        uint16_t *dout = calloc(nn + 2, 2), *gn = malloc((nn + 2) * 2);
+        assert_true(saved && dout && gn);
+        assert_int_equal(sgk_forward_train(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type,
+                                           out + 1, saved),
+                         SGK_OK);
+        sgk_grads g;
+        memset(&g, 0, sizeof g);
+        g.nodes = gn + 1;
+        assert_int_equal(sgk_backward(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type, saved,
+                                      dout + 1, &g),
+                         SGK_OK);
+        for (size_t i = 0; i < nn + 2; i++)
+            gn[i] = 0x7fffu;
+        assert_int_equal(sgk_backward(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type, saved,
+                                      (char *)dout + 1, &g),
+                         SGK_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(sgk_last_error(), "d_out"));
+        g.nodes = (char *)gn + 1;
+        assert_int_equal(sgk_backward(layer, cs.B, cs.N, nodes + 1, pair + 1, p.in.edge_mask, p.in.mask_type, saved,
+                                      dout + 1, &g),
+                         SGK_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(sgk_last_error(), "grads->nodes"));
+        for (size_t i = 0; i < nn + 2; i++)
+            assert_int_equal(gn[i], 0x7fffu);
+        free(saved);
+        free(dout);
+        free(gn);
+    }
     /* a variant that does not run the call (on cuda: the tuned ones, in
      * 16-bit), forced: refused naming the dtype, out untouched */
     const char *names[16];
@@ -286,10 +461,6 @@ static void test_rules(void **state)
         free16(&c2);
         sgkt_prepared_free(&q);
     }
-    /* the training calls */
-    size_t bytes = 0;
-    assert_int_equal(sgk_saved_size(layer, cs.B, cs.N, &bytes), SGK_ERR_UNSUPPORTED);
-    assert_non_null(strstr(sgk_last_error(), "dtype"));
     free(nodes);
     free(pair);
     free(out);
@@ -327,6 +498,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_bf16_table),
         cmocka_unit_test(test_f16_table),
         cmocka_unit_test(test_rules),
+        cmocka_unit_test(test_bf16_train),
+        cmocka_unit_test(test_f16_train),
     };
     int rc = cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
     sgk_context_destroy(g_ctx);

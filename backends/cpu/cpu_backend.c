@@ -410,6 +410,8 @@ static size_t cpu_train_workspace_size(void *bl, int64_t B, int64_t N)
     return tp.workspace_bytes + (size_t)l->ctx->threads * pool;
 }
 
+/* 16-bit layers: nodes widened into the workspace (and out computed in
+ * float there, then rounded), as the forward does. */
 static sgk_status cpu_forward_train(void *bl, const sgk_fwd *a, void *saved)
 {
     const cpu_layer *l = bl;
@@ -418,10 +420,27 @@ static sgk_status cpu_forward_train(void *bl, const sgk_fwd *a, void *saved)
         return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no training plan for B=%lld, N=%lld",
                                  (long long)a->B, (long long)a->N);
     float *pool_mem = (float *)((char *)a->workspace + tp.workspace_bytes);
-    tiled_forward(l, &tp.fwd, a, pool_mem, train_pool_floats(&tp), saved);
+    if (l->dtype == SGK_DTYPE_F32) {
+        tiled_forward(l, &tp.fwd, a, pool_mem, train_pool_floats(&tp), saved);
+        return SGK_OK;
+    }
+    const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
+    sgk_fwd f = *a;
+    f.nodes = (float *)((char *)a->workspace + tp.fwd.wide_nodes);
+    f.out = (float *)((char *)a->workspace + tp.fwd.wide_out);
+    widen(l->dtype, a->nodes, (float *)f.nodes, nd, l->ctx->threads);
+    tiled_forward(l, &tp.fwd, &f, pool_mem, train_pool_floats(&tp), saved);
+    narrow(l->dtype, f.out, a->out, nd, l->ctx->threads);
     return SGK_OK;
 }
 
+static void backward_float(const cpu_layer *l, const sgk_train_plan *tpp, const sgk_fwd *a, const void *saved,
+                           const float *d_out, const sgk_grads *g);
+
+/* 16-bit layers: nodes and d_out widened into the workspace, every
+ * gradient but the pair features' computed in float there and then
+ * rounded into the caller's buffer (the pair features' is rounded as
+ * attn_bwd stores it). */
 static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, const void *d_out,
                                const sgk_grads *g)
 {
@@ -430,6 +449,39 @@ static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, co
     if (!train_plan_for(l, a->B, a->N, &tp))
         return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no training plan for B=%lld, N=%lld",
                                  (long long)a->B, (long long)a->N);
+    if (l->dtype == SGK_DTYPE_F32) {
+        backward_float(l, &tp, a, saved, d_out, g);
+        return SGK_OK;
+    }
+    const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
+    float *ws = a->workspace;
+    sgk_fwd f = *a;
+    f.nodes = (float *)((char *)a->workspace + tp.fwd.wide_nodes);
+    widen(l->dtype, a->nodes, (float *)f.nodes, nd, l->ctx->threads);
+    widen(l->dtype, d_out, ws + tp.wide_dout, nd, l->ctx->threads);
+    sgk_grads fg = *g;
+    void **slot[12] = {&fg.nodes, &fg.pair_feats, &fg.ln_gamma, &fg.ln_beta, &fg.wq, &fg.wk,
+                       &fg.wv,    &fg.wo,         &fg.w1,       &fg.b1,      &fg.w2, &fg.b2};
+    const void *const user[12] = {g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
+                                  g->wv,    g->wo,         g->w1,       g->b1,      g->w2, g->b2};
+    const size_t D = (size_t)l->D, H = (size_t)l->H, P = (size_t)l->P;
+    const size_t n[12] = {nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
+    for (int i = 0; i < 12; i++)
+        if (i != 1 && user[i])
+            *slot[i] = ws + tp.grad16[i];
+    backward_float(l, &tp, &f, saved, ws + tp.wide_dout, &fg);
+    for (int i = 0; i < 12; i++)
+        if (i != 1 && user[i])
+            narrow(l->dtype, ws + tp.grad16[i], (void *)user[i], n[i], l->ctx->threads);
+    return SGK_OK;
+}
+
+/* The backward on float nodes and d_out (pair features and their gradient
+ * in the layer's dtype), gradients into g's float buffers. */
+static void backward_float(const cpu_layer *l, const sgk_train_plan *tpp, const sgk_fwd *a, const void *saved,
+                           const float *d_out, const sgk_grads *g)
+{
+    const sgk_train_plan tp = *tpp;
     const sgk_plan *p = &tp.fwd;
     const float *w = l->w;
     const sgk_gen_packed o = l->off;
@@ -445,7 +497,8 @@ static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, co
     sgk_cpu_bwd_di(threads, (int)p->groups_norm, 1, pm, pool, ws, dctx0, tp.ldd, ctx0, p->ldc, (sgk_off)tp.di,
                    a->edge_mask, a->mask_type == SGK_MASK_U8, p->N, rows, D, p->H, p->rt);
     sgk_cpu_attn_bwd(threads, (int)tp.groups_bwd, 1, pm, pool, ws, p->ldk, dctx0, tp.ldd, (sgk_off)tp.di,
-                     a->pair_feats, a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.w1, w + o.w1_b, p->ldp,
+                     a->pair_feats, (int)l->dtype, a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.w1, w + o.w1_b,
+                     p->ldp,
                      w + o.b1, w + o.w2, p->ldh, w + o.w2_b, w + o.b2, saved, (sgk_off)tp.dq, (sgk_off)tp.dkv, tp.ldv,
                      (sgk_off)tp.mlp, tp.mlpw, g->pair_feats, g->pair_feats != NULL, p->N, D, p->H, p->P, tp.tq,
                      tp.tqp, tp.tk, tp.qc, tp.rq, tp.rk, p->scale, rows);
@@ -472,7 +525,6 @@ static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, co
     if (want_mlp)
         sgk_cpu_reduce_mlp(threads, (int)tp.groups_mlp, 1, pm, pool, ws, (sgk_off)tp.mlp, tp.mlpw, (int)tp.groups_bwd,
                            p->ldp, p->P, p->H, g->w1, g->b1, g->w2, g->b2, want_mlp, tp.per);
-    return SGK_OK;
 }
 
 /* Device memory is host memory: these serve only callers that ask anyway. */

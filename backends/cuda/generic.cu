@@ -154,8 +154,9 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 
 static int train_plan_for(const sgkc_layer *L, int64_t B, int64_t N, sgk_train_plan *tp)
 {
-    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, 0, 2 * (int64_t)L->sm_count};
-    return L->dtype == SGK_DTYPE_F32 && sgk_train_plan_make(B, N, L->D, L->H, L->P, &lim, tp);
+    const sgk_limits lim = {L->smem_optin, INT_MAX, SGK_PAD, 256, 64, 64, 16, 32, L->dtype != SGK_DTYPE_F32,
+                            2 * (int64_t)L->sm_count};
+    return sgk_train_plan_make(B, N, L->D, L->H, L->P, &lim, tp);
 }
 
 size_t sgkc_train_workspace(const sgkc_layer *L, int64_t B, int64_t N)
@@ -164,20 +165,73 @@ size_t sgkc_train_workspace(const sgkc_layer *L, int64_t B, int64_t N)
     return train_plan_for(L, B, N, &tp) ? tp.workspace_bytes : SIZE_MAX;
 }
 
+/* 16-bit layers: nodes widened into the workspace, out computed in float
+ * there and rounded, as the forward does. */
 cudaError_t sgkc_train_forward(const sgkc_layer *L, const sgkc_fwd *f, float *saved)
 {
     sgk_train_plan tp;
     if (!train_plan_for(L, f->B, f->N, &tp))
         return cudaErrorInvalidValue; /* the core asked for the workspace size first */
-    return run_tiled(L, tp.fwd, f, SGK_DTYPE_F32, (sgk_off)(tp.fwd.ctx_offset / sizeof(float)), saved);
+    const sgk_off xn0 = (sgk_off)(tp.fwd.ctx_offset / sizeof(float));
+    if (L->dtype == SGK_DTYPE_F32)
+        return run_tiled(L, tp.fwd, f, SGK_DTYPE_F32, xn0, saved);
+    const size_t n = (size_t)f->B * (size_t)f->N * (size_t)L->D;
+    sgkc_fwd g = *f;
+    g.nodes = (const float *)((const char *)f->ws + tp.fwd.wide_nodes);
+    g.out = (float *)((char *)f->ws + tp.fwd.wide_out);
+    cudaError_t e = convert(1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
+    if (e == cudaSuccess)
+        e = run_tiled(L, tp.fwd, &g, (int)L->dtype, xn0, saved);
+    if (e == cudaSuccess)
+        e = convert(0, L->dtype, g.out, f->out, n, f->stream);
+    return e;
 }
 
+static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp, const sgkc_fwd *f,
+                                  const float *saved, const float *d_out, const sgk_grads *g);
+
+/* 16-bit layers: nodes and d_out widened into the workspace, every
+ * gradient but the pair features' computed in float there and then
+ * rounded into the caller's buffer (the pair features' is rounded as
+ * attn_bwd stores it). */
 cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const float *saved, const float *d_out,
                                 const sgk_grads *g)
 {
     sgk_train_plan tp;
     if (!train_plan_for(L, f->B, f->N, &tp))
         return cudaErrorInvalidValue;
+    if (L->dtype == SGK_DTYPE_F32)
+        return backward_float(L, tp, f, saved, d_out, g);
+    const size_t nd = (size_t)f->B * (size_t)f->N * (size_t)L->D;
+    float *ws = (float *)f->ws;
+    sgkc_fwd fa = *f;
+    fa.nodes = (const float *)((const char *)f->ws + tp.fwd.wide_nodes);
+    sgk_grads fg = *g;
+    void **slot[12] = {&fg.nodes, &fg.pair_feats, &fg.ln_gamma, &fg.ln_beta, &fg.wq, &fg.wk,
+                       &fg.wv,    &fg.wo,         &fg.w1,       &fg.b1,      &fg.w2, &fg.b2};
+    void *const user[12] = {g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
+                            g->wv,    g->wo,         g->w1,       g->b1,      g->w2, g->b2};
+    const size_t D = (size_t)L->D, H = (size_t)L->H, P = (size_t)L->P;
+    const size_t n[12] = {nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
+    for (int i = 0; i < 12; i++)
+        if (i != 1 && user[i])
+            *slot[i] = ws + tp.grad16[i];
+    cudaError_t e = convert(1, L->dtype, f->nodes, (void *)fa.nodes, nd, f->stream);
+    if (e == cudaSuccess)
+        e = convert(1, L->dtype, d_out, ws + tp.wide_dout, nd, f->stream);
+    if (e == cudaSuccess)
+        e = backward_float(L, tp, &fa, saved, ws + tp.wide_dout, &fg);
+    for (int i = 0; i < 12 && e == cudaSuccess; i++)
+        if (i != 1 && user[i])
+            e = convert(0, L->dtype, ws + tp.grad16[i], user[i], n[i], f->stream);
+    return e;
+}
+
+/* The backward on float nodes and d_out (pair features and their gradient
+ * in the layer's dtype), gradients into g's float buffers. */
+static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp, const sgkc_fwd *f,
+                                  const float *saved, const float *d_out, const sgk_grads *g)
+{
     const sgk_plan &p = tp.fwd;
     const float *w = L->kern;
     const sgk_gen_packed &o = L->kern_off;
@@ -187,7 +241,7 @@ cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const fl
     const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float)), xn0 = (sgk_off)tp.xn, dctx0 = (sgk_off)tp.dctx;
     sgkc_fwd c = *f;
     c.out = NULL;
-    cudaError_t e = run_tiled(L, p, &c, SGK_DTYPE_F32, xn0, NULL);
+    cudaError_t e = run_tiled(L, p, &c, (int)L->dtype, xn0, NULL);
     if (e == cudaSuccess)
         e = sgk_launch_proj((int)p.groups_rows, (int)tp.groups_dctx, k_threads, 0, s, d_out, 0, D, w + o.wo_b, o.ldd,
                             0, ws, ws, dctx0, tp.ldd, rows, D, tp.ldd, p.mt, p.nt);
@@ -196,7 +250,8 @@ cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const fl
                               (const uchar *)f->mask, f->mask_u8, p.N, rows, D, p.H, p.rt);
     if (e == cudaSuccess)
         e = sgk_launch_attn_bwd((int)tp.groups_bwd, 1, k_threads, tp.smem_bwd * sizeof(float), s, ws, p.ldk, dctx0,
-                                tp.ldd, (sgk_off)tp.di, f->pair, (const uchar *)f->mask, f->mask_u8, w + o.w1,
+                                tp.ldd, (sgk_off)tp.di, f->pair, (int)L->dtype, (const uchar *)f->mask, f->mask_u8,
+                                w + o.w1,
                                 w + o.w1_b, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.w2_b, w + o.b2, saved,
                                 (sgk_off)tp.dq, (sgk_off)tp.dkv, tp.ldv, (sgk_off)tp.mlp, tp.mlpw,
                                 (float *)g->pair_feats, g->pair_feats != NULL, p.N, D, p.H, p.P, tp.tq, tp.tqp,

@@ -95,6 +95,9 @@ sgk_status sgk_hip_set_weights_device(void *blayer, const sgk_layer_desc *desc, 
  * then out where a->out is not NULL. */
 sgk_status sgk_hip_tiled(const hip_layer *l, const sgk_plan *p, const sgk_fwd *a, int pair_dt, int64_t xn0,
                          float *lse);
+/* n elements between float and the layer's 16-bit dtype (widen 1: 16-bit
+ * src to float dst; 0: back), enqueued on s. */
+hipError_t sgk_hip_convert(const hip_layer *l, int widen, const void *src, void *dst, size_t n, hipStream_t s);
 /* SGK_ERR_BACKEND for a launch that failed, naming the kernel and its shape. */
 sgk_status sgk_hip_launch_failed(const hip_layer *l, const char *kernel, hipError_t err, int ng0, int ng1,
                                  const sgk_hip_kernel *k, size_t smem_floats);

@@ -184,7 +184,7 @@ sgk_status sgk_hip_set_weights(void *bl, const sgk_layer_desc *desc16)
 
 /* n elements converted on stream s between float and the layer's 16-bit
  * dtype: widen (16-bit src, float dst) or narrow (float src, 16-bit dst). */
-static hipError_t convert(const hip_layer *l, int widen, const void *src, void *dst, size_t n, hipStream_t s)
+hipError_t sgk_hip_convert(const hip_layer *l, int widen, const void *src, void *dst, size_t n, hipStream_t s)
 {
     if (n == 0)
         return hipSuccess;
@@ -221,7 +221,7 @@ sgk_status sgk_hip_set_weights_device(void *bl, const sgk_layer_desc *desc, void
         err = l->dtype == SGK_DTYPE_F32
                   ? hipMemcpyAsync(l->stage + l->stage_at[s], src[s], count[s] * sizeof(float),
                                    hipMemcpyDeviceToDevice, (hipStream_t)stream)
-                  : convert(l, 1, src[s], l->stage + l->stage_at[s], count[s], (hipStream_t)stream);
+                  : sgk_hip_convert(l, 1, src[s], l->stage + l->stage_at[s], count[s], (hipStream_t)stream);
     if (err == hipSuccess) {
         call = "launching the repack kernel";
         err = sgk_launch_repack((int)l->nruns, 1, c->k[SGK_HIP_K_REPACK].threads, sizeof(float),
@@ -410,11 +410,11 @@ sgk_status sgk_hip_forward(void *bl, int v, const sgk_backend_plan *plan, const 
     sgk_fwd f = *a;
     f.nodes = (char *)a->workspace + p.wide_nodes;
     f.out = (char *)a->workspace + p.wide_out;
-    hipError_t err = convert(l, 1, a->nodes, (void *)f.nodes, n, (hipStream_t)a->stream);
+    hipError_t err = sgk_hip_convert(l, 1, a->nodes, (void *)f.nodes, n, (hipStream_t)a->stream);
     if (err == hipSuccess) {
         st = enqueue(l, &p, &f, (int)l->dtype);
         if (st == SGK_OK)
-            err = convert(l, 0, f.out, a->out, n, (hipStream_t)a->stream);
+            err = sgk_hip_convert(l, 0, f.out, a->out, n, (hipStream_t)a->stream);
     }
     sgk_hip_leave(&g);
     if (err != hipSuccess) {

@@ -18,7 +18,8 @@ static const int k_train_kernels[] = { SGK_HIP_K_NORM,    SGK_HIP_K_PROJ,       
  * the forward's (hip_layer.c). */
 static int train_plan(const hip_layer *l, int64_t B, int64_t N, sgk_train_plan *tp)
 {
-    sgk_limits lim = { SIZE_MAX, INT64_MAX, SGK_GEN_PAD, 256, 64, 64, 16, 32, 0, 2 * (int64_t)l->ctx->units };
+    sgk_limits lim = { SIZE_MAX, INT64_MAX, SGK_GEN_PAD, 256, 64, 64, 16, 32, l->dtype != SGK_DTYPE_F32,
+                       2 * (int64_t)l->ctx->units };
     for (size_t i = 0; i < sizeof k_train_kernels / sizeof k_train_kernels[0]; i++) {
         const sgk_hip_kernel *k = &l->ctx->k[k_train_kernels[i]];
         if (k->local_bytes < lim.local_bytes)
@@ -49,6 +50,13 @@ size_t sgk_hip_train_workspace_size(void *blayer, int64_t B, int64_t N)
     return train_plan(blayer, B, N, &tp) ? tp.workspace_bytes : SIZE_MAX;
 }
 
+static sgk_status converting_failed(const hip_layer *l, hipError_t err)
+{
+    char where[400];
+    snprintf(where, sizeof where, " converting 16-bit values on device %d \"%s\"", l->ctx->device, l->ctx->label);
+    return sgk_hip_fail(SGK_ERR_BACKEND, "launching a kernel", err, where);
+}
+
 sgk_status sgk_hip_forward_train(void *blayer, const sgk_fwd *a, void *saved)
 {
     const hip_layer *l = blayer;
@@ -59,7 +67,25 @@ sgk_status sgk_hip_forward_train(void *blayer, const sgk_fwd *a, void *saved)
     sgk_status st = sgk_hip_enter(l->ctx->device, &g);
     if (st != SGK_OK)
         return st;
-    st = sgk_hip_tiled(l, &tp.fwd, a, SGK_DTYPE_F32, (sgk_off)(tp.fwd.ctx_offset / sizeof(float)), saved);
+    const sgk_off xn0 = (sgk_off)(tp.fwd.ctx_offset / sizeof(float));
+    if (l->dtype == SGK_DTYPE_F32) {
+        st = sgk_hip_tiled(l, &tp.fwd, a, SGK_DTYPE_F32, xn0, saved);
+    } else {
+        /* nodes widened into the workspace, out computed in float there and rounded */
+        const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
+        hipStream_t s = (hipStream_t)a->stream;
+        sgk_fwd f = *a;
+        f.nodes = (char *)a->workspace + tp.fwd.wide_nodes;
+        f.out = (char *)a->workspace + tp.fwd.wide_out;
+        hipError_t err = sgk_hip_convert(l, 1, a->nodes, (void *)f.nodes, nd, s);
+        if (err == hipSuccess) {
+            st = sgk_hip_tiled(l, &tp.fwd, &f, (int)l->dtype, xn0, saved);
+            if (st == SGK_OK)
+                err = sgk_hip_convert(l, 0, f.out, a->out, nd, s);
+        }
+        if (err != hipSuccess)
+            st = converting_failed(l, err);
+    }
     sgk_hip_leave(&g);
     return st;
 }
@@ -85,7 +111,7 @@ static sgk_status enqueue_backward(const hip_layer *l, const sgk_train_plan *tp,
     const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float)), xn0 = (sgk_off)tp->xn, dctx0 = (sgk_off)tp->dctx;
     sgk_fwd c = *a;
     c.out = NULL;
-    sgk_status st = sgk_hip_tiled(l, p, &c, SGK_DTYPE_F32, xn0, NULL);
+    sgk_status st = sgk_hip_tiled(l, p, &c, (int)l->dtype, xn0, NULL);
     if (st != SGK_OK)
         return st;
     hipError_t err = sgk_launch_proj((int)p->groups_rows, (int)tp->groups_dctx, k[SGK_HIP_K_PROJ].threads,
@@ -96,7 +122,8 @@ static sgk_status enqueue_backward(const hip_layer *l, const sgk_train_plan *tp,
                             ctx0, p->ldc, (sgk_off)tp->di, a->edge_mask, mask_u8, p->N, rows, D, p->H, p->rt);
     LAUNCHED("bwd_di", SGK_HIP_K_BWD_DI, p->groups_norm, 1, 1);
     err = sgk_launch_attn_bwd((int)tp->groups_bwd, 1, k[SGK_HIP_K_ATTN_BWD].threads, tp->smem_bwd * sizeof(float), s,
-                              ws, p->ldk, dctx0, tp->ldd, (sgk_off)tp->di, a->pair_feats, a->edge_mask, mask_u8,
+                              ws, p->ldk, dctx0, tp->ldd, (sgk_off)tp->di, a->pair_feats, (int)l->dtype,
+                              a->edge_mask, mask_u8,
                               w + o.w1, w + o.w1_b, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.w2_b, w + o.b2, saved,
                               (sgk_off)tp->dq, (sgk_off)tp->dkv, tp->ldv, (sgk_off)tp->mlp, tp->mlpw, g->pair_feats,
                               g->pair_feats != NULL, p->N, D, p->H, p->P, tp->tq, tp->tqp, tp->tk, tp->qc, tp->rq,
@@ -153,7 +180,40 @@ sgk_status sgk_hip_backward(void *blayer, const sgk_fwd *a, const void *saved, c
     sgk_status st = sgk_hip_enter(l->ctx->device, &g);
     if (st != SGK_OK)
         return st;
-    st = enqueue_backward(l, &tp, a, saved, d_out, grads);
+    if (l->dtype == SGK_DTYPE_F32) {
+        st = enqueue_backward(l, &tp, a, saved, d_out, grads);
+        sgk_hip_leave(&g);
+        return st;
+    }
+    /* nodes and d_out widened into the workspace, every gradient but the
+     * pair features' computed in float there and then rounded into the
+     * caller's buffer (the pair features' is rounded as attn_bwd stores it) */
+    const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
+    const size_t D = (size_t)l->D, H = (size_t)l->H, P = (size_t)l->P;
+    const size_t n[12] = { nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H };
+    float *ws = a->workspace;
+    hipStream_t s = (hipStream_t)a->stream;
+    sgk_fwd f = *a;
+    f.nodes = (char *)a->workspace + tp.fwd.wide_nodes;
+    sgk_grads fg = *grads;
+    void **slot[12] = { &fg.nodes, &fg.pair_feats, &fg.ln_gamma, &fg.ln_beta, &fg.wq, &fg.wk,
+                        &fg.wv,    &fg.wo,         &fg.w1,       &fg.b1,      &fg.w2, &fg.b2 };
+    void *const user[12] = { grads->nodes, grads->pair_feats, grads->ln_gamma, grads->ln_beta, grads->wq, grads->wk,
+                             grads->wv,    grads->wo,         grads->w1,       grads->b1,      grads->w2, grads->b2 };
+    for (int i = 0; i < 12; i++)
+        if (i != 1 && user[i])
+            *slot[i] = ws + tp.grad16[i];
+    hipError_t err = sgk_hip_convert(l, 1, a->nodes, (void *)f.nodes, nd, s);
+    if (err == hipSuccess)
+        err = sgk_hip_convert(l, 1, d_out, ws + tp.wide_dout, nd, s);
+    if (err == hipSuccess) {
+        st = enqueue_backward(l, &tp, &f, saved, ws + tp.wide_dout, &fg);
+        for (int i = 0; i < 12 && st == SGK_OK && err == hipSuccess; i++)
+            if (i != 1 && user[i])
+                err = sgk_hip_convert(l, 0, ws + tp.grad16[i], user[i], n[i], s);
+    }
+    if (err != hipSuccess)
+        st = converting_failed(l, err);
     sgk_hip_leave(&g);
     return st;
 }

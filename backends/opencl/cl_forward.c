@@ -121,7 +121,7 @@ static sgk_status launch_failed(const char *call, cl_int err, const char *kernel
 }
 
 /* A region of the workspace as a buffer of its own. */
-static sgk_status sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, size_t bytes, cl_mem *out)
+sgk_status sgk_cl_sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, size_t bytes, cl_mem *out)
 {
     cl_buffer_region r = {at, bytes ? bytes : 1};
     cl_int err = CL_SUCCESS;
@@ -237,8 +237,8 @@ sgk_status sgk_cl_tiled(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd 
 
 /* n elements of src into dst by widen16 (or narrow16): float <-> bf16 or
  * f16 as dtype says. Called with the context's lock held. */
-static sgk_status convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_mem src, cl_mem dst,
-                          size_t n, cl_command_queue q)
+sgk_status sgk_cl_convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_mem src, cl_mem dst, size_t n,
+                          cl_command_queue q)
 {
     if (n == 0)
         return SGK_OK;
@@ -276,11 +276,11 @@ static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_
     const sgk_cl_ctx *c = l->ctx;
     const size_t nd = (size_t)p->B * (size_t)p->N * (size_t)l->D;
     cl_mem wn = NULL, wo = NULL;
-    sgk_status st = sub_buffer(c, a->workspace, p->wide_nodes, nd * sizeof(float), &wn);
+    sgk_status st = sgk_cl_sub_buffer(c, a->workspace, p->wide_nodes, nd * sizeof(float), &wn);
     if (st == SGK_OK)
-        st = sub_buffer(c, a->workspace, p->wide_out, nd * sizeof(float), &wo);
+        st = sgk_cl_sub_buffer(c, a->workspace, p->wide_out, nd * sizeof(float), &wo);
     if (st == SGK_OK)
-        st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->nodes), wn, nd, q);
+        st = sgk_cl_convert(c, SGK_CL_K_WIDEN, l->dtype, mem(a->nodes), wn, nd, q);
     if (st == SGK_OK)
         st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK) {
@@ -292,7 +292,7 @@ static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_
     if (st == SGK_OK)
         st = sgk_cl_order(q, in_order, c);
     if (st == SGK_OK)
-        st = convert(c, SGK_CL_K_NARROW, l->dtype, wo, mem(a->out), nd, q);
+        st = sgk_cl_convert(c, SGK_CL_K_NARROW, l->dtype, wo, mem(a->out), nd, q);
     /* enqueued work keeps the sub-buffers alive until it is done */
     if (wn)
         clReleaseMemObject(wn);
@@ -380,7 +380,7 @@ static sgk_status repack_on(const sgk_cl_layer *l, const void *const src[SGK_SRC
             snprintf(where, sizeof where, "for new weights on device \"%s\"", c->info.label);
             return sgk_cl_fail("clCreateSubBuffer", err, where);
         }
-        st = convert(c, SGK_CL_K_WIDEN, l->dtype, mem(src[s]), part, count[s], q);
+        st = sgk_cl_convert(c, SGK_CL_K_WIDEN, l->dtype, mem(src[s]), part, count[s], q);
         clReleaseMemObject(part);
     }
     if (st == SGK_OK)

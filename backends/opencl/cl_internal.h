@@ -143,6 +143,14 @@ sgk_status sgk_cl_order(cl_command_queue q, int in_order, const sgk_cl_ctx *c);
 /* groups0 x groups1 groups of kernel which, whose arguments err says were set. */
 sgk_status sgk_cl_launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_int err, int64_t groups0,
                          int64_t groups1);
+/* n elements of src into dst by widen16 (which SGK_CL_K_WIDEN) or
+ * narrow16: float <-> the 16-bit dtype. Called with the context's lock held. */
+sgk_status sgk_cl_convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_mem src, cl_mem dst, size_t n,
+                          cl_command_queue q);
+/* Bytes [at, at + bytes) of the workspace as a buffer of its own (at a
+ * multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN); release it once
+ * the work using it is enqueued. */
+sgk_status sgk_cl_sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, size_t bytes, cl_mem *out);
 /* The tiled plan p on a's float buffers, with the context's lock held:
  * the LayerNorm'd rows into the workspace from float xn0 on, Q/K/V, the
  * context (each (head, row)'s log-sum-exp into lse where it is not NULL),

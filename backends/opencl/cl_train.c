@@ -15,6 +15,9 @@ static const int k_train_kernels[] = { SGK_CL_K_NORM,     SGK_CL_K_PROJ,       S
                                        SGK_CL_K_REDUCE_QKV, SGK_CL_K_LN_BWD,   SGK_CL_K_LN_WGRAD,
                                        SGK_CL_K_WGRAD,    SGK_CL_K_REDUCE_MLP };
 
+/* bytes of an element of nodes, pair_feats, out, d_out and the gradients */
+static size_t elem_size(const sgk_cl_layer *l) { return l->dtype == SGK_DTYPE_F32 ? 4 : 2; }
+
 static int train_plan(const sgk_cl_layer *l, int64_t B, int64_t N, sgk_train_plan *tp)
 {
     const sgk_limits lim = sgk_cl_limits(l, k_train_kernels, (int)(sizeof k_train_kernels / sizeof k_train_kernels[0]));
@@ -48,14 +51,15 @@ static sgk_status check_common(const sgk_cl_layer *l, const sgk_train_plan *tp, 
                                const void *saved, cl_command_queue q, int *in_order)
 {
     const sgk_cl_ctx *c = l->ctx;
-    const size_t f = sizeof(float), rows = (size_t)a->B * (size_t)a->N, pairs = rows * (size_t)a->N;
+    const size_t f = sizeof(float), es = elem_size(l), rows = (size_t)a->B * (size_t)a->N;
+    const size_t pairs = rows * (size_t)a->N;
     const size_t mask_elem = a->mask_type == SGK_MASK_U8 ? 1 : f;
     sgk_status st = sgk_cl_check_queue(c, q, in_order);
     if (st == SGK_OK)
-        st = sgk_cl_check_buffer(c, a->nodes, "nodes", "B*N*D floats", rows * (size_t)l->D * f,
+        st = sgk_cl_check_buffer(c, a->nodes, "nodes", "B*N*D elements", rows * (size_t)l->D * es,
                                  SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
-        st = sgk_cl_check_buffer(c, a->pair_feats, "pair_feats", "B*N*N*P floats", pairs * (size_t)l->P * f,
+        st = sgk_cl_check_buffer(c, a->pair_feats, "pair_feats", "B*N*N*P elements", pairs * (size_t)l->P * es,
                                  SGK_ERR_INVALID_ARGUMENT);
     if (st == SGK_OK)
         st = sgk_cl_check_buffer(c, a->edge_mask, "edge_mask", mask_elem == 1 ? "B*N*N uint8" : "B*N*N floats",
@@ -80,40 +84,69 @@ sgk_status sgk_cl_forward_train(void *blayer, const sgk_fwd *a, void *saved)
     int in_order = 1;
     sgk_status st = check_common(l, &tp, a, saved, q, &in_order);
     if (st == SGK_OK)
-        st = sgk_cl_check_buffer(c, a->out, "out", "B*N*D floats", (size_t)a->B * (size_t)a->N * (size_t)l->D * 4,
-                                 SGK_ERR_INVALID_ARGUMENT);
+        st = sgk_cl_check_buffer(c, a->out, "out", "B*N*D elements",
+                                 (size_t)a->B * (size_t)a->N * (size_t)l->D * elem_size(l), SGK_ERR_INVALID_ARGUMENT);
     if (st != SGK_OK)
         return st;
+    const cl_long xn0 = (cl_long)(tp.fwd.ctx_offset / sizeof(float));
     pthread_mutex_lock(&c->lock);
-    st = sgk_cl_tiled(l, &tp.fwd, a, q, in_order, (cl_long)(tp.fwd.ctx_offset / sizeof(float)), sgk_cl_mem(saved));
+    if (l->dtype == SGK_DTYPE_F32) {
+        st = sgk_cl_tiled(l, &tp.fwd, a, q, in_order, xn0, sgk_cl_mem(saved));
+    } else {
+        /* nodes widened into the workspace, out computed in float there and rounded */
+        const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
+        cl_mem wn = NULL, wo = NULL;
+        st = sgk_cl_sub_buffer(c, a->workspace, tp.fwd.wide_nodes, nd * sizeof(float), &wn);
+        if (st == SGK_OK)
+            st = sgk_cl_sub_buffer(c, a->workspace, tp.fwd.wide_out, nd * sizeof(float), &wo);
+        if (st == SGK_OK)
+            st = sgk_cl_convert(c, SGK_CL_K_WIDEN, l->dtype, sgk_cl_mem(a->nodes), wn, nd, q);
+        if (st == SGK_OK)
+            st = sgk_cl_order(q, in_order, c);
+        if (st == SGK_OK) {
+            sgk_fwd f = *a;
+            f.nodes = wn;
+            f.out = wo;
+            st = sgk_cl_tiled(l, &tp.fwd, &f, q, in_order, xn0, sgk_cl_mem(saved));
+        }
+        if (st == SGK_OK)
+            st = sgk_cl_order(q, in_order, c);
+        if (st == SGK_OK)
+            st = sgk_cl_convert(c, SGK_CL_K_NARROW, l->dtype, wo, sgk_cl_mem(a->out), nd, q);
+        if (wn)
+            clReleaseMemObject(wn);
+        if (wo)
+            clReleaseMemObject(wo);
+    }
     pthread_mutex_unlock(&c->lock);
     return st;
 }
 
 /* A gradient buffer, where the caller asked for it. */
-static sgk_status check_grad(const sgk_cl_ctx *c, const void *g, const char *name, const char *formula, size_t n)
+static sgk_status check_grad(const sgk_cl_layer *l, const void *g, const char *name, const char *formula, size_t n)
 {
-    return g == NULL ? SGK_OK : sgk_cl_check_buffer(c, g, name, formula, n * sizeof(float), SGK_ERR_INVALID_ARGUMENT);
+    return g == NULL ? SGK_OK
+                     : sgk_cl_check_buffer(l->ctx, g, name, formula, n * elem_size(l), SGK_ERR_INVALID_ARGUMENT);
 }
 
 static sgk_status check_grads(const sgk_cl_layer *l, const sgk_fwd *a, const void *d_out, const sgk_grads *g)
 {
     const sgk_cl_ctx *c = l->ctx;
     const size_t rows = (size_t)a->B * (size_t)a->N, D = (size_t)l->D, H = (size_t)l->H, P = (size_t)l->P;
-    sgk_status st = sgk_cl_check_buffer(c, d_out, "d_out", "B*N*D floats", rows * D * sizeof(float),
+    sgk_status st = sgk_cl_check_buffer(c, d_out, "d_out", "B*N*D elements", rows * D * elem_size(l),
                                         SGK_ERR_INVALID_ARGUMENT);
-    if (st == SGK_OK) st = check_grad(c, g->nodes, "grads->nodes", "B*N*D floats", rows * D);
-    if (st == SGK_OK) st = check_grad(c, g->pair_feats, "grads->pair_feats", "B*N*N*P floats", rows * (size_t)a->N * P);
-    if (st == SGK_OK) st = check_grad(c, g->ln_gamma, "grads->ln_gamma", "D floats", D);
-    if (st == SGK_OK) st = check_grad(c, g->ln_beta, "grads->ln_beta", "D floats", D);
-    if (st == SGK_OK) st = check_grad(c, g->wq, "grads->wq", "D*D floats", D * D);
-    if (st == SGK_OK) st = check_grad(c, g->wk, "grads->wk", "D*D floats", D * D);
-    if (st == SGK_OK) st = check_grad(c, g->wv, "grads->wv", "D*D floats", D * D);
-    if (st == SGK_OK) st = check_grad(c, g->wo, "grads->wo", "D*D floats", D * D);
-    if (st == SGK_OK) st = check_grad(c, g->w1, "grads->w1", "P*P floats", P * P);
-    if (st == SGK_OK) st = check_grad(c, g->b1, "grads->b1", "P floats", P);
-    if (st == SGK_OK) st = check_grad(c, g->w2, "grads->w2", "H*P floats", H * P);
-    if (st == SGK_OK) st = check_grad(c, g->b2, "grads->b2", "H floats", H);
+    if (st == SGK_OK) st = check_grad(l, g->nodes, "grads->nodes", "B*N*D elements", rows * D);
+    if (st == SGK_OK) st = check_grad(l, g->pair_feats, "grads->pair_feats", "B*N*N*P floats", rows * (size_t)a->N * P);
+    if (st == SGK_OK) st = check_grad(l, g->ln_gamma, "grads->ln_gamma", "D floats", D);
+    if (st == SGK_OK) st = check_grad(l, g->ln_beta, "grads->ln_beta", "D floats", D);
+    if (st == SGK_OK) st = check_grad(l, g->wq, "grads->wq", "D*D floats", D * D);
+    if (st == SGK_OK) st = check_grad(l, g->wk, "grads->wk", "D*D floats", D * D);
+    if (st == SGK_OK) st = check_grad(l, g->wv, "grads->wv", "D*D floats", D * D);
+    if (st == SGK_OK) st = check_grad(l, g->wo, "grads->wo", "D*D floats", D * D);
+    if (st == SGK_OK) st = check_grad(l, g->w1, "grads->w1", "P*P floats", P * P);
+    if (st == SGK_OK) st = check_grad(l, g->b1, "grads->b1", "P floats", P);
+    if (st == SGK_OK) st = check_grad(l, g->w2, "grads->w2", "H*P floats", H * P);
+    if (st == SGK_OK) st = check_grad(l, g->b2, "grads->b2", "H floats", H);
     return st;
 }
 
@@ -149,7 +182,8 @@ static sgk_status enqueue_backward(const sgk_cl_layer *l, const sgk_train_plan *
          p->groups_norm, 1);
     NEXT(SGK_CL_K_ATTN_BWD,
          sgk_cl_args_attn_bwd(pr->k[SGK_CL_K_ATTN_BWD].kernel, ws, p->ldk, dctx0, tp->ldd, (cl_long)tp->di,
-                              sgk_cl_mem(a->pair_feats), sgk_cl_mem(a->edge_mask), mask_u8, w[SGK_CL_W_W1],
+                              sgk_cl_mem(a->pair_feats), (cl_int)l->dtype, sgk_cl_mem(a->edge_mask), mask_u8,
+                              w[SGK_CL_W_W1],
                               w[SGK_CL_W_W1_B], p->ldp, w[SGK_CL_W_B1], w[SGK_CL_W_W2], p->ldh, w[SGK_CL_W_W2_B],
                               w[SGK_CL_W_B2], sgk_cl_mem(saved), (cl_long)tp->dq, (cl_long)tp->dkv, tp->ldv,
                               (cl_long)tp->mlp, tp->mlpw, sgk_cl_mem(g->pair_feats), g->pair_feats != NULL, p->N, D,
@@ -200,6 +234,57 @@ static sgk_status enqueue_backward(const sgk_cl_layer *l, const sgk_train_plan *
     return st;
 }
 
+/* A 16-bit layer: nodes and d_out widened into the workspace, every
+ * gradient but the pair features' computed in float there and then
+ * rounded into the caller's buffer (the pair features' is rounded as
+ * attn_bwd stores it). Called with the context's lock held. */
+static sgk_status enqueue_backward16(const sgk_cl_layer *l, const sgk_train_plan *tp, const sgk_fwd *a,
+                                     const void *saved, const void *d_out, const sgk_grads *g, cl_command_queue q,
+                                     int in_order)
+{
+    const sgk_cl_ctx *c = l->ctx;
+    const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D, f = sizeof(float);
+    const size_t D = (size_t)l->D, H = (size_t)l->H, P = (size_t)l->P;
+    const size_t n[12] = { nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H };
+    sgk_grads fg = *g;
+    void **slot[12] = { &fg.nodes, &fg.pair_feats, &fg.ln_gamma, &fg.ln_beta, &fg.wq, &fg.wk,
+                        &fg.wv,    &fg.wo,         &fg.w1,       &fg.b1,      &fg.w2, &fg.b2 };
+    void *const user[12] = { g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
+                             g->wv,    g->wo,         g->w1,       g->b1,      g->w2, g->b2 };
+    cl_mem wn = NULL, wd = NULL, stage[12] = { NULL };
+    sgk_status st = sgk_cl_sub_buffer(c, a->workspace, tp->fwd.wide_nodes, nd * f, &wn);
+    if (st == SGK_OK)
+        st = sgk_cl_sub_buffer(c, a->workspace, tp->wide_dout * f, nd * f, &wd);
+    for (int i = 0; i < 12 && st == SGK_OK; i++)
+        if (i != 1 && user[i]) {
+            st = sgk_cl_sub_buffer(c, a->workspace, tp->grad16[i] * f, n[i] * f, &stage[i]);
+            *slot[i] = stage[i];
+        }
+    if (st == SGK_OK)
+        st = sgk_cl_convert(c, SGK_CL_K_WIDEN, l->dtype, sgk_cl_mem(a->nodes), wn, nd, q);
+    if (st == SGK_OK)
+        st = sgk_cl_convert(c, SGK_CL_K_WIDEN, l->dtype, sgk_cl_mem(d_out), wd, nd, q);
+    if (st == SGK_OK)
+        st = sgk_cl_order(q, in_order, c);
+    if (st == SGK_OK) {
+        sgk_fwd fa = *a;
+        fa.nodes = wn;
+        st = enqueue_backward(l, tp, &fa, saved, wd, &fg, q, in_order);
+    }
+    if (st == SGK_OK)
+        st = sgk_cl_order(q, in_order, c);
+    for (int i = 0; i < 12 && st == SGK_OK; i++)
+        if (stage[i])
+            st = sgk_cl_convert(c, SGK_CL_K_NARROW, l->dtype, stage[i], sgk_cl_mem(user[i]), n[i], q);
+    /* enqueued work keeps the sub-buffers alive until it is done */
+    cl_mem own[14] = { wn, wd };
+    memcpy(own + 2, stage, sizeof stage);
+    for (int i = 0; i < 14; i++)
+        if (own[i])
+            clReleaseMemObject(own[i]);
+    return st;
+}
+
 sgk_status sgk_cl_backward(void *blayer, const sgk_fwd *a, const void *saved, const void *d_out,
                            const sgk_grads *g)
 {
@@ -216,7 +301,8 @@ sgk_status sgk_cl_backward(void *blayer, const sgk_fwd *a, const void *saved, co
     if (st != SGK_OK)
         return st;
     pthread_mutex_lock(&c->lock);
-    st = enqueue_backward(l, &tp, a, saved, d_out, g, q, in_order);
+    st = l->dtype == SGK_DTYPE_F32 ? enqueue_backward(l, &tp, a, saved, d_out, g, q, in_order)
+                                   : enqueue_backward16(l, &tp, a, saved, d_out, g, q, in_order);
     pthread_mutex_unlock(&c->lock);
     return st;
 }

@@ -221,36 +221,36 @@ class Layer:
 
     def backward(self, nodes, pair_feats, edge_mask, d_out):
         """The gradients of sum(d_out * layer(nodes, pair_feats, edge_mask)),
-        as a dict of float32 arrays: "nodes", "pair_feats" and the weights'
-        state-dict names (norm.weight, q_proj.weight, ...), each in its
-        tensor's shape.
+        as a dict of arrays in the layer's dtype (bfloat16 as uint16 bit
+        patterns): "nodes", "pair_feats" and the weights' state-dict names
+        (norm.weight, q_proj.weight, ...), each in its tensor's shape.
 
-        Inputs as forward's; d_out (B, N, D) float32. Runs sgk_forward_train
-        (for the softmax statistics the backward needs) and sgk_backward, on
-        the cpu and opencl backends alike; float32 layers only (a 16-bit
-        layer raises sgk.Error, SGK_ERR_UNSUPPORTED).
+        Inputs as forward's; d_out (B, N, D) in the layer's dtype. Runs
+        sgk_forward_train (for the softmax statistics the backward needs)
+        and sgk_backward, on every backend.
         """
         layer = self._handle()
         nodes, pair_feats, edge_mask, B, N, mask_type = self._inputs(nodes, pair_feats, edge_mask)
-        d_out = _array("d_out", d_out, 3, [np.dtype(np.float32)])
+        dt = DTYPES[self.dtype][1]
+        d_out = _array("d_out", d_out, 3, [dt])
         if d_out.shape != nodes.shape:
             raise ValueError(f"d_out must have the shape of nodes {nodes.shape}, got {d_out.shape}")
         d_out = np.require(d_out, requirements=["C_CONTIGUOUS", "ALIGNED"])
         size = ctypes.c_size_t()
         check(self._lib.sgk_saved_size(layer, B, N, ctypes.byref(size)))
         saved = np.empty(size.value // 4, dtype=np.float32)
-        out = np.empty(nodes.shape, dtype=np.float32)
+        out = np.empty(nodes.shape, dtype=dt)
         check(self._lib.sgk_forward_train(layer, B, N, nodes.ctypes.data, pair_feats.ctypes.data,
                                           edge_mask.ctypes.data, mask_type, out.ctypes.data,
                                           saved.ctypes.data))
         D, P, H = self.dim, self.pair_dim, self.heads
         dims = {"D": D, "P": P, "H": H}
-        grads = {"nodes": np.empty(nodes.shape, np.float32),
-                 "pair_feats": np.empty(pair_feats.shape, np.float32)}
+        grads = {"nodes": np.empty(nodes.shape, dt),
+                 "pair_feats": np.empty(pair_feats.shape, dt)}
         g = _lib.Grads()
         g.nodes, g.pair_feats = grads["nodes"].ctypes.data, grads["pair_feats"].ctypes.data
         for key, (field, shape) in WEIGHTS.items():
-            a = grads[key] = np.empty(tuple(dims[d] for d in shape), np.float32)
+            a = grads[key] = np.empty(tuple(dims[d] for d in shape), dt)
             setattr(g, field, a.ctypes.data)
         check(self._lib.sgk_backward(layer, B, N, nodes.ctypes.data, pair_feats.ctypes.data,
                                      edge_mask.ctypes.data, mask_type, saved.ctypes.data,

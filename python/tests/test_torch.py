@@ -135,6 +135,33 @@ def test_autograd_matches_reference(device):
         assert diff <= allowed, f"d{name}: |diff| {diff:.3e} > {allowed:.3e} (|want| {want.norm():.3e})"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cpu_16bit_autograd_is_sgks_and_near_fp64(monkeypatch, dtype):
+    """A 16-bit module on CPU tensors: autograd runs sgk's backward, and its
+    gradients (in the dtype) are within the 16-bit contract (relative L2
+    <= 1e-2) of the float64 reference's on the same rounded values."""
+    from sgk.torch import module
+    calls = []
+    real = module._sgk_backward
+    monkeypatch.setattr(module, "_sgk_backward", lambda *a: calls.append(1) or real(*a))
+    B, N, D, H, P = 2, 7, 32, 4, 6
+    m = randomise(st.RelationUpdate(D, P, H), 12).to(dtype)
+    ref = reference_of(m)
+    x = inputs(B, N, D, P, "cpu", 13)
+    nodes, pair = x[0].to(dtype).requires_grad_(), x[1].to(dtype).requires_grad_()
+    g = torch.randn(B, N, D, generator=torch.Generator().manual_seed(14)).to(dtype)
+    (m(nodes, pair, x[2]) * g).sum().backward()
+    assert calls == [1]
+    n64, p64 = nodes.detach().double().requires_grad_(), pair.detach().double().requires_grad_()
+    (ref(n64, p64, x[2]) * g.double()).sum().backward()
+    pairs = [("nodes", nodes.grad, n64.grad), ("pair_feats", pair.grad, p64.grad)]
+    pairs += [(k, p.grad, dict(ref.named_parameters())[k].grad) for k, p in m.named_parameters()]
+    for name, got, want in pairs:
+        assert got is not None and got.dtype == dtype, name
+        diff, allowed = (got.double() - want).norm(), 1e-2 * want.norm() + 1e-3 * want.numel() ** 0.5
+        assert diff <= allowed, f"d{name}: |diff| {diff:.3e} > {allowed:.3e} (|want| {want.norm():.3e})"
+
+
 def test_cpu_backward_is_sgks(monkeypatch):
     """On CPU tensors autograd runs sgk's backward, not the reference's."""
     from sgk.torch import module

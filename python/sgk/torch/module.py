@@ -339,16 +339,30 @@ def _real_cpu(tensors):
 _CPU = torch.device("cpu")
 
 
+def _to_np(t):
+    """A CPU tensor's values as numpy holds them (bfloat16 as uint16 bits)."""
+    t = t.detach().contiguous()
+    return t.view(torch.int16).numpy().view("uint16") if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def _from_np(a, dtype):
+    """sgk.Layer.backward's array as a tensor of dtype."""
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(a)
+
+
 def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad):
     """The cpu backend's backward (sgk.Layer.backward) on these tensors: on
     the module's own cpu layer where that was packed from these very
     weights (held under the module's lock, so no forward repacks it
-    meanwhile), else on a layer made from them."""
+    meanwhile), else on a layer made from them. Gradients in the inputs'
+    dtype."""
     mask = edge_mask.detach().contiguous()
     if mask.dtype == torch.bool:
         mask = mask.view(torch.uint8)
-    args = (nodes.detach().contiguous().numpy(), pair_feats.detach().contiguous().numpy(), mask.numpy(),
-            grad.detach().to(torch.float32).contiguous().numpy())
+    dt = nodes.dtype
+    args = (_to_np(nodes), _to_np(pair_feats), mask.numpy(), _to_np(grad.to(dt)))
     state = _STATES.get(layer_id) if layer_id >= 0 else None
     g = None
     if state is not None:
@@ -357,19 +371,18 @@ def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad):
             if b is not None and now is not None and b.packed_from == now and b.layer.eps == eps:
                 g = b.layer.backward(*args)
     if g is None:
-        host = {k: w.detach().contiguous().numpy() for k, w in zip(KEYS, weights)}
-        with Layer("cpu", host, eps=eps) as layer:
+        # as float32 (exact from bfloat16 and float16; the layer rounds back)
+        host = {k: w.detach().to(torch.float32).contiguous().numpy() for k, w in zip(KEYS, weights)}
+        with Layer("cpu", host, eps=eps, dtype=_DTYPES[dt]) as layer:
             g = layer.backward(*args)
-    return (torch.from_numpy(g["nodes"]), torch.from_numpy(g["pair_feats"]),
-            [torch.from_numpy(g[k]) for k in KEYS])
+    return (_from_np(g["nodes"], dt), _from_np(g["pair_feats"], dt), [_from_np(g[k], dt) for k in KEYS])
 
 
 def _backward(ctx, grad):
     nodes, pair_feats, edge_mask, *weights = ctx.saved_tensors
-    # On the CPU, sgk's own backward (float32 layers); it gives no graph,
-    # so a double backward (grad mode on here) takes the path below.
-    if (not torch.is_grad_enabled() and nodes.dtype == torch.float32
-            and _real_cpu([nodes, pair_feats, edge_mask, grad, *weights])):
+    # On the CPU, sgk's own backward (every dtype); it gives no graph, so a
+    # double backward (grad mode on here) takes the path below.
+    if not torch.is_grad_enabled() and _real_cpu([nodes, pair_feats, edge_mask, grad, *weights]):
         dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, ctx.eps, ctx.layer_id, grad)
         return dn, dp, None, dw, None, None
     # Elsewhere, until sgk's backward runs there: recompute the forward
@@ -413,9 +426,9 @@ class RelationUpdate(reference.RelationUpdate):
     the call then skips autograd's bookkeeping, which costs more than the
     layer itself at small shapes.
 
-    Backward on float32 CPU tensors is sgk's (the cpu backend's
-    sgk_backward, from the saved inputs). In 16-bit, on CUDA tensors, and
-    for a double backward, it is
+    Backward on CPU tensors is sgk's (the cpu backend's sgk_backward, from
+    the saved inputs, in their dtype). On CUDA tensors, and for a double
+    backward, it is
     the slow path: it recomputes the layer with PyTorch ops
     (sgk.torch.reference) and differentiates that, so gradients are right
     but cost what PyTorch's own module costs, plus the saved inputs.
