@@ -330,63 +330,79 @@ def _setup_context(ctx, inputs, output):
     ctx.layer_id = layer_id
 
 
-def _real_cpu(tensors):
-    """Whether these are plain CPU tensors sgk can read: not fake or meta
-    (torch.compile and opcheck trace the backward with those)."""
-    return all(t.device.type == "cpu" and not _is_fake(t) for t in tensors)
-
-
-_CPU = torch.device("cpu")
-
-
-def _to_np(t):
-    """A CPU tensor's values as numpy holds them (bfloat16 as uint16 bits)."""
-    t = t.detach().contiguous()
-    return t.view(torch.int16).numpy().view("uint16") if t.dtype == torch.bfloat16 else t.numpy()
-
-
-def _from_np(a, dtype):
-    """sgk.Layer.backward's array as a tensor of dtype."""
-    if dtype == torch.bfloat16:
-        return torch.from_numpy(a.view("int16")).view(torch.bfloat16)
-    return torch.from_numpy(a)
+def _real(tensors):
+    """Whether these are plain CPU or CUDA tensors of one device that sgk can
+    read: not fake or meta (torch.compile and opcheck trace the backward
+    with those)."""
+    dev = tensors[0].device
+    return dev.type in ("cpu", "cuda") and all(t.device == dev and not _is_fake(t) for t in tensors)
 
 
 def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad):
-    """The cpu backend's backward (sgk.Layer.backward) on these tensors: on
-    the module's own cpu layer where that was packed from these very
-    weights (held under the module's lock, so no forward repacks it
-    meanwhile), else on a layer made from them. Gradients in the inputs'
-    dtype."""
+    """sgk's backward on these tensors' own memory (CPU, or CUDA on the
+    current stream), into new tensors of their dtype: sgk_forward_train_device
+    for the softmax statistics, then sgk_backward_device. On the module's own
+    layer for the device where that was packed from these very weights (held
+    under the module's lock, so no forward repacks it meanwhile), else on a
+    layer made from them."""
+    dev, dt = nodes.device, nodes.dtype
     mask = edge_mask.detach().contiguous()
     if mask.dtype == torch.bool:
         mask = mask.view(torch.uint8)
-    dt = nodes.dtype
-    args = (_to_np(nodes), _to_np(pair_feats), mask.numpy(), _to_np(grad.to(dt)))
+    nodes, pair_feats = nodes.detach().contiguous(), pair_feats.detach().contiguous()
+    grad = grad.detach().to(dt).contiguous()
     state = _STATES.get(layer_id) if layer_id >= 0 else None
-    g = None
     if state is not None:
         with state.lock:
-            b, now = state.bound.get(_CPU), _versions(weights)
+            b, now = state.bound.get(dev), _versions(weights)
             if b is not None and now is not None and b.packed_from == now and b.layer.eps == eps:
-                g = b.layer.backward(*args)
-    if g is None:
-        # as float32 (exact from bfloat16 and float16; the layer rounds back)
-        host = {k: w.detach().to(torch.float32).contiguous().numpy() for k, w in zip(KEYS, weights)}
-        with Layer("cpu", host, eps=eps, dtype=_DTYPES[dt]) as layer:
-            g = layer.backward(*args)
-    return (_from_np(g["nodes"], dt), _from_np(g["pair_feats"], dt), [_from_np(g[k], dt) for k in KEYS])
+                return _run_backward(b.layer, nodes, pair_feats, mask, grad)
+    # as float32 (exact from bfloat16 and float16; the layer rounds back)
+    host = {k: w.detach().to("cpu", torch.float32).contiguous().numpy() for k, w in zip(KEYS, weights)}
+    backend = "cuda" if dev.type == "cuda" else "cpu"
+    index = (dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 0
+    with Layer(backend, host, device=index, eps=eps, dtype=_DTYPES[dt]) as layer:
+        return _run_backward(layer, nodes, pair_feats, mask, grad)
+
+
+def _run_backward(layer, nodes, pair_feats, mask, grad):
+    lib, h = _lib.lib(), layer._handle()
+    dev = nodes.device
+    B, N = nodes.shape[0], nodes.shape[1]
+    stream = (_stream(dev) if dev.type == "cuda" else 0) or None
+    size, ws = ctypes.c_size_t(), ctypes.c_size_t()
+    _lib.check(lib.sgk_saved_size(h, B, N, ctypes.byref(size)))
+    _lib.check(lib.sgk_train_workspace_size(h, B, N, ctypes.byref(ws)))
+    saved = torch.empty(size.value // 4, dtype=torch.float32, device=dev)
+    work = torch.empty(max(ws.value, 1), dtype=torch.uint8, device=dev)
+    out = torch.empty_like(nodes)
+    dn, dp = torch.empty_like(nodes), torch.empty_like(pair_feats)
+    D, P, H = layer.dim, layer.pair_dim, layer.heads
+    dims = {"D": D, "P": P, "H": H}
+    dw = [torch.empty(tuple(dims[d] for d in WEIGHTS[k][1]), dtype=nodes.dtype, device=dev) for k in KEYS]
+    g = _lib.Grads()
+    g.nodes, g.pair_feats = dn.data_ptr(), dp.data_ptr()
+    for k, t in zip(KEYS, dw):
+        setattr(g, WEIGHTS[k][0], t.data_ptr())
+    mask_type = _MASKS[mask.dtype]
+    _lib.check(lib.sgk_forward_train_device(h, B, N, nodes.data_ptr(), pair_feats.data_ptr(), mask.data_ptr(),
+                                            mask_type, out.data_ptr(), saved.data_ptr(), work.data_ptr(),
+                                            ws.value, stream))
+    _lib.check(lib.sgk_backward_device(h, B, N, nodes.data_ptr(), pair_feats.data_ptr(), mask.data_ptr(),
+                                       mask_type, saved.data_ptr(), grad.data_ptr(), ctypes.byref(g),
+                                       work.data_ptr(), ws.value, stream))
+    return dn, dp, dw
 
 
 def _backward(ctx, grad):
     nodes, pair_feats, edge_mask, *weights = ctx.saved_tensors
-    # On the CPU, sgk's own backward (every dtype); it gives no graph, so a
-    # double backward (grad mode on here) takes the path below.
-    if not torch.is_grad_enabled() and _real_cpu([nodes, pair_feats, edge_mask, grad, *weights]):
+    # sgk's own backward, on CPU and CUDA tensors alike; it gives no graph,
+    # so a double backward (grad mode on here) takes the path below, as do
+    # traced (fake or meta) tensors.
+    if not torch.is_grad_enabled() and _real([nodes, pair_feats, edge_mask, grad, *weights]):
         dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, ctx.eps, ctx.layer_id, grad)
         return dn, dp, None, dw, None, None
-    # Elsewhere, until sgk's backward runs there: recompute the forward
-    # with PyTorch ops and differentiate that.
+    # Otherwise: recompute the forward with PyTorch ops and differentiate that.
     with torch.enable_grad():
         xs = [t.detach().requires_grad_(True) for t in [nodes, pair_feats] + weights]
         out = _reference_forward(xs[0], xs[1], edge_mask, xs[2:], ctx.eps)
@@ -426,9 +442,9 @@ class RelationUpdate(reference.RelationUpdate):
     the call then skips autograd's bookkeeping, which costs more than the
     layer itself at small shapes.
 
-    Backward on CPU tensors is sgk's (the cpu backend's sgk_backward, from
-    the saved inputs, in their dtype). On CUDA tensors, and for a double
-    backward, it is
+    Backward is sgk's (sgk_forward_train_device and sgk_backward_device on
+    the saved inputs, in their dtype, on the current stream). For a double
+    backward it is
     the slow path: it recomputes the layer with PyTorch ops
     (sgk.torch.reference) and differentiates that, so gradients are right
     but cost what PyTorch's own module costs, plus the saved inputs.
