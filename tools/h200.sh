@@ -15,6 +15,12 @@
 #   bash tools/h200.sh generated [PRESETS]  sgk-bench of the generated kernels (small, tiled) on cuda
 #                                        and NVIDIA's OpenCL in fp32 and bf16 (default seed, mid,
 #                                        large, s02, s12, s13), into gen-f32/gen-bf16.json/.txt
+#   bash tools/h200.sh train [PRESETS]   the training calls on cuda and NVIDIA's OpenCL: the gradient
+#                                        table (train-*, and dtypes-cuda's 16-bit one), compute-sanitizer
+#                                        memcheck and racecheck over test_train cuda (TRAIN_FILTER, a
+#                                        cmocka glob, default mask_*), sgk-bench --train (default seed,
+#                                        mid, large, s02, s13) and sgk.torch's autograd tests, into
+#                                        train-*.txt and train-bench.json
 #   bash tools/h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options),
 #                                        into h200-torch.json/.txt
 #   bash tools/h200.sh results           what bench/results/ files for the H200, in one call:
@@ -115,6 +121,23 @@ generated)
         --json "$O/gen-$dt.json" > "$O/gen-$dt.txt" 2>&1
     stamp "sgk-bench generated $dt rc=$?"; grep -E "^(cuda|opencl) " "$O/gen-$dt.txt" | cut -c1-200
   done;;
+train)
+  meson test -C build --no-rebuild --print-errorlogs --num-processes 1 ${TESTS:-train-cuda train-opencl dtypes-cuda} \
+      > "$O/train-tests.txt" 2>&1
+  stamp "tests rc=$?"
+  grep -hE "^ *[0-9]+/[0-9]+ |training runs" "$O/train-tests.txt" build/meson-logs/testlog.txt | sort -u | cut -c1-160
+  for tool in memcheck racecheck; do
+    SGK_TEST_FILTER="${TRAIN_FILTER:-mask_*}" timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool \
+        --error-exitcode 9 build/tests/test_train cuda > "$O/train-sanitize-$tool.txt" 2>&1
+    stamp "compute-sanitizer $tool rc=$?: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/train-sanitize-$tool.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/train-sanitize-$tool.txt") tests ok"
+  done
+  presets=$(echo "${*:-seed mid large s02 s13}" | tr ' ' ',')
+  build/bench/sgk-bench --backend cuda,opencl --variant tiled --train --preset "$presets" \
+      --json "$O/train-bench.json" > "$O/train-bench.txt" 2>&1
+  stamp "sgk-bench --train rc=$?"; grep -E "^(cuda|opencl) " "$O/train-bench.txt" | cut -c1-200
+  SGK_LIBRARY=build/api/libsgk.so timeout 420 python3 -m pytest -q python/tests/test_torch.py -k "autograd or backward" \
+      > "$O/train-torch.txt" 2>&1
+  stamp "torch autograd tests rc=$?"; tail -5 "$O/train-torch.txt";;
 torch)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
       ${TORCH_ARGS:-} --json "$O/h200-torch.json" > "$O/h200-torch.txt" 2>&1
@@ -153,7 +176,7 @@ harness)
   # The kernels without the core (backends/cuda/dev/harness.cu), built from this tree.
   H=/tmp/sgk-harness
   mkdir -p "$H"
-  python3 kernels/sgkgen.py --target cuda kernels/relation.sgk "$H/relation_cuda.cu"
+  python3 kernels/sgkgen.py --target cuda kernels/relation.sgk kernels/train.sgk "$H/relation_cuda.cu"
   F="-O3 -std=c++17 -arch=sm_90 -lineinfo -Ibackends/cuda -Ikernels -Iapi -I$H"
   nvcc $F -Xcompiler -fopenmp backends/cuda/dev/harness.cu backends/cuda/variants.cu backends/cuda/generic.cu backends/cuda/tc.cu \
       -x cu kernels/plan.c kernels/repack.c -o "$H/harness" -lgomp > "$O/harness-build.txt" 2>&1 ||
@@ -181,7 +204,7 @@ attncheck)
   # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
   dev_check attn_check "${1:-7}";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
