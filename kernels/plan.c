@@ -171,22 +171,58 @@ static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc,
     return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->P + H) + tk * tqp + tqp + tk + pf);
 }
 
-/* The attention tile from lim's (tq, tk) for N keys, shrunk until it fits
- * budget floats besides fixed ones: first the MLP's chunk of query rows,
- * then the key tile, then the query tile. 0 when even 1 x 1 does not. */
-static int attn_tile(sgk_plan *p, const sgk_limits *lim, int64_t N, size_t budget, size_t fixed)
+/* An attention tile (tq queries, tk keys, the MLP qc query rows at a
+ * time), from lim's (tq, tk) for N keys, and the floats it needs. */
+typedef struct tile {
+    int64_t tq, tk, qc;
+} tile;
+
+/* t shrunk until floats(t) fits budget: first the MLP's chunk of query
+ * rows, then the key tile, then the query tile. 0 when even 1 x 1 does
+ * not. */
+static int shrink_tile(tile *t, size_t budget, size_t (*floats)(const tile *, const void *), const void *user)
 {
-    int64_t tq = min64(N, lim->tq < 1 ? 1 : lim->tq), tk = min64(N, lim->tk < 1 ? 1 : lim->tk), qc = tq;
-    while (fixed + attn_floats(p, tq, tk, qc, lim) > budget) {
-        if (qc > 1)
-            qc = (qc + 1) / 2;
-        else if (tk > 1)
-            tk = (tk + 1) / 2;
-        else if (tq > 1)
-            tq = qc = (tq + 1) / 2;
+    while (floats(t, user) > budget) {
+        if (t->qc > 1)
+            t->qc = (t->qc + 1) / 2;
+        else if (t->tk > 1)
+            t->tk = (t->tk + 1) / 2;
+        else if (t->tq > 1)
+            t->tq = t->qc = (t->tq + 1) / 2;
         else
             return 0;
     }
+    return 1;
+}
+
+static tile first_tile(const sgk_limits *lim, int64_t N)
+{
+    const int64_t tq = min64(N, lim->tq < 1 ? 1 : lim->tq), tk = min64(N, lim->tk < 1 ? 1 : lim->tk);
+    const tile t = {tq, tk, tq};
+    return t;
+}
+
+typedef struct attn_need {
+    const sgk_plan *p;
+    const sgk_limits *lim;
+    size_t fixed;
+} attn_need;
+
+static size_t attn_tile_floats(const tile *t, const void *user)
+{
+    const attn_need *n = user;
+    return n->fixed + attn_floats(n->p, t->tq, t->tk, t->qc, n->lim);
+}
+
+/* The forward's attention tile for N keys within budget floats besides
+ * fixed ones (shrink_tile). */
+static int attn_tile(sgk_plan *p, const sgk_limits *lim, int64_t N, size_t budget, size_t fixed)
+{
+    tile t = first_tile(lim, N);
+    const attn_need need = {p, lim, fixed};
+    if (!shrink_tile(&t, budget, attn_tile_floats, &need))
+        return 0;
+    const int64_t tq = t.tq, tk = t.tk, qc = t.qc;
     p->tq = (int)tq;
     p->tqp = (int)up64(tq, lim->pad);
     p->tk = (int)tk;
@@ -293,12 +329,18 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     return add_wide(plan, lim, rows);
 }
 
-/* Floats of local memory attn_bwd needs (train.sgk's carving) for a
- * (tq, tk) tile whose MLP runs qc query rows at a time. */
-static size_t bwd_floats(int64_t D, int64_t H, int64_t ldp, int64_t tqp, int64_t tk, int64_t qc)
+/* Floats of local memory attn_bwd needs (train.sgk's carving) for a tile
+ * of a (D, H) layer whose W1 rows are ldp floats, on a target of pad. */
+typedef struct bwd_need {
+    int64_t D, H, ldp, pad;
+} bwd_need;
+
+static size_t bwd_floats(const tile *t, const void *user)
 {
-    return (size_t)(2 * D * tqp + 2 * H * tk * tqp + 2 * H * tqp + tk * tqp + 2 * tqp + 3 * tk * qc * ldp +
-                    2 * H * tk * qc);
+    const bwd_need *n = user;
+    const int64_t tqp = up64(t->tq, n->pad), tk = t->tk, qc = t->qc;
+    return (size_t)(2 * n->D * tqp + 2 * n->H * tk * tqp + 2 * n->H * tqp + tk * tqp + 2 * tqp +
+                    3 * tk * qc * n->ldp + 2 * n->H * tk * qc);
 }
 
 int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, const sgk_limits *lim,
@@ -312,24 +354,17 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     const int64_t ldp = f->ldp, rows = B * N;
     tp->ldd = sgk_row_length(D + lim->pad, lim->pad);
     tp->ldv = sgk_row_length(2 * D, lim->pad);
-    /* the tile: as the forward's to start, then the MLP's chunk, the key
-     * tile and the query tile shrunk until it fits */
-    int64_t tq = min64(N, lim->tq < 1 ? 1 : lim->tq), tk = min64(N, lim->tk < 1 ? 1 : lim->tk), qc = tq;
-    while (bwd_floats(D, H, ldp, up64(tq, lim->pad), tk, qc) > budget) {
-        if (qc > 1)
-            qc = (qc + 1) / 2;
-        else if (tk > 1)
-            tk = (tk + 1) / 2;
-        else if (tq > 1)
-            tq = qc = (tq + 1) / 2;
-        else
-            return 0;
-    }
+    /* the tile: as the forward's to start, shrunk until it fits */
+    tile t = first_tile(lim, N);
+    const bwd_need bn = {D, H, ldp, lim->pad};
+    if (!shrink_tile(&t, budget, bwd_floats, &bn))
+        return 0;
+    const int64_t tq = t.tq, tk = t.tk;
     tp->tq = (int)tq;
     tp->tqp = (int)up64(tq, lim->pad);
     tp->tk = (int)tk;
-    tp->qc = (int)qc;
-    tp->smem_bwd = bwd_floats(D, H, ldp, tp->tqp, tk, qc);
+    tp->qc = (int)t.qc;
+    tp->smem_bwd = bwd_floats(&t, &bn);
     /* ranges of query and key tiles, the smaller one grown first, until
      * the groups keep the device busy */
     const int64_t qtiles = (N + tq - 1) / tq, ktiles = (N + tk - 1) / tk;

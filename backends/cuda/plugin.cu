@@ -269,35 +269,7 @@ static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t 
     return sgkc_variants[variant].workspace((const sgkc_layer *)blayer, B, N, plan);
 }
 
-static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan *plan,
-                               const sgk_fwd *args)
-{
-    const sgkc_layer *L = (const sgkc_layer *)blayer;
-    if (variant < 0 || variant >= sgkc_variant_count)
-        return g_host->set_error(SGK_ERR_UNKNOWN_VARIANT, "cuda: variant %d does not exist", variant);
-    const sgkc_variant &v = sgkc_variants[variant];
-    DeviceScope scope(L->device);
-    if (scope.error() != cudaSuccess)
-        return cuda_fail(scope.error(), "cudaSetDevice");
-    sgkc_fwd f;
-    f.B = args->B;
-    f.N = args->N;
-    f.nodes = (const float *)args->nodes;
-    f.pair = (const float *)args->pair_feats;
-    f.mask = args->edge_mask;
-    f.mask_u8 = args->mask_type == SGK_MASK_U8;
-    f.out = (float *)args->out;
-    f.ws = args->workspace;
-    f.ws_bytes = args->workspace_bytes;
-    f.stream = (cudaStream_t)args->stream;
-    const cudaError_t e = v.launch(L, plan, &f);
-    if (e != cudaSuccess)
-        return cuda_fail(e, v.name);
-    return SGK_OK;
-}
-
-/* ---- the training calls: the generated kernels (generic.cu) ---------- */
-
+/* A call's arguments as the launchers take them. */
 static sgkc_fwd fwd_of(const sgk_fwd *a)
 {
     sgkc_fwd f;
@@ -313,6 +285,25 @@ static sgkc_fwd fwd_of(const sgk_fwd *a)
     f.stream = (cudaStream_t)a->stream;
     return f;
 }
+
+static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan *plan,
+                               const sgk_fwd *args)
+{
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    if (variant < 0 || variant >= sgkc_variant_count)
+        return g_host->set_error(SGK_ERR_UNKNOWN_VARIANT, "cuda: variant %d does not exist", variant);
+    const sgkc_variant &v = sgkc_variants[variant];
+    DeviceScope scope(L->device);
+    if (scope.error() != cudaSuccess)
+        return cuda_fail(scope.error(), "cudaSetDevice");
+    const sgkc_fwd f = fwd_of(args);
+    const cudaError_t e = v.launch(L, plan, &f);
+    if (e != cudaSuccess)
+        return cuda_fail(e, v.name);
+    return SGK_OK;
+}
+
+/* ---- the training calls: the generated kernels (generic.cu) ---------- */
 
 static size_t sgkc_saved_size(void *blayer, int64_t B, int64_t N)
 {

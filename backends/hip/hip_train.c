@@ -57,14 +57,20 @@ static sgk_status converting_failed(const hip_layer *l, hipError_t err)
     return sgk_hip_fail(SGK_ERR_BACKEND, "launching a kernel", err, where);
 }
 
+/* The plan, then the layer's device current (sgk_hip_leave restores it). */
+static sgk_status begin(const hip_layer *l, const sgk_fwd *a, sgk_train_plan *tp, sgk_hip_guard *g)
+{
+    if (!train_plan(l, a->B, a->N, tp))
+        return no_plan(l, a->B, a->N);
+    return sgk_hip_enter(l->ctx->device, g);
+}
+
 sgk_status sgk_hip_forward_train(void *blayer, const sgk_fwd *a, void *saved)
 {
     const hip_layer *l = blayer;
     sgk_train_plan tp;
-    if (!train_plan(l, a->B, a->N, &tp))
-        return no_plan(l, a->B, a->N);
     sgk_hip_guard g;
-    sgk_status st = sgk_hip_enter(l->ctx->device, &g);
+    sgk_status st = begin(l, a, &tp, &g);
     if (st != SGK_OK)
         return st;
     const sgk_off xn0 = (sgk_off)(tp.fwd.ctx_offset / sizeof(float));
@@ -174,10 +180,8 @@ sgk_status sgk_hip_backward(void *blayer, const sgk_fwd *a, const void *saved, c
 {
     const hip_layer *l = blayer;
     sgk_train_plan tp;
-    if (!train_plan(l, a->B, a->N, &tp))
-        return no_plan(l, a->B, a->N);
     sgk_hip_guard g;
-    sgk_status st = sgk_hip_enter(l->ctx->device, &g);
+    sgk_status st = begin(l, a, &tp, &g);
     if (st != SGK_OK)
         return st;
     if (l->dtype == SGK_DTYPE_F32) {

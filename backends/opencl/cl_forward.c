@@ -162,7 +162,7 @@ sgk_status sgk_cl_launch(const sgk_cl_ctx *c, cl_command_queue q, int which, cl_
 /* Called with the context's lock held: the arguments live in the kernel
  * object until the enqueue has captured them. */
 static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
-                          cl_command_queue q, int in_order)
+                          cl_command_queue q, int in_order, cl_mem lse)
 {
     const sgk_cl_ctx *c = l->ctx;
     const sgk_cl_program *pr = &c->prog;
@@ -178,7 +178,7 @@ static sgk_status enqueue(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fw
         return sgk_cl_launch(c, q, SGK_CL_K_FUSED, err, p->B, 1);
     }
     /* the LayerNorm'd rows in the context's place, until attn writes it */
-    return sgk_cl_tiled(l, p, a, q, in_order, (cl_long)(p->ctx_offset / sizeof(float)), NULL);
+    return sgk_cl_tiled(l, p, a, q, in_order, (cl_long)(p->ctx_offset / sizeof(float)), lse);
 }
 
 sgk_status sgk_cl_tiled(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a, cl_command_queue q,
@@ -270,8 +270,8 @@ sgk_status sgk_cl_convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_me
 /* A 16-bit call: nodes widened into the workspace, the float kernels (which
  * widen the pair features as they stage them), out narrowed from it. Called
  * with the context's lock held. */
-static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a,
-                            cl_command_queue q, int in_order)
+sgk_status sgk_cl_enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a, cl_command_queue q,
+                            int in_order, cl_mem lse)
 {
     const sgk_cl_ctx *c = l->ctx;
     const size_t nd = (size_t)p->B * (size_t)p->N * (size_t)l->D;
@@ -287,7 +287,7 @@ static sgk_status enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_
         sgk_fwd f = *a;
         f.nodes = wn;
         f.out = wo;
-        st = enqueue(l, p, &f, q, in_order);
+        st = enqueue(l, p, &f, q, in_order, lse);
     }
     if (st == SGK_OK)
         st = sgk_cl_order(q, in_order, c);
@@ -315,7 +315,8 @@ sgk_status sgk_cl_forward(void *blayer, int variant, const sgk_backend_plan *pla
     if (st != SGK_OK)
         return st;
     pthread_mutex_lock(&c->lock);
-    st = l->dtype == SGK_DTYPE_F32 ? enqueue(l, &p, a, q, in_order) : enqueue16(l, &p, a, q, in_order);
+    st = l->dtype == SGK_DTYPE_F32 ? enqueue(l, &p, a, q, in_order, NULL)
+                                   : sgk_cl_enqueue16(l, &p, a, q, in_order, NULL);
     pthread_mutex_unlock(&c->lock);
     return st;
 }

@@ -151,6 +151,11 @@ sgk_status sgk_cl_convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_me
  * multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN); release it once
  * the work using it is enqueued. */
 sgk_status sgk_cl_sub_buffer(const sgk_cl_ctx *c, const void *ws, size_t at, size_t bytes, cl_mem *out);
+/* A 16-bit layer's call of plan p: nodes widened into the workspace, the
+ * float kernels (lse as sgk_cl_tiled's), out narrowed from it. Called
+ * with the context's lock held. */
+sgk_status sgk_cl_enqueue16(const sgk_cl_layer *l, const sgk_plan *p, const sgk_fwd *a, cl_command_queue q,
+                            int in_order, cl_mem lse);
 /* The tiled plan p on a's float buffers, with the context's lock held:
  * the LayerNorm'd rows into the workspace from float xn0 on, Q/K/V, the
  * context (each (head, row)'s log-sum-exp into lse where it is not NULL),

@@ -73,51 +73,35 @@ static sgk_status check_common(const sgk_cl_layer *l, const sgk_train_plan *tp, 
     return st;
 }
 
+/* The plan, the queue (the caller's or the context's) and the checks every
+ * training call makes. */
+static sgk_status begin(const sgk_cl_layer *l, const sgk_fwd *a, const void *saved, sgk_train_plan *tp,
+                        cl_command_queue *q, int *in_order)
+{
+    if (!train_plan(l, a->B, a->N, tp))
+        return no_plan(l, a->B, a->N);
+    *q = a->stream ? (cl_command_queue)a->stream : l->ctx->queue;
+    *in_order = 1;
+    return check_common(l, tp, a, saved, *q, in_order);
+}
+
 sgk_status sgk_cl_forward_train(void *blayer, const sgk_fwd *a, void *saved)
 {
     sgk_cl_layer *l = blayer;
     sgk_cl_ctx *c = l->ctx;
     sgk_train_plan tp;
-    if (!train_plan(l, a->B, a->N, &tp))
-        return no_plan(l, a->B, a->N);
-    cl_command_queue q = a->stream ? (cl_command_queue)a->stream : c->queue;
+    cl_command_queue q = NULL;
     int in_order = 1;
-    sgk_status st = check_common(l, &tp, a, saved, q, &in_order);
+    sgk_status st = begin(l, a, saved, &tp, &q, &in_order);
     if (st == SGK_OK)
         st = sgk_cl_check_buffer(c, a->out, "out", "B*N*D elements",
                                  (size_t)a->B * (size_t)a->N * (size_t)l->D * elem_size(l), SGK_ERR_INVALID_ARGUMENT);
     if (st != SGK_OK)
         return st;
-    const cl_long xn0 = (cl_long)(tp.fwd.ctx_offset / sizeof(float));
     pthread_mutex_lock(&c->lock);
-    if (l->dtype == SGK_DTYPE_F32) {
-        st = sgk_cl_tiled(l, &tp.fwd, a, q, in_order, xn0, sgk_cl_mem(saved));
-    } else {
-        /* nodes widened into the workspace, out computed in float there and rounded */
-        const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
-        cl_mem wn = NULL, wo = NULL;
-        st = sgk_cl_sub_buffer(c, a->workspace, tp.fwd.wide_nodes, nd * sizeof(float), &wn);
-        if (st == SGK_OK)
-            st = sgk_cl_sub_buffer(c, a->workspace, tp.fwd.wide_out, nd * sizeof(float), &wo);
-        if (st == SGK_OK)
-            st = sgk_cl_convert(c, SGK_CL_K_WIDEN, l->dtype, sgk_cl_mem(a->nodes), wn, nd, q);
-        if (st == SGK_OK)
-            st = sgk_cl_order(q, in_order, c);
-        if (st == SGK_OK) {
-            sgk_fwd f = *a;
-            f.nodes = wn;
-            f.out = wo;
-            st = sgk_cl_tiled(l, &tp.fwd, &f, q, in_order, xn0, sgk_cl_mem(saved));
-        }
-        if (st == SGK_OK)
-            st = sgk_cl_order(q, in_order, c);
-        if (st == SGK_OK)
-            st = sgk_cl_convert(c, SGK_CL_K_NARROW, l->dtype, wo, sgk_cl_mem(a->out), nd, q);
-        if (wn)
-            clReleaseMemObject(wn);
-        if (wo)
-            clReleaseMemObject(wo);
-    }
+    st = l->dtype == SGK_DTYPE_F32
+             ? sgk_cl_tiled(l, &tp.fwd, a, q, in_order, (cl_long)(tp.fwd.ctx_offset / sizeof(float)), sgk_cl_mem(saved))
+             : sgk_cl_enqueue16(l, &tp.fwd, a, q, in_order, sgk_cl_mem(saved));
     pthread_mutex_unlock(&c->lock);
     return st;
 }
@@ -291,11 +275,9 @@ sgk_status sgk_cl_backward(void *blayer, const sgk_fwd *a, const void *saved, co
     sgk_cl_layer *l = blayer;
     sgk_cl_ctx *c = l->ctx;
     sgk_train_plan tp;
-    if (!train_plan(l, a->B, a->N, &tp))
-        return no_plan(l, a->B, a->N);
-    cl_command_queue q = a->stream ? (cl_command_queue)a->stream : c->queue;
+    cl_command_queue q = NULL;
     int in_order = 1;
-    sgk_status st = check_common(l, &tp, a, saved, q, &in_order);
+    sgk_status st = begin(l, a, saved, &tp, &q, &in_order);
     if (st == SGK_OK)
         st = check_grads(l, a, d_out, g);
     if (st != SGK_OK)
