@@ -422,6 +422,7 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     if (lim->wide16) {
         const size_t d = (size_t)D, n[12] = {(size_t)rows * d, 0, d, d, d * d, d * d, d * d, d * d,
                                              (size_t)(P * P), (size_t)P, (size_t)(H * P), (size_t)H};
+        memcpy(tp->grad_n, n, sizeof n);
         o = round_up(o, a);
         tp->wide_dout = o;
         o = round_up(o + (size_t)rows * d, a);

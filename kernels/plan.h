@@ -143,6 +143,9 @@ typedef struct sgk_train_plan {
      * gradient but the pair features' computed in float before it is
      * rounded into the caller's buffer (sgk_grads' order; 0 else) */
     size_t wide_dout, grad16[12];
+    /* elements of each gradient staged there (the pair features' 0: never
+     * staged), what the rounding into the caller's buffers converts */
+    size_t grad_n[12];
     size_t workspace_bytes;
 } sgk_train_plan;
 

@@ -464,15 +464,13 @@ static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, co
                        &fg.wv,    &fg.wo,         &fg.w1,       &fg.b1,      &fg.w2, &fg.b2};
     const void *const user[12] = {g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
                                   g->wv,    g->wo,         g->w1,       g->b1,      g->w2, g->b2};
-    const size_t D = (size_t)l->D, H = (size_t)l->H, P = (size_t)l->P;
-    const size_t n[12] = {nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
     for (int i = 0; i < 12; i++)
-        if (i != 1 && user[i])
+        if (tp.grad_n[i] && user[i])
             *slot[i] = ws + tp.grad16[i];
     backward_float(l, &tp, &f, saved, ws + tp.wide_dout, &fg);
     for (int i = 0; i < 12; i++)
-        if (i != 1 && user[i])
-            narrow(l->dtype, ws + tp.grad16[i], (void *)user[i], n[i], l->ctx->threads);
+        if (tp.grad_n[i] && user[i])
+            narrow(l->dtype, ws + tp.grad16[i], (void *)user[i], tp.grad_n[i], l->ctx->threads);
     return SGK_OK;
 }
 

@@ -211,10 +211,8 @@ cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const fl
                        &fg.wv,    &fg.wo,         &fg.w1,       &fg.b1,      &fg.w2, &fg.b2};
     void *const user[12] = {g->nodes, g->pair_feats, g->ln_gamma, g->ln_beta, g->wq, g->wk,
                             g->wv,    g->wo,         g->w1,       g->b1,      g->w2, g->b2};
-    const size_t D = (size_t)L->D, H = (size_t)L->H, P = (size_t)L->P;
-    const size_t n[12] = {nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H};
     for (int i = 0; i < 12; i++)
-        if (i != 1 && user[i])
+        if (tp.grad_n[i] && user[i])
             *slot[i] = ws + tp.grad16[i];
     cudaError_t e = convert(1, L->dtype, f->nodes, (void *)fa.nodes, nd, f->stream);
     if (e == cudaSuccess)
@@ -222,8 +220,8 @@ cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const fl
     if (e == cudaSuccess)
         e = backward_float(L, tp, &fa, saved, ws + tp.wide_dout, &fg);
     for (int i = 0; i < 12 && e == cudaSuccess; i++)
-        if (i != 1 && user[i])
-            e = convert(0, L->dtype, ws + tp.grad16[i], user[i], n[i], f->stream);
+        if (tp.grad_n[i] && user[i])
+            e = convert(0, L->dtype, ws + tp.grad16[i], user[i], tp.grad_n[i], f->stream);
     return e;
 }
 

@@ -193,8 +193,6 @@ sgk_status sgk_hip_backward(void *blayer, const sgk_fwd *a, const void *saved, c
      * pair features' computed in float there and then rounded into the
      * caller's buffer (the pair features' is rounded as attn_bwd stores it) */
     const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D;
-    const size_t D = (size_t)l->D, H = (size_t)l->H, P = (size_t)l->P;
-    const size_t n[12] = { nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H };
     float *ws = a->workspace;
     hipStream_t s = (hipStream_t)a->stream;
     sgk_fwd f = *a;
@@ -205,7 +203,7 @@ sgk_status sgk_hip_backward(void *blayer, const sgk_fwd *a, const void *saved, c
     void *const user[12] = { grads->nodes, grads->pair_feats, grads->ln_gamma, grads->ln_beta, grads->wq, grads->wk,
                              grads->wv,    grads->wo,         grads->w1,       grads->b1,      grads->w2, grads->b2 };
     for (int i = 0; i < 12; i++)
-        if (i != 1 && user[i])
+        if (tp.grad_n[i] && user[i])
             *slot[i] = ws + tp.grad16[i];
     hipError_t err = sgk_hip_convert(l, 1, a->nodes, (void *)f.nodes, nd, s);
     if (err == hipSuccess)
@@ -213,8 +211,8 @@ sgk_status sgk_hip_backward(void *blayer, const sgk_fwd *a, const void *saved, c
     if (err == hipSuccess) {
         st = enqueue_backward(l, &tp, &f, saved, ws + tp.wide_dout, &fg);
         for (int i = 0; i < 12 && st == SGK_OK && err == hipSuccess; i++)
-            if (i != 1 && user[i])
-                err = sgk_hip_convert(l, 0, ws + tp.grad16[i], user[i], n[i], s);
+            if (tp.grad_n[i] && user[i])
+                err = sgk_hip_convert(l, 0, ws + tp.grad16[i], user[i], tp.grad_n[i], s);
     }
     if (err != hipSuccess)
         st = converting_failed(l, err);

@@ -228,8 +228,7 @@ static sgk_status enqueue_backward16(const sgk_cl_layer *l, const sgk_train_plan
 {
     const sgk_cl_ctx *c = l->ctx;
     const size_t nd = (size_t)a->B * (size_t)a->N * (size_t)l->D, f = sizeof(float);
-    const size_t D = (size_t)l->D, H = (size_t)l->H, P = (size_t)l->P;
-    const size_t n[12] = { nd, 0, D, D, D * D, D * D, D * D, D * D, P * P, P, H * P, H };
+    const size_t *n = tp->grad_n;
     sgk_grads fg = *g;
     void **slot[12] = { &fg.nodes, &fg.pair_feats, &fg.ln_gamma, &fg.ln_beta, &fg.wq, &fg.wk,
                         &fg.wv,    &fg.wo,         &fg.w1,       &fg.b1,      &fg.w2, &fg.b2 };
@@ -240,7 +239,7 @@ static sgk_status enqueue_backward16(const sgk_cl_layer *l, const sgk_train_plan
     if (st == SGK_OK)
         st = sgk_cl_sub_buffer(c, a->workspace, tp->wide_dout * f, nd * f, &wd);
     for (int i = 0; i < 12 && st == SGK_OK; i++)
-        if (i != 1 && user[i]) {
+        if (n[i] && user[i]) {
             st = sgk_cl_sub_buffer(c, a->workspace, tp->grad16[i] * f, n[i] * f, &stage[i]);
             *slot[i] = stage[i];
         }
