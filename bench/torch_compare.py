@@ -18,7 +18,11 @@ a CUDA graph; the cpu backend on CPU tensors); every variant that supports
 the shape. At each shape, sgk's Python overhead is the automatic variant's
 time per call from Python without a graph less its time replayed from a
 graph. Every variant is checked against a float64 copy of the module (rel
-L2 <= 1e-5). Timing follows shared/anchors/bench_anchors.py: CUDA events
+L2 <= 1e-5). With --train each form runs forward and backward instead (the
+output's gradient into fresh gradients of the inputs and every weight; sgk
+through its autograd, which is sgk_forward_train_device and
+sgk_backward_device), every gradient checked against float64 autograd (rel
+L2 <= 1e-4, the reference norm floored). Timing follows shared/anchors/bench_anchors.py: CUDA events
 around a loop of calls, median of 5 loops (perf_counter on the CPU).
 
 Each shape's summary gives sgk's best time without and with a graph,
@@ -33,10 +37,12 @@ examples:
   python3 bench/torch_compare.py --lib build/api/libsgk.so --json out.json
   python3 bench/torch_compare.py --preset sweep --json sweep.json
   python3 bench/torch_compare.py --preset seed,s07 --device cpu
+  python3 bench/torch_compare.py --train --preset mid,s02 --torch-variants eager,sdpa,compile
   python3 bench/torch_compare.py --preset all --dry-run      (needs no torch)
   python3 bench/torch_compare.py --summary out.json          (needs no torch)
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -63,6 +69,8 @@ H200_PEAK_GFLOPS, H200_COPY_GBPS = 67000.0, 3980.0  # SPEC section 5
 # fp16 within 1e-2 of it on the same rounded weights and inputs (and no
 # worse than PyTorch's module in that dtype: both errors are reported)
 REL_L2_TOL = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 1e-2}
+# --train: each gradient within 1e-4 (fp32) of float64 autograd's
+TRAIN_REL_L2_TOL = {"float32": 1e-4, "bfloat16": 1e-2, "float16": 1e-2}
 ELEM_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 REFERENCE = os.path.join(REPO, "python", "sgk", "torch", "reference.py")
 FORMAT = "sgk-torch-compare/2"
@@ -91,8 +99,11 @@ def work(shape, elem=4):
     return flop, nbytes
 
 
-def floors_of(shape, peaks, elem=4):
+def floors_of(shape, peaks, elem=4, times=1):
+    """times: 3 for forward and backward (the backward counted as twice the
+    forward, as sgk-bench's --train does)."""
     flop, nbytes = work(shape, elem)
+    flop, nbytes = times * flop, times * nbytes
     g, b = peaks["peak_gflops"], peaks["copy_gbps"]
     return dict(flop=flop, bytes=nbytes, ffma_floor_us=flop / g / 1e3 if g else None,
                 copy_floor_us=nbytes / b / 1e3 if b else None)
@@ -242,20 +253,51 @@ def run_shape(torch, a, name, shape, ref, peaks):
     m = ref.RelationUpdate(D, P, H).to(dev).to(dtype).eval()
     nodes, pair, mask = make_inputs(torch, B, N, D, P, dev)
     x = (nodes.to(dtype), pair.to(dtype), mask)  # the mask stays float32
-    tol = REL_L2_TOL[a.dtype]
+    tol = (TRAIN_REL_L2_TOL if a.train else REL_L2_TOL)[a.dtype]
     iters = a.iters or (200 if N <= 64 else 20)
     res = {"shape": dict(B=B, N=N, D=D, H=H, P=P), "torch": {}, "sgk": {}}
-    res.update(floors_of(shape, peaks, ELEM_BYTES[a.dtype]))
+    res.update(floors_of(shape, peaks, ELEM_BYTES[a.dtype], 3 if a.train else 1))
 
-    with torch.no_grad():
+    names = [k for k, _ in m.named_parameters()]
+    if a.train:
+        # the output's gradient, fixed; N(0, 1) as the nodes
+        dy = torch.randn(B, N, D, generator=torch.Generator(device="cpu").manual_seed(1)).to(dev).to(dtype)
+    with contextlib.nullcontext() if a.train else torch.no_grad():
         # float64 on the values the dtype holds: its rounded weights and inputs
         m64 = ref.RelationUpdate(D, P, H).double().to(dev)
         m64.load_state_dict(m.state_dict())
-        yref = m64(*[t.double() for t in x])
+        if a.train:
+            x64 = [t.double().requires_grad_(i < 2) for i, t in enumerate(x)]
+            m64(*x64).backward(dy.double())
+            p64 = dict(m64.named_parameters())
+            want = [x64[0].grad, x64[1].grad] + [p64[k].grad for k in names]
+        else:
+            want = [m64(*[t.double() for t in x])]
+        want = [w.detach() for w in want]
         del m64
 
-        def err(y):
-            return ((y.double() - yref).norm() / yref.norm()).item()
+        def err(ys):
+            """The largest relative L2 error over the outputs (the output, or
+            every gradient); each reference norm floored at 1e-2 sqrt(n) (an
+            absolute 1e-6 per element at 1e-4, test_torch.py's bound), since
+            b2's gradient is zero in exact arithmetic."""
+            ys = ys if isinstance(ys, (list, tuple)) else [ys]
+            return max(((y.double() - w).norm() / max(w.norm().item(), 1e-2 * w.numel() ** 0.5)).item()
+                       for y, w in zip(ys, want))
+
+        def call(mod, params):
+            """What is timed: the forward, or (--train) forward and backward
+            into fresh gradients of the inputs and every parameter."""
+            if not a.train:
+                return lambda: mod(*x)
+            xs = [x[0].detach().clone().requires_grad_(), x[1].detach().clone().requires_grad_(), x[2]]
+
+            def step():
+                for t in params + xs[:2]:
+                    t.grad = None
+                mod(*xs).backward(dy)
+                return [xs[0].grad, xs[1].grad] + [t.grad for t in params]
+            return step
 
         def record(table, label, fn):
             t0 = time.time()
@@ -265,7 +307,8 @@ def run_shape(torch, a, name, shape, ref, peaks):
                 # The checked call must write every element: poison the last
                 # output, which is the buffer a graph replay writes again, and
                 # the block the caching allocator hands the next eager call.
-                y.fill_(float("nan"))
+                for t in (y if isinstance(y, list) else [y]):
+                    t.fill_(float("nan"))
                 del y
                 e = err(fn())
                 med, lo, hi = t_events(torch, fn, iters) if on_cuda else t_host(fn, a.iters)
@@ -290,17 +333,20 @@ def run_shape(torch, a, name, shape, ref, peaks):
             if vn not in wanted:
                 continue
             if vn == "eager":
-                modules[vn] = m
+                mod = m
             elif vn == "sdpa":
-                modules[vn] = ref.RelationUpdateSDPA(D, P, H).to(dev).to(dtype).eval()
-                modules[vn].load_state_dict(m.state_dict())
+                mod = ref.RelationUpdateSDPA(D, P, H).to(dev).to(dtype).eval()
+                mod.load_state_dict(m.state_dict())
             else:
                 mod = ref.RelationUpdate(D, P, H).to(dev).to(dtype).eval()
                 mod.load_state_dict(m.state_dict())
-                modules[vn] = torch.compile(mod, mode="max-autotune-no-cudagraphs" if vn == "compile-max-autotune"
-                                            else None)
-        for vn, mod in modules.items():
-            with_graph(res["torch"], vn, lambda mod=mod: mod(*x))
+            params = [dict(mod.named_parameters())[k] for k in names]
+            if vn in COMPILED:
+                mod = torch.compile(mod, mode="max-autotune-no-cudagraphs" if vn == "compile-max-autotune"
+                                    else None)
+            modules[vn] = call(mod, params)
+        for vn, fn in modules.items():
+            with_graph(res["torch"], vn, fn)
         del modules
 
         # sgk, on the same tensors and the same stream
@@ -309,18 +355,22 @@ def run_shape(torch, a, name, shape, ref, peaks):
         sm = sgk.torch.RelationUpdate(D, P, H, repack_in_graphs=False,
                                       cpu_threads=a.threads).to(dev).to(dtype).eval()
         sm.load_state_dict(m.state_dict())
-        sm(*x)  # makes the sgk layer on this device
+        with torch.no_grad():
+            sm(*x)  # makes the sgk layer on this device
         layer = sm.sgk_layer(x[0].device)
         res["sgk_backend"] = layer.backend
         res["sgk_device"] = sgk.device_name(layer.backend, layer.device)
         auto = layer.variant_for(B, N)
         res["sgk_auto_variant"] = auto
+        sgk_params = [dict(sm.named_parameters())[k] for k in names]
         for vn, supported in layer.variants(B, N):
             if not supported or (a.sgk_variants and vn not in a.sgk_variants):
                 continue
+            if a.train and vn != auto:
+                continue  # the training calls run one design whatever the variant
             sm.set_variant(vn)
             label = vn + ("*" if vn == auto else "")
-            with_graph(res["sgk"], label, lambda: sm(*x))
+            with_graph(res["sgk"], label, call(sm, sgk_params))
         sm.set_variant(None)
         s, g = res["sgk"].get(auto + "*", {}), res["sgk"].get(auto + "*+graph", {})
         if "us" in s and "us" in g:
@@ -410,12 +460,15 @@ def summary_table(doc):
     f = doc.get("floors", {})
     gsrc = f"{f['peak_gflops']:.0f} GFLOP/s ({f['peak_source']})" if f.get("peak_gflops") else f.get("peak_source", "-")
     bsrc = f"{f['copy_gbps']:.1f} GB/s ({f['copy_source']})" if f.get("copy_gbps") else f.get("copy_source", "-")
-    text += ["", "ratio = PyTorch's best / sgk's best, graphs included on both sides (above 1: sgk is faster);",
+    train = doc["settings"].get("train")
+    text += ["", "times are of forward and backward (--train); FLOP and bytes counted as three forwards" if train
+             else "times are of the forward",
+             "ratio = PyTorch's best / sgk's best, graphs included on both sides (above 1: sgk is faster);",
              f"FFMA floor = FLOP / fp32 FMA peak, {gsrc};",
              f"copy floor = bytes / copy bandwidth, {bsrc};",
              "sgk at floor = max(FFMA floor, copy floor) / sgk's best;",
              f"rel L2 = each best row's error against float64 on the same {doc['settings'].get('dtype', 'float32')} "
-             "weights and inputs."]
+             "weights and inputs" + (" (the largest over the gradients)." if train else ".")]
     return "\n".join(text)
 
 
@@ -426,7 +479,7 @@ def dry_run(a, shapes, on_cuda):
           f"{'the H200 defaults' if on_cuda else 'none'} unless --peak-gflops / --peak-gbps "
           f"(a real run asks the device)")
     for name, shape in shapes:
-        fl = floors_of(shape, peaks, ELEM_BYTES[a.dtype])
+        fl = floors_of(shape, peaks, ELEM_BYTES[a.dtype], 3 if a.train else 1)
         print(f"{name:6s} B,N,D,H,P {','.join(map(str, shape))}  {fl['flop'] / 1e9:.4g} GFLOP "
               f"{fl['bytes'] / 1e6:.4g} MB  FFMA floor {fmt_us(fl['ffma_floor_us'])} us  "
               f"copy floor {fmt_us(fl['copy_floor_us'])} us")
@@ -457,6 +510,10 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=tuple(REL_L2_TOL),
                     help="of the weights, nodes and pair features on both sides (default float32; bfloat16 "
                          "and float16: each checked against float64 on the rounded values, within 1e-2)")
+    ap.add_argument("--train", action="store_true",
+                    help="time forward and backward (the output's gradient into fresh gradients of nodes, "
+                         "pair features and every weight) instead of the forward; each gradient checked "
+                         "against float64 autograd (rel L2 <= 1e-4 in float32); sgk's automatic variant only")
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA graph variants")
     ap.add_argument("--peak-gflops", type=float, help="fp32 FMA peak for the FFMA floor")
     ap.add_argument("--peak-gbps", type=float, help="copy bandwidth (read + write) for the copy floor")
@@ -518,7 +575,7 @@ def main():
                        "device_name": torch.cuda.get_device_name() if on_cuda else cpu_name(),
                        "torch_threads": torch.get_num_threads(), "sgk_version": sgk_version,
                        "reference": os.path.relpath(REFERENCE, REPO)},
-           "settings": {"dtype": a.dtype, "tf32": False, "iters": a.iters, "torch_variants": a.torch_variants,
+           "settings": {"dtype": a.dtype, "train": a.train, "tf32": False, "iters": a.iters, "torch_variants": a.torch_variants,
                         "compile_sweep": a.compile_sweep, "graphs": on_cuda and not a.no_graph},
            "floors": peaks,
            "shapes": {}}

@@ -19,8 +19,9 @@
 #                                        table (train-*, and dtypes-cuda's 16-bit one), compute-sanitizer
 #                                        memcheck and racecheck over test_train cuda (TRAIN_FILTER, a
 #                                        cmocka glob, default mask_*), sgk-bench --train (default seed,
-#                                        mid, large, s02, s13) and sgk.torch's autograd tests, into
-#                                        train-*.txt and train-bench.json
+#                                        mid, large, s02, s13), sgk.torch's autograd tests and
+#                                        torch_compare --train at those shapes, into train-*.txt,
+#                                        train-bench.json and train-compare.json
 #   bash tools/h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options),
 #                                        into h200-torch.json/.txt
 #   bash tools/h200.sh results           what bench/results/ files for the H200, in one call:
@@ -137,7 +138,10 @@ train)
   stamp "sgk-bench --train rc=$?"; grep -E "^(cuda|opencl) " "$O/train-bench.txt" | cut -c1-200
   SGK_LIBRARY=build/api/libsgk.so timeout 420 python3 -m pytest -q python/tests/test_torch.py -k "autograd or backward" \
       > "$O/train-torch.txt" 2>&1
-  stamp "torch autograd tests rc=$?"; tail -5 "$O/train-torch.txt";;
+  stamp "torch autograd tests rc=$?"; tail -5 "$O/train-torch.txt"
+  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so --train \
+      --preset "$presets" --torch-variants eager,sdpa,compile --json "$O/train-compare.json" > "$O/train-compare.txt" 2>&1
+  stamp "torch_compare --train rc=$?"; sed -n '/^shape  B,N,D,H,P/,/^$/p' "$O/train-compare.txt";;
 torch)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
       ${TORCH_ARGS:-} --json "$O/h200-torch.json" > "$O/h200-torch.txt" 2>&1
