@@ -163,16 +163,18 @@ def test_cpu_16bit_autograd_is_sgks_and_near_fp64(monkeypatch, dtype):
 
 
 def test_cpu_backward_is_sgks(monkeypatch):
-    """On CPU tensors autograd runs sgk's backward, not the reference's."""
+    """On CPU tensors autograd runs sgk's backward, not the reference's, on
+    the softmax statistics the module's forward kept (B, H, N)."""
     from sgk.torch import module
     calls = []
     real = module._sgk_backward
-    monkeypatch.setattr(module, "_sgk_backward", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(module, "_sgk_backward", lambda *a: calls.append(a[-1]) or real(*a))
     m = randomise(st.RelationUpdate(16, 4, 2), 9)
     x = inputs(2, 5, 16, 4, "cpu", 10)
     nodes = x[0].clone().requires_grad_()
     m(nodes, x[1], x[2]).sum().backward()
-    assert calls == [1] and nodes.grad is not None and m.q_proj.weight.grad is not None
+    assert len(calls) == 1 and tuple(calls[0].shape) == (2, 2, 5)
+    assert nodes.grad is not None and m.q_proj.weight.grad is not None
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -183,6 +185,8 @@ def test_opcheck(device):
     for args in ([*x, w, 1e-5, -1], [*x, w, 1e-5, m._sgk.id]):
         torch.library.opcheck(torch.ops.sgk.relation_update.default, tuple(args))
     torch.library.opcheck(torch.ops.sgk.relation_update.default,
+                          (x[0].requires_grad_(), x[1], x[2], w, 1e-5, m._sgk.id))
+    torch.library.opcheck(torch.ops.sgk.relation_update_train.default,
                           (x[0].requires_grad_(), x[1], x[2], w, 1e-5, m._sgk.id))
 
 

@@ -10,9 +10,10 @@ computes; RelationUpdate has its parameter names, so state dicts move
 between the two unchanged. The forward is the custom operator
 torch.ops.sgk.relation_update (sgk.torch.relation_update), with a fake
 implementation, so torch.compile(fullgraph=True) and CUDA-graph capture
-work.
+work; while autograd records, torch.ops.sgk.relation_update_train, which
+also returns the softmax statistics sgk's backward reads.
 """
 from . import reference
-from .module import RelationUpdate, relation_update
+from .module import RelationUpdate, relation_update, relation_update_train
 
-__all__ = ["RelationUpdate", "relation_update", "reference"]
+__all__ = ["RelationUpdate", "relation_update", "relation_update_train", "reference"]

@@ -235,50 +235,83 @@ def _repack(lib, b, weights, stream):
     _lib.check(lib.sgk_layer_set_weights_device(b.handle, ctypes.byref(desc), stream))
 
 
+def _bound_for(state, lib, nodes, pair_feats, edge_mask, weights, eps):
+    """The layer for nodes' device, packed from these weights (checked, and
+    bound or repacked where they changed), with (B, N) and the stream; the
+    caller holds state.lock."""
+    dev = nodes.device
+    cuda = dev.type == "cuda"
+    now = _versions(weights)
+    b = state.bound.get(dev)
+    if (b is not None and b.layer.eps == eps and now is not None and now == b.packed_from
+            and not state.always_repack):
+        # The same weight tensors, unchanged since they were checked and packed.
+        L = b.layer
+        B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, dev,
+                             weights[0].dtype)
+        repack = False
+    else:
+        D, P, H = _check_weights(weights)
+        B, N = _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device, weights[0].dtype)
+        weights = [w.contiguous() for w in weights]
+        # new weights of the layer's dtype are repacked; another dtype
+        # (module.to(torch.bfloat16)) makes a new layer
+        repack = b is not None and b.layer.eps == eps and b.layer.dtype == _DTYPES[weights[0].dtype]
+        if not repack:
+            b = _bind(state, nodes, weights, eps)  # packed from these weights
+    stream = _stream(dev) if cuda else 0
+    if repack or (cuda and state.repack_in_graphs and _capturing()):
+        _repack(lib, b, weights, stream)
+    b.packed_from = now
+    return b, B, N, stream
+
+
+def _workspace(lib, b, B, N, train):
+    """Workspace bytes of a forward (or forward_train) call, asked once a shape."""
+    key = (train, B, N)
+    ws = b.workspace.get(key)
+    if ws is None:
+        size = ctypes.c_size_t()
+        query = lib.sgk_train_workspace_size if train else lib.sgk_workspace_size
+        _lib.check(query(b.handle, B, N, ctypes.byref(size)))
+        ws = b.workspace[key] = size.value
+    return ws
+
+
 def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
     """The operator's real implementation (CPU and CUDA tensors)."""
     state = _state_for(layer_id, nodes, weights, eps)
     lib = _lib.lib()
-    dev = nodes.device
-    cuda = dev.type == "cuda"
     with state.lock:
-        now = _versions(weights)
-        b = state.bound.get(dev)
-        if (b is not None and b.layer.eps == eps and now is not None and now == b.packed_from
-                and not state.always_repack):
-            # The same weight tensors, unchanged since they were checked and packed.
-            L = b.layer
-            B, N = _check_inputs(nodes, pair_feats, edge_mask, L.dim, L.pair_dim, L.heads, dev,
-                                 weights[0].dtype)
-            repack = False
-        else:
-            D, P, H = _check_weights(weights)
-            B, N = _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device, weights[0].dtype)
-            weights = [w.contiguous() for w in weights]
-            # new weights of the layer's dtype are repacked; another dtype
-            # (module.to(torch.bfloat16)) makes a new layer
-            repack = b is not None and b.layer.eps == eps and b.layer.dtype == _DTYPES[weights[0].dtype]
-            if not repack:
-                b = _bind(state, nodes, weights, eps)  # packed from these weights
-        stream = _stream(dev) if cuda else 0
-        if repack or (cuda and state.repack_in_graphs and _capturing()):
-            _repack(lib, b, weights, stream)
-        b.packed_from = now
+        b, B, N, stream = _bound_for(state, lib, nodes, pair_feats, edge_mask, weights, eps)
         nodes, pair_feats, edge_mask = nodes.contiguous(), pair_feats.contiguous(), edge_mask.contiguous()
-        mask_type = _MASKS[edge_mask.dtype]
-        ws = b.workspace.get((B, N))
-        if ws is None:
-            size = ctypes.c_size_t()
-            _lib.check(lib.sgk_workspace_size(b.handle, B, N, ctypes.byref(size)))
-            ws = b.workspace[(B, N)] = size.value
+        ws = _workspace(lib, b, B, N, False)
         out = torch.empty_like(nodes)
-        work = torch.empty(ws, dtype=torch.uint8, device=dev) if ws else None
+        work = torch.empty(ws, dtype=torch.uint8, device=nodes.device) if ws else None
         status = lib.sgk_forward_device(b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
-                                        edge_mask.data_ptr(), mask_type, out.data_ptr(),
+                                        edge_mask.data_ptr(), _MASKS[edge_mask.dtype], out.data_ptr(),
                                         work.data_ptr() if ws else None, ws, stream or None)
         if status:
             _lib.check(status)
     return out
+
+
+def _run_train(nodes, pair_feats, edge_mask, weights, eps, layer_id):
+    """relation_update_train's real implementation: the forward that also
+    keeps the softmax statistics (sgk_forward_train_device)."""
+    state = _state_for(layer_id, nodes, weights, eps)
+    lib = _lib.lib()
+    with state.lock:
+        b, B, N, stream = _bound_for(state, lib, nodes, pair_feats, edge_mask, weights, eps)
+        nodes, pair_feats, edge_mask = nodes.contiguous(), pair_feats.contiguous(), edge_mask.contiguous()
+        ws = _workspace(lib, b, B, N, True)
+        out = torch.empty_like(nodes)
+        saved = torch.empty(B, b.layer.heads, N, dtype=torch.float32, device=nodes.device)
+        work = torch.empty(max(ws, 1), dtype=torch.uint8, device=nodes.device)
+        _lib.check(lib.sgk_forward_train_device(b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
+                                                edge_mask.data_ptr(), _MASKS[edge_mask.dtype], out.data_ptr(),
+                                                saved.data_ptr(), work.data_ptr(), ws, stream or None))
+    return out, saved
 
 
 @torch.library.custom_op("sgk::relation_update", mutates_args=())
@@ -306,6 +339,24 @@ def relation_update(nodes: torch.Tensor, pair_feats: torch.Tensor, edge_mask: to
 def _(nodes, pair_feats, edge_mask, weights, eps=1e-5, layer_id=-1):
     _check(nodes, pair_feats, edge_mask, weights)
     return torch.empty_like(nodes, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("sgk::relation_update_train", mutates_args=())
+def relation_update_train(nodes: torch.Tensor, pair_feats: torch.Tensor, edge_mask: torch.Tensor,
+                          weights: list[torch.Tensor], eps: float = 1e-5,
+                          layer_id: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """relation_update's forward for training: (out, saved), saved the
+    softmax statistics sgk's backward reads (float32, (B, H, N)), so that
+    the backward need not run the forward again. RelationUpdate calls it
+    when autograd records; its gradient is relation_update's."""
+    return _run_train(nodes, pair_feats, edge_mask, weights, eps, layer_id)
+
+
+@relation_update_train.register_fake
+def _(nodes, pair_feats, edge_mask, weights, eps=1e-5, layer_id=-1):
+    B, N = _check(nodes, pair_feats, edge_mask, weights)
+    return (torch.empty_like(nodes, memory_format=torch.contiguous_format),
+            nodes.new_empty((B, weights[8].shape[0], N), dtype=torch.float32))
 
 
 _REFERENCE = {}
@@ -338,10 +389,11 @@ def _real(tensors):
     return dev.type in ("cpu", "cuda") and all(t.device == dev and not _is_fake(t) for t in tensors)
 
 
-def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad):
+def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad, saved=None):
     """sgk's backward on these tensors' own memory (CPU, or CUDA on the
     current stream), into new tensors of their dtype: sgk_forward_train_device
-    for the softmax statistics, then sgk_backward_device. On the module's own
+    for the softmax statistics (unless the forward saved them), then
+    sgk_backward_device. On the module's own
     layer for the device where that was packed from these very weights (held
     under the module's lock, so no forward repacks it meanwhile), else on a
     layer made from them."""
@@ -356,16 +408,16 @@ def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad):
         with state.lock:
             b, now = state.bound.get(dev), _versions(weights)
             if b is not None and now is not None and b.packed_from == now and b.layer.eps == eps:
-                return _run_backward(b.layer, nodes, pair_feats, mask, grad)
+                return _run_backward(b.layer, nodes, pair_feats, mask, grad, saved)
     # as float32 (exact from bfloat16 and float16; the layer rounds back)
     host = {k: w.detach().to("cpu", torch.float32).contiguous().numpy() for k, w in zip(KEYS, weights)}
     backend = "cuda" if dev.type == "cuda" else "cpu"
     index = (dev.index if dev.index is not None else torch.cuda.current_device()) if dev.type == "cuda" else 0
     with Layer(backend, host, device=index, eps=eps, dtype=_DTYPES[dt]) as layer:
-        return _run_backward(layer, nodes, pair_feats, mask, grad)
+        return _run_backward(layer, nodes, pair_feats, mask, grad, saved)
 
 
-def _run_backward(layer, nodes, pair_feats, mask, grad):
+def _run_backward(layer, nodes, pair_feats, mask, grad, saved=None):
     lib, h = _lib.lib(), layer._handle()
     dev = nodes.device
     B, N = nodes.shape[0], nodes.shape[1]
@@ -373,9 +425,7 @@ def _run_backward(layer, nodes, pair_feats, mask, grad):
     size, ws = ctypes.c_size_t(), ctypes.c_size_t()
     _lib.check(lib.sgk_saved_size(h, B, N, ctypes.byref(size)))
     _lib.check(lib.sgk_train_workspace_size(h, B, N, ctypes.byref(ws)))
-    saved = torch.empty(size.value // 4, dtype=torch.float32, device=dev)
     work = torch.empty(max(ws.value, 1), dtype=torch.uint8, device=dev)
-    out = torch.empty_like(nodes)
     dn, dp = torch.empty_like(nodes), torch.empty_like(pair_feats)
     D, P, H = layer.dim, layer.pair_dim, layer.heads
     dims = {"D": D, "P": P, "H": H}
@@ -385,32 +435,61 @@ def _run_backward(layer, nodes, pair_feats, mask, grad):
     for k, t in zip(KEYS, dw):
         setattr(g, WEIGHTS[k][0], t.data_ptr())
     mask_type = _MASKS[mask.dtype]
-    _lib.check(lib.sgk_forward_train_device(h, B, N, nodes.data_ptr(), pair_feats.data_ptr(), mask.data_ptr(),
-                                            mask_type, out.data_ptr(), saved.data_ptr(), work.data_ptr(),
-                                            ws.value, stream))
+    if saved is None:
+        saved, out = torch.empty(size.value // 4, dtype=torch.float32, device=dev), torch.empty_like(nodes)
+        _lib.check(lib.sgk_forward_train_device(h, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
+                                                mask.data_ptr(), mask_type, out.data_ptr(), saved.data_ptr(),
+                                                work.data_ptr(), ws.value, stream))
+    elif saved.numel() * 4 != size.value:
+        raise ValueError(f"sgk.torch: saved has {saved.numel()} floats, the layer's backward reads "
+                         f"{size.value // 4} (B*H*N)")
+    else:
+        saved = saved.detach().contiguous()
     _lib.check(lib.sgk_backward_device(h, B, N, nodes.data_ptr(), pair_feats.data_ptr(), mask.data_ptr(),
                                        mask_type, saved.data_ptr(), grad.data_ptr(), ctypes.byref(g),
                                        work.data_ptr(), ws.value, stream))
     return dn, dp, dw
 
 
-def _backward(ctx, grad):
-    nodes, pair_feats, edge_mask, *weights = ctx.saved_tensors
+def _gradients(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad, saved):
+    """The operators' gradients (saved: the forward's softmax statistics, or
+    None)."""
     # sgk's own backward, on CPU and CUDA tensors alike; it gives no graph,
     # so a double backward (grad mode on here) takes the path below, as do
     # traced (fake or meta) tensors.
-    if not torch.is_grad_enabled() and _real([nodes, pair_feats, edge_mask, grad, *weights]):
-        dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, ctx.eps, ctx.layer_id, grad)
+    kept = [] if saved is None else [saved]
+    if not torch.is_grad_enabled() and _real([nodes, pair_feats, edge_mask, grad, *weights, *kept]):
+        dn, dp, dw = _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad, saved)
         return dn, dp, None, dw, None, None
     # Otherwise: recompute the forward with PyTorch ops and differentiate that.
     with torch.enable_grad():
         xs = [t.detach().requires_grad_(True) for t in [nodes, pair_feats] + weights]
-        out = _reference_forward(xs[0], xs[1], edge_mask, xs[2:], ctx.eps)
+        out = _reference_forward(xs[0], xs[1], edge_mask, xs[2:], eps)
         grads = torch.autograd.grad(out, xs, grad)
     return grads[0], grads[1], None, list(grads[2:]), None, None
 
 
+def _backward(ctx, grad):
+    nodes, pair_feats, edge_mask, *weights = ctx.saved_tensors
+    return _gradients(nodes, pair_feats, edge_mask, weights, ctx.eps, ctx.layer_id, grad, None)
+
+
 relation_update.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _setup_context_train(ctx, inputs, output):
+    nodes, pair_feats, edge_mask, weights, eps, layer_id = inputs
+    ctx.save_for_backward(nodes, pair_feats, edge_mask, output[1], *weights)
+    ctx.eps = eps
+    ctx.layer_id = layer_id
+
+
+def _backward_train(ctx, grad, _grad_saved):
+    nodes, pair_feats, edge_mask, saved, *weights = ctx.saved_tensors
+    return _gradients(nodes, pair_feats, edge_mask, weights, ctx.eps, ctx.layer_id, grad, saved)
+
+
+relation_update_train.register_autograd(_backward_train, setup_context=_setup_context_train)
 
 
 class RelationUpdate(reference.RelationUpdate):
@@ -442,10 +521,11 @@ class RelationUpdate(reference.RelationUpdate):
     the call then skips autograd's bookkeeping, which costs more than the
     layer itself at small shapes.
 
-    Backward is sgk's (sgk_forward_train_device and sgk_backward_device on
-    the saved inputs, in their dtype, on the current stream). For a double
-    backward it is
-    the slow path: it recomputes the layer with PyTorch ops
+    Backward is sgk's: while autograd records, the forward is
+    sgk_forward_train_device (torch.ops.sgk.relation_update_train), which
+    also keeps the softmax statistics (B*H*N floats), and the backward is
+    sgk_backward_device on the saved inputs, in their dtype, on the current
+    stream. For a double backward it is the slow path: it recomputes the layer with PyTorch ops
     (sgk.torch.reference) and differentiates that, so gradients are right
     but cost what PyTorch's own module costs, plus the saved inputs.
     """
@@ -466,9 +546,11 @@ class RelationUpdate(reference.RelationUpdate):
 
     def forward(self, nodes, pair_feats, edge_mask):
         weights = self._weights()
-        if (torch.compiler.is_compiling() or torch.is_grad_enabled() and
-                (nodes.requires_grad or pair_feats.requires_grad or
-                 any(w.requires_grad for w in weights))):
+        if torch.is_grad_enabled() and (nodes.requires_grad or pair_feats.requires_grad or
+                                        any(w.requires_grad for w in weights)):
+            # keeps the softmax statistics for the backward
+            return relation_update_train(nodes, pair_feats, edge_mask, weights, self.norm.eps, self._sgk.id)[0]
+        if torch.compiler.is_compiling():
             return relation_update(nodes, pair_feats, edge_mask, weights, self.norm.eps, self._sgk.id)
         # Nothing to record for autograd or a compiler: the operator's own
         # implementation, without the dispatcher's cost per call.
