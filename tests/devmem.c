@@ -39,6 +39,10 @@ static struct {
     int (*exec_destroy)(void *);
     int (*graph_launch)(void *, void *);
     int (*mem_info)(size_t *, size_t *);
+    cu_device_get_t device_get;
+    cu_retain_t retain;
+    cu_set_current_t set_current;
+    int (*ctx_get_device)(int *);
 } cu;
 static int cu_alloc(void **p, size_t n)
 {
@@ -111,13 +115,11 @@ int devmem_open(const char *backend, int ordinal, devmem *m, char *why, size_t w
             return -1;
         }
         cu_init_t init;
-        cu_device_get_t device_get;
-        cu_retain_t retain;
-        cu_set_current_t set_current;
         SYM(lib, init, "cuInit");
-        SYM(lib, device_get, "cuDeviceGet");
-        SYM(lib, retain, "cuDevicePrimaryCtxRetain");
-        SYM(lib, set_current, "cuCtxSetCurrent");
+        SYM(lib, cu.device_get, "cuDeviceGet");
+        SYM(lib, cu.retain, "cuDevicePrimaryCtxRetain");
+        SYM(lib, cu.set_current, "cuCtxSetCurrent");
+        SYM(lib, cu.ctx_get_device, "cuCtxGetDevice");
         SYM(lib, cu.alloc, "cuMemAlloc_v2");
         SYM(lib, cu.release, "cuMemFree_v2");
         SYM(lib, cu.htod, "cuMemcpyHtoD_v2");
@@ -133,10 +135,8 @@ int devmem_open(const char *backend, int ordinal, devmem *m, char *why, size_t w
         SYM(lib, cu.exec_destroy, "cuGraphExecDestroy");
         SYM(lib, cu.graph_launch, "cuGraphLaunch");
         SYM(lib, cu.mem_info, "cuMemGetInfo_v2");
-        int dev = 0, e;
-        void *pctx = NULL;
-        if ((e = init(0)) != 0 || (e = device_get(&dev, ordinal)) != 0 || (e = retain(&pctx, dev)) != 0 ||
-            (e = set_current(pctx)) != 0) {
+        int e;
+        if ((e = init(0)) != 0 || (e = devmem_cuda_make_current(ordinal)) != 0) {
             snprintf(why, why_len, "CUDA driver API: error %d setting up device %d", e, ordinal);
             return -1;
         }
@@ -168,6 +168,20 @@ int devmem_open(const char *backend, int ordinal, devmem *m, char *why, size_t w
     }
     snprintf(why, why_len, "%s takes no device pointers this test can offset", backend);
     return -1;
+}
+
+int devmem_cuda_make_current(int ordinal)
+{
+    int dev = 0, e;
+    void *pctx = NULL;
+    if ((e = cu.device_get(&dev, ordinal)) != 0 || (e = cu.retain(&pctx, dev)) != 0)
+        return e;
+    return cu.set_current(pctx);
+}
+
+int devmem_cuda_current_device(int *ordinal)
+{
+    return cu.ctx_get_device(ordinal);
 }
 
 int devmem_open_context(sgk_context *ctx, devmem *m, char *why, size_t why_len)

@@ -46,5 +46,10 @@ int devmem_cuda_capture_end(void *stream, void **exec);
 int devmem_cuda_graph_launch(void *exec, void *stream);
 int devmem_cuda_graph_destroy(void *exec);
 int devmem_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* The calling thread's current device: made ordinal's primary context (as
+ * cudaSetDevice would), or read back. Memory devmem allocates afterwards on
+ * this thread is that device's. */
+int devmem_cuda_make_current(int ordinal);
+int devmem_cuda_current_device(int *ordinal);
 
 #endif

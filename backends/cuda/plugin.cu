@@ -50,6 +50,43 @@ static sgk_status cuda_fail(cudaError_t e, const char *what)
     return g_host->set_error(st, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* Devices on this host, counted when the registry probes the backend
+ * (once, before any context): pointers are checked against the layer's
+ * device only where there is another. */
+static int g_devices;
+
+/* SGK_ERR_INVALID_ARGUMENT when one of the n pointers is device memory of
+ * a GPU other than the layer's: a kernel would read it over the peer path,
+ * or fault where peer access is off, instead of telling the caller. Host,
+ * managed and unknown memory pass (the call's own checks apply). */
+static sgk_status foreign_memory(const sgkc_layer *L, const char *const *names, const void *const *ptrs, int n)
+{
+    if (g_devices < 2)
+        return SGK_OK;
+    for (int i = 0; i < n; i++) {
+        if (!ptrs[i])
+            continue;
+        cudaPointerAttributes a;
+        if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if (a.type == cudaMemoryTypeDevice && a.device != L->device)
+            return g_host->set_error(SGK_ERR_INVALID_ARGUMENT,
+                                     "cuda: %s is memory of CUDA device %d, but the layer's context is on "
+                                     "device %d: pass buffers of the context's device",
+                                     names[i], a.device, L->device);
+    }
+    return SGK_OK;
+}
+
+static sgk_status foreign_call(const sgkc_layer *L, const sgk_fwd *a)
+{
+    static const char *const names[] = {"nodes", "pair_feats", "edge_mask", "out", "workspace"};
+    const void *const ptrs[] = {a->nodes, a->pair_feats, a->edge_mask, a->out, a->workspace};
+    return foreign_memory(L, names, ptrs, 5);
+}
+
 /* The static runtime reports a missing driver as "driver version is
  * insufficient"; say plainly that there is no driver at all. */
 static int driver_present(void)
@@ -121,6 +158,7 @@ static int sgkc_probe(char *reason, size_t reason_len)
         cudaGetLastError();
         return 0;
     }
+    g_devices = n;
     return n;
 }
 
@@ -219,6 +257,12 @@ static sgk_status sgkc_set_weights_device(void *blayer, const sgk_layer_desc *de
     if (!L->map_runs)
         return g_host->set_error(SGK_ERR_UNSUPPORTED, "cuda: no device repack for this layer: %s",
                                  L->map_reason);
+    static const char *const names[] = {"ln_gamma", "ln_beta", "wq", "wk", "wv", "wo", "w1", "b1", "w2", "b2"};
+    const void *const ptrs[] = {desc->ln_gamma, desc->ln_beta, desc->wq, desc->wk, desc->wv,
+                                desc->wo, desc->w1, desc->b1, desc->w2, desc->b2};
+    const sgk_status st = foreign_memory(L, names, ptrs, 10);
+    if (st != SGK_OK)
+        return st;
     DeviceScope scope(L->device);
     if (scope.error() != cudaSuccess)
         return cuda_fail(scope.error(), "cudaSetDevice");
@@ -293,6 +337,9 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
     if (variant < 0 || variant >= sgkc_variant_count)
         return g_host->set_error(SGK_ERR_UNKNOWN_VARIANT, "cuda: variant %d does not exist", variant);
     const sgkc_variant &v = sgkc_variants[variant];
+    sgk_status st = foreign_call(L, args);
+    if (st != SGK_OK)
+        return st;
     DeviceScope scope(L->device);
     if (scope.error() != cudaSuccess)
         return cuda_fail(scope.error(), "cudaSetDevice");
@@ -319,6 +366,13 @@ static size_t sgkc_train_workspace_size(void *blayer, int64_t B, int64_t N)
 static sgk_status sgkc_forward_train(void *blayer, const sgk_fwd *args, void *saved)
 {
     const sgkc_layer *L = (const sgkc_layer *)blayer;
+    static const char *const names[] = {"saved"};
+    const void *const ptrs[] = {saved};
+    sgk_status st = foreign_call(L, args);
+    if (st == SGK_OK)
+        st = foreign_memory(L, names, ptrs, 1);
+    if (st != SGK_OK)
+        return st;
     DeviceScope scope(L->device);
     if (scope.error() != cudaSuccess)
         return cuda_fail(scope.error(), "cudaSetDevice");
@@ -331,6 +385,18 @@ static sgk_status sgkc_backward(void *blayer, const sgk_fwd *args, const void *s
                                 const sgk_grads *grads)
 {
     const sgkc_layer *L = (const sgkc_layer *)blayer;
+    static const char *const names[] = {"saved", "d_out", "grads->nodes", "grads->pair_feats",
+                                        "grads->ln_gamma", "grads->ln_beta", "grads->wq", "grads->wk",
+                                        "grads->wv", "grads->wo", "grads->w1", "grads->b1",
+                                        "grads->w2", "grads->b2"};
+    const void *const ptrs[] = {saved, d_out, grads->nodes, grads->pair_feats, grads->ln_gamma,
+                                grads->ln_beta, grads->wq, grads->wk, grads->wv, grads->wo,
+                                grads->w1, grads->b1, grads->w2, grads->b2};
+    sgk_status st = foreign_call(L, args);
+    if (st == SGK_OK)
+        st = foreign_memory(L, names, ptrs, 14);
+    if (st != SGK_OK)
+        return st;
     DeviceScope scope(L->device);
     if (scope.error() != cudaSuccess)
         return cuda_fail(scope.error(), "cudaSetDevice");
