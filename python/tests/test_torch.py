@@ -401,3 +401,58 @@ def test_tensors_on_two_devices_refused():
         m(x[0], x[1].cpu(), x[2])
     with torch.no_grad(), pytest.raises(ValueError, match="norm.weight is on cpu but nodes on cuda"):
         st.RelationUpdate(32, 4, 2)(*x)
+
+
+two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                              reason="needs two CUDA devices")
+
+
+@two_gpus
+def test_tensors_of_another_device_than_the_current():
+    """A module on cuda:1's tensors from a thread whose current device is
+    cuda:0 computes on cuda:1 and leaves cuda:0 current; its output is the
+    one computed with cuda:1 current, bit for bit, forward and backward."""
+    m = randomise(st.RelationUpdate(64, 8, 4), 27).to("cuda:1")
+    x = inputs(2, 20, 64, 8, "cuda:1", 28)
+    g = torch.randn(2, 20, 64, generator=torch.Generator().manual_seed(29)).to("cuda:1")
+
+    def run():
+        nodes = x[0].clone().requires_grad_()
+        out = m(nodes, x[1], x[2])
+        (out * g).sum().backward()
+        torch.cuda.synchronize("cuda:1")
+        grads = [nodes.grad] + [p.grad.clone() for p in m.parameters()]
+        m.zero_grad(set_to_none=True)
+        return out.detach(), grads
+
+    with torch.cuda.device(1):
+        want, want_g = run()
+    with torch.cuda.device(0):
+        got, got_g = run()
+        assert torch.cuda.current_device() == 0
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, b) for a, b in zip(got_g, want_g))
+
+
+@two_gpus
+def test_foreign_device_pointer_refused():
+    """sgk_forward_device of a layer on cuda:1 given nodes on cuda:0:
+    sgk.Error (invalid argument) naming nodes and the devices; out untouched."""
+    from sgk import _lib
+    import ctypes
+    m = randomise(st.RelationUpdate(32, 4, 2), 30).to("cuda:1")
+    x = inputs(1, 6, 32, 4, "cuda:1", 31)
+    with torch.no_grad():
+        m(*x)
+    layer = m.sgk_layer("cuda:1")
+    lib = _lib.lib()
+    ws = ctypes.c_size_t()
+    _lib.check(lib.sgk_workspace_size(layer._handle(), 1, 6, ctypes.byref(ws)))
+    work = torch.empty(max(ws.value, 1), dtype=torch.uint8, device="cuda:1")
+    out = torch.full_like(x[0], float("nan"))
+    nodes0 = x[0].to("cuda:0")
+    with pytest.raises(sgk.Error, match="nodes is memory of CUDA device 0"):
+        _lib.check(lib.sgk_forward_device(layer._handle(), 1, 6, nodes0.data_ptr(), x[1].data_ptr(),
+                                          x[2].data_ptr(), _lib.MASK_F32, out.data_ptr(), work.data_ptr(),
+                                          ws.value, None))
+    assert torch.isnan(out).all()
