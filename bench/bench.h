@@ -34,7 +34,7 @@ typedef struct bench_device_rec {
 } bench_device_rec;
 
 typedef struct bench_row {
-    int device_rec; /* index into bench_results.devices */
+    int device_rec; /* index into bench_results.devices; -1: --device all's aggregate of every device */
     char backend[16];
     char device_name[256];
     char variant[64];

@@ -27,7 +27,9 @@ def best_by_variant(rows):
     """{(backend, preset): {variant: (us, auto, shape)}} from ok rows, best of the modes."""
     out = {}
     for r in rows:
-        if r.get("status") != "ok":
+        # --device all's rows time one variant while other devices run, or
+        # several devices together: not a variant's own time
+        if r.get("status") != "ok" or r.get("mode") in ("concurrent", "aggregate"):
             continue
         key = (r["backend"], r["preset"])
         us, shape = r["us_median"], (r["B"], r["N"], r["D"], r["H"], r["P"])

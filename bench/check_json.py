@@ -8,6 +8,11 @@ format sgk-bench/2, or the older sgk-bench/1 (no floors of their own per row).
 
 Before --run: --modes M1,M2 requires rows in each of those modes, and
 --rotated requires a row that rotated among several input sets.
+
+Rows of --device all: a row per device in mode concurrent, and one in mode
+aggregate whose device is "all" (no device record, no floors), which follows
+a concurrent row of the same backend and shape; with a single device it
+equals that device's row.
 """
 import json
 import math
@@ -27,7 +32,7 @@ DEVICE = {"backend": str, "device": int, "name": str, "driver": str, "clock": st
           "timer_note": str, "launch_us": OPT_NUM, "graph_launch_us": OPT_NUM,
           "copy_gbps": OPT_NUM, "copy_how": str, "peak_gflops": OPT_NUM, "peak_source": str,
           "cache_bytes": OPT_NUM, "threads": int}
-ROW = {"backend": str, "device": int, "device_name": str, "variant": str, "auto": bool, "preset": str,
+ROW = {"backend": str, "device": (int, str), "device_name": str, "variant": str, "auto": bool, "preset": str,
        "B": int, "N": int, "D": int, "H": int, "P": int, "mode": str,
        "input_sets": int, "iters_per_repeat": int, "repeats": int,
        "us_median": OPT_NUM, "us_min": OPT_NUM, "us_max": OPT_NUM,
@@ -39,7 +44,7 @@ ROW = {"backend": str, "device": int, "device_name": str, "variant": str, "auto"
 DEVICE_2 = {"copy_source": str}
 ROW_2 = {"ffma_floor_us": OPT_NUM, "copy_floor_us": OPT_NUM}
 FORMATS = ("sgk-bench/1", "sgk-bench/2")
-MODES = {"host", "stream", "graph", "host-path", "backward"}
+MODES = {"host", "stream", "graph", "host-path", "backward", "concurrent", "aggregate"}
 STATUSES = {"ok", "FAIL", "ERROR", "unchecked"}
 
 
@@ -78,6 +83,25 @@ def check_floors(r, d, where, problems):
     known = [r[k] for k in ("ffma_floor_us", "copy_floor_us") if r[k] is not None]
     if r["floor_us"] is not None and known and r["floor_us"] < max(known) * (1 - 1e-6):
         problems.append(f"{where}.floor_us: {r['floor_us']} below its FFMA or copy floor")
+
+
+def check_aggregate(r, before, where, problems):
+    """--device all's aggregate row: device "all", no floors, after its
+    devices' concurrent rows; with one device, that device's figures."""
+    if r["mode"] != "aggregate" or r["device"] != "all":
+        problems.append(f"{where}: mode {r['mode']!r} with device {r['device']!r}: an aggregate row has device 'all'")
+        return
+    for key in ("ffma_floor_us", "copy_floor_us", "floor_us", "floor_share"):
+        if r.get(key) is not None:
+            problems.append(f"{where}.{key}: {r[key]}, but an aggregate row has no floor")
+    shape = [r[k] for k in ("backend", "preset", "B", "N", "D", "H", "P")]
+    devices = [x for x in before if isinstance(x, dict) and x.get("mode") == "concurrent"
+               and [x.get(k) for k in ("backend", "preset", "B", "N", "D", "H", "P")] == shape]
+    if not devices:
+        problems.append(f"{where}: an aggregate row without the concurrent rows of its devices before it")
+    elif len(devices) == 1 and r["status"] == devices[0]["status"] == "ok" and not all(
+            close(r[k], devices[0][k]) for k in ("us_median", "us_min", "us_max", "gflops")):
+        problems.append(f"{where}: the aggregate of one device differs from that device's row")
 
 
 def check_file(path, require_ok=False, modes=(), rotated=False):
@@ -122,11 +146,14 @@ def check_file(path, require_ok=False, modes=(), rotated=False):
         check_fields(r, row_spec, where, problems)
         if len(problems) > before:
             continue
-        d = by_index.get((r["backend"], r["device"]))
-        if d is None:
-            problems.append(f"{where}: no device record for {r['backend']} {r['device']}")
-        elif v2:
-            check_floors(r, d, where, problems)
+        if r["mode"] == "aggregate" or r["device"] == "all":
+            check_aggregate(r, rows[:i], where, problems)
+        else:
+            d = by_index.get((r["backend"], r["device"]))
+            if d is None:
+                problems.append(f"{where}: no device record for {r['backend']} {r['device']}")
+            elif v2:
+                check_floors(r, d, where, problems)
         if r["mode"] not in MODES:
             problems.append(f"{where}.mode: {r['mode']!r} not one of {sorted(MODES)}")
         if r["status"] not in STATUSES:

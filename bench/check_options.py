@@ -5,8 +5,9 @@ usage: check_options.py SGK_BENCH TORCH_COMPARE TORCH_JSON
 
 - --preset=X and --preset X select the same shapes; the sweep (s01 .. s14)
   and the groups presets, sweep and all select what SPEC section 4 lists;
-- an unknown option, a flag given a value, a missing value and a stray
-  argument each exit with status 2 and name what was wrong;
+- an unknown option, a flag given a value, a missing value, a stray
+  argument, a --device that is neither an index nor all, and --device all
+  with --variant or --train each exit with status 2 and name what was wrong;
 - --json - writes parseable JSON to standard output and the table to stderr;
 - torch_compare.py --dry-run lists the same shapes as sgk-bench for every
   group, and runs its compiled variants at the presets only, unless
@@ -101,6 +102,10 @@ def main(argv):
     expect_usage_error(bench, ["--preset", "s15"], ["unknown preset", "s15"])
     expect_usage_error(bench, ["stray"], ["unexpected argument", "stray"])
     expect_usage_error(bench, ["--peak-gbps=0"], ["--peak-gbps"])
+    expect_usage_error(bench, ["--device", "alll"], ["--device", "index", "all", "alll"])
+    expect_usage_error(bench, ["--device=-1"], ["--device", "-1"])
+    expect_usage_error(bench, ["--device", "all", "--variant", "small"], ["--device all", "--variant"])
+    expect_usage_error(bench, ["--device", "all", "--train"], ["--device all", "--train"])
 
     p = run([bench, "--shape", "1,4,8,2,2", "--backend", "cpu", "--quick", "--json", "-"])
     if p.returncode != 0:

@@ -59,9 +59,8 @@ void measure_floor(backend_run *br, bench_device_rec *d)
     }
 }
 
-void finish_timing(const backend_run *br, bench_row *r, const bench_timing *t, int graph)
+void timing_rates(bench_row *r, const bench_timing *t)
 {
-    const bench_device_rec *d = &br->res->devices[br->rec];
     r->us_median = t->us_median;
     r->us_min = t->us_min;
     r->us_max = t->us_max;
@@ -69,7 +68,13 @@ void finish_timing(const backend_run *br, bench_row *r, const bench_timing *t, i
     r->repeats = t->repeats;
     r->gflops = r->flops / (t->us_median * 1e-6) / 1e9;
     r->gbps = r->bytes / (t->us_median * 1e-6) / 1e9;
-    if (!strcmp(r->mode, "host-path")) return; /* copies and allocation: no floor */
+}
+
+void finish_timing(const backend_run *br, bench_row *r, const bench_timing *t, int graph)
+{
+    const bench_device_rec *d = &br->res->devices[br->rec];
+    timing_rates(r, t);
+    if (!br->ops && !br->is_cpu) return; /* the host path: copies and allocation, no floor */
     double floor = NAN;
     const char *bound = "";
     if (r->copy_floor_us > 0) floor = r->copy_floor_us, bound = "bandwidth";

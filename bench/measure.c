@@ -53,6 +53,16 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+void bench_timing_of(double *us, int n, long iters, bench_timing *t)
+{
+    qsort(us, (size_t)n, sizeof us[0], cmp_double);
+    t->us_min = us[0];
+    t->us_max = us[n - 1];
+    t->us_median = n % 2 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+    t->iters = iters;
+    t->repeats = n;
+}
+
 int bench_measure(const bench_clock *clock, bench_call_fn fn, void *arg, const bench_protocol *p,
                   bench_timing *t)
 {
@@ -96,13 +106,7 @@ int bench_measure(const bench_clock *clock, bench_call_fn fn, void *arg, const b
         }
         us[r] = s / (double)iters * 1e6;
     }
-    qsort(us, (size_t)p->repeats, sizeof us[0], cmp_double);
-    t->us_min = us[0];
-    t->us_max = us[p->repeats - 1];
-    t->us_median = p->repeats % 2 ? us[p->repeats / 2]
-                                  : 0.5 * (us[p->repeats / 2 - 1] + us[p->repeats / 2]);
-    t->iters = iters;
-    t->repeats = p->repeats;
+    bench_timing_of(us, p->repeats, iters, t);
     free(us);
     return 0;
 }

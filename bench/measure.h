@@ -24,6 +24,9 @@ typedef struct bench_timing {
     int repeats;
 } bench_timing;
 
+/* Median, min and max of us[0 .. n-1] (sorted in place), with iters calls a repeat. */
+void bench_timing_of(double *us, int n, long iters, bench_timing *t);
+
 int bench_measure(const bench_clock *clock, bench_call_fn fn, void *arg, const bench_protocol *p,
                   bench_timing *t);
 

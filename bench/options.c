@@ -30,7 +30,11 @@ static const char usage_text[] =
     "                     naming an unavailable backend is an error\n"
     "  --variant LIST     kernel variants (default: every variant that supports\n"
     "                     the shape); backends without any of them are skipped\n"
-    "  --device N         device index within each backend (default 0)\n"
+    "  --device N|all     device index within each backend (default 0); all: every\n"
+    "                     device of the backend at once, one thread each, running\n"
+    "                     the variant sgk picks by itself: a row per device (mode\n"
+    "                     concurrent) and their sum (mode aggregate); it takes no\n"
+    "                     --variant or --train\n"
     "  --threads N        cpu backend threads (default: the OpenMP default)\n"
     "  --dtype f32|bf16|f16  type of the weights, nodes, pair_feats and out (default\n"
     "                     f32); 16-bit rows are checked against the reference on\n"
@@ -71,6 +75,11 @@ static const char usage_text[] =
     "  graph      cuda: replay of a CUDA graph holding one captured call\n"
     "  host-path  GPU without the bench's timer module: sgk_forward, which\n"
     "             allocates, copies in and out and synchronises, monotonic clock\n"
+    "  concurrent --device all: one device's calls while every device of the\n"
+    "             backend runs its own, for the same windows of the monotonic\n"
+    "             clock (each ends when its device has finished): window / calls\n"
+    "  aggregate  --device all: the devices together, 1 / (sum of their calls per\n"
+    "             µs) per window; its GFLOP/s is the sum of theirs\n"
     "When one input set (inputs and output) is under twice the GPU's L2 cache,\n"
     "calls rotate among enough copies to cover three times the L2, so that\n"
     "inputs come from memory as in a real model; the 'sets' column says so.\n"
@@ -286,7 +295,14 @@ static int apply(bench_options *opt, int id, const char *v)
         opt->nvariants = n;
         return 0;
     case OPT_DEVICE:
-        if (parse_int64(v, &x) != (int)strlen(v) || x < 0 || x > 1024) return bad("bad --device", v);
+        if (!strcmp(v, "all")) {
+            opt->all_devices = 1;
+            opt->device = 0;
+            return 0;
+        }
+        if (parse_int64(v, &x) != (int)strlen(v) || x < 0 || x > 1024)
+            return bad("--device is an index (0, 1, ...) or all", v);
+        opt->all_devices = 0;
         opt->device = (int)x;
         return 0;
     case OPT_THREADS:
@@ -381,6 +397,11 @@ int bench_parse_options(int argc, char **argv, bench_options *opt)
         if (rc != 0) return rc;
     }
     if (optind < argc) return bad("unexpected argument (every option starts with --)", argv[optind]);
+    /* --device all times sgk's own choice of variant, forward only, on every
+     * device: the options that pick other calls do not apply. */
+    if (opt->all_devices && opt->nvariants)
+        return bad("--device all runs the variant sgk picks; it takes no", "--variant");
+    if (opt->all_devices && opt->train) return bad("--device all times the forward only; it takes no", "--train");
     if (opt->ncases == 0) add_preset(opt, "presets");
     opt->warmup_s = opt->quick ? 0.01 : 0.1;
     opt->min_repeat_s = opt->quick ? 0.01 : 0.1;

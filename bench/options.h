@@ -29,6 +29,7 @@ typedef struct bench_options {
     bench_case cases[BENCH_MAX_CASES];
     int ncases;
     int device;
+    int all_devices; /* --device all: every device of each backend at once */
     int threads; /* cpu backend threads, 0 = OpenMP default */
     const char *json_path; /* "-": standard output, and the table goes to stderr */
     int quick;

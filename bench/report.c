@@ -41,17 +41,23 @@ static void fmt_rate(char *buf, size_t len, double x)
     else snprintf(buf, len, "%.1f", x);
 }
 
-static void row_cells(const bench_row *r, char cells[NCOLS][CELL])
+static void row_cells(const bench_results *res, const bench_row *r, char cells[NCOLS][CELL])
 {
     snprintf(cells[0], CELL, "%s", r->backend);
+    /* --device all: the index tells devices of one kind apart */
+    char name[sizeof r->device_name + 16];
+    if (!strcmp(r->mode, "concurrent"))
+        snprintf(name, sizeof name, "%d: %s", res->devices[r->device_rec].device, r->device_name);
+    else
+        snprintf(name, sizeof name, "%s", r->device_name);
     /* 28 characters, keeping a trailing "[...]" (the cpu backend's
      * instruction set) when the name is cut */
-    const char *tag = strrchr(r->device_name, '[');
-    const int n = (int)strlen(r->device_name), t = tag ? (int)strlen(tag) : 0;
+    const char *tag = strrchr(name, '[');
+    const int n = (int)strlen(name), t = tag ? (int)strlen(tag) : 0;
     if (n > 28 && tag && tag[t - 1] == ']' && t < 20)
-        snprintf(cells[1], CELL, "%.*s %.19s", 27 - t, r->device_name, tag);
+        snprintf(cells[1], CELL, "%.*s %.19s", 27 - t, name, tag);
     else
-        snprintf(cells[1], CELL, "%.28s", r->device_name);
+        snprintf(cells[1], CELL, "%.28s", name);
     snprintf(cells[2], CELL, "%.60s%s", r->variant, r->is_auto ? "*" : "");
     if (strcmp(r->preset, "custom") != 0) snprintf(cells[3], CELL, "%s", r->preset);
     else
@@ -135,13 +141,13 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
     for (int c = 0; c < NCOLS; c++) width[c] = text_width(headers[c]);
     char cells[NCOLS][CELL];
     for (int i = 0; i < res->nrows; i++) {
-        row_cells(&res->rows[i], cells);
+        row_cells(res, &res->rows[i], cells);
         for (int c = 0; c < NCOLS; c++)
             if (text_width(cells[c]) > width[c]) width[c] = text_width(cells[c]);
     }
     for (int c = 0; c < NCOLS; c++) print_cell(out, headers[c], width[c], right_aligned[c], c == NCOLS - 1);
     for (int i = 0; i < res->nrows; i++) {
-        row_cells(&res->rows[i], cells);
+        row_cells(res, &res->rows[i], cells);
         for (int c = 0; c < NCOLS; c++) print_cell(out, cells[c], width[c], right_aligned[c], c == NCOLS - 1);
     }
     int notes = 0;
@@ -156,6 +162,15 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
            "median (100%% = at the floor), with its bound. Check: %s against the double reference%s.\n",
            opt->dtype == SGK_DTYPE_F32 ? "rel L2 <= 1e-05 and max abs <= 1e-04" : "rel L2 <= 1e-02",
            opt->dtype == SGK_DTYPE_F32 ? "" : " on the same rounded weights and inputs; bytes at 2 an element");
+    for (int i = 0; i < res->nrows; i++)
+        if (!strcmp(res->rows[i].mode, "aggregate")) {
+            fputs("Modes concurrent and aggregate (--device all): every device at once, one thread each, running "
+                  "the variant sgk picks for the same windows (monotonic clock, each ending when its device has "
+                  "finished); a device's µs/call = its window / its calls; aggregate µs/call = 1 / the sum of "
+                  "the devices' calls per µs, its GFLOP/s the sum of theirs, and no floor.\n",
+                  out);
+            break;
+        }
     for (int i = 0; i < res->nrows; i++)
         if (!strcmp(res->rows[i].mode, "backward")) {
             fputs("Mode backward (--train): sgk_backward_device, its work counted as twice the forward's; check: "
@@ -234,7 +249,10 @@ static void json_device(FILE *f, const bench_device_rec *d)
 static void json_row(FILE *f, const bench_results *res, const bench_row *r)
 {
     json_kstr(f, "    {", "backend", r->backend);
-    fprintf(f, ", \"device\": %d", res->devices[r->device_rec].device);
+    if (r->device_rec < 0) /* --device all's aggregate row: every device of the backend */
+        fputs(", \"device\": \"all\"", f);
+    else
+        fprintf(f, ", \"device\": %d", res->devices[r->device_rec].device);
     json_kstr(f, ", ", "device_name", r->device_name);
     json_kstr(f, ", ", "variant", r->variant);
     json_kbool(f, ", ", "auto", r->is_auto);

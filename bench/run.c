@@ -1,6 +1,7 @@
 /* Runs the benchmark: for each backend, measure its floor, then for each
  * shape and variant check one call against the reference and time every
- * mode the backend has. */
+ * mode the backend has. --device all runs every device at once instead
+ * (concurrent.c), through the helpers here. */
 
 #include <math.h>
 #include <stdio.h>
@@ -10,7 +11,7 @@
 #include "dtype.h"
 #include "run_internal.h"
 
-static bench_row *new_row(bench_results *res)
+bench_row *new_row(bench_results *res)
 {
     if (res->nrows == res->cap_rows) {
         int cap = res->cap_rows ? 2 * res->cap_rows : 64;
@@ -27,8 +28,7 @@ static bench_row *new_row(bench_results *res)
     return r;
 }
 
-static void set_status(const bench_options *opt, bench_row *r, int call_ok, const sgkt_error *e,
-                       const double *ref)
+void set_status(const bench_options *opt, bench_row *r, int call_ok, const sgkt_error *e, const double *ref)
 {
     if (!call_ok) {
         snprintf(r->status, sizeof r->status, "ERROR");
@@ -53,9 +53,8 @@ static void set_status(const bench_options *opt, bench_row *r, int call_ok, cons
              sgkt_error_ok(e, f32 ? SGKT_REL_L2_TOL : 1e-2, f32 ? SGKT_MAX_ABS_TOL : INFINITY) ? "ok" : "FAIL");
 }
 
-/* Poisons out of set 0, runs one call (or graph 0), reads it back, compares. */
-static int check_once(backend_run *br, call_ctx *c, bench_call_fn fn, const case_buffers *b,
-                      const double *ref, size_t out_n, sgkt_error *e)
+int check_once(backend_run *br, call_ctx *c, bench_call_fn fn, const case_buffers *b, const double *ref,
+               size_t out_n, sgkt_error *e)
 {
     size_t bytes = out_n * (size_t)bench_dtype_bytes(br->opt);
     if (br->ops) {
@@ -276,7 +275,7 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
     free(got);
 }
 
-static void case_error(backend_run *br, const bench_row *tmpl, const char *variant, const char *msg)
+void case_error(backend_run *br, const bench_row *tmpl, const char *variant, const char *msg)
 {
     bench_row *r = new_row(br->res);
     if (!r) return;
@@ -286,11 +285,48 @@ static void case_error(backend_run *br, const bench_row *tmpl, const char *varia
     snprintf(r->note, sizeof r->note, "%s", msg);
 }
 
-/* Sizes every backend must run (SPEC section 1); past them "unsupported" is
- * an honest answer rather than a failure. */
-static int must_work(const bench_shape *s)
+int must_work(const bench_shape *s)
 {
     return s->N <= 4096 && s->D <= 1024 && s->D / s->H <= 256 && s->P <= 128;
+}
+
+void row_template(const backend_run *br, int ci, bench_row *tmpl)
+{
+    const bench_options *opt = br->opt;
+    const bench_shape *s = &opt->cases[ci].shape;
+    const bench_device_rec *d = &br->res->devices[br->rec];
+    memset(tmpl, 0, sizeof *tmpl);
+    tmpl->device_rec = br->rec;
+    snprintf(tmpl->backend, sizeof tmpl->backend, "%s", br->name);
+    snprintf(tmpl->device_name, sizeof tmpl->device_name, "%s", d->name);
+    snprintf(tmpl->preset, sizeof tmpl->preset, "%s", opt->cases[ci].name);
+    tmpl->shape = *s;
+    snprintf(tmpl->mode, sizeof tmpl->mode, "%s", br->ops ? "stream" : br->is_cpu ? "host" : "host-path");
+    snprintf(tmpl->variant, sizeof tmpl->variant, "-");
+    tmpl->flops = bench_flops(s);
+    tmpl->bytes = bench_bytes(s, (int)sgkt_mask_elem_size(opt->mask_type), bench_dtype_bytes(opt));
+    tmpl->us_median = tmpl->us_min = tmpl->us_max = NAN;
+    tmpl->gflops = tmpl->gbps = tmpl->floor_us = tmpl->floor_share = tmpl->rel_l2 = tmpl->max_abs = NAN;
+    tmpl->ffma_floor_us = d->peak_gflops > 0 ? tmpl->flops / (d->peak_gflops * 1e9) * 1e6 : NAN;
+    tmpl->copy_floor_us = d->copy_gbps > 0 ? tmpl->bytes / (d->copy_gbps * 1e9) * 1e6 : NAN;
+    tmpl->input_sets = 1;
+}
+
+void call_ctx_init(const backend_run *br, sgk_layer *layer, const bench_shape *s, const case_buffers *b,
+                   call_ctx *c)
+{
+    memset(c, 0, sizeof *c);
+    c->layer = layer;
+    c->B = s->B;
+    c->N = s->N;
+    c->mask_type = br->opt->mask_type;
+    c->sets = b->sets;
+    c->nodes = b->nodes, c->pair = b->pair, c->mask = b->mask, c->out = b->out;
+    c->ws = b->ws;
+    c->ws_bytes = b->ws_bytes;
+    c->ops = br->ops;
+    c->dev = br->dev;
+    c->stream = br->ops ? br->ops->stream(br->dev) : NULL;
 }
 
 static void run_case(backend_run *br, int ci)
@@ -298,25 +334,10 @@ static void run_case(backend_run *br, int ci)
     const bench_options *opt = br->opt;
     const bench_case *bc = &opt->cases[ci];
     const bench_shape *s = &bc->shape;
-    const bench_device_rec *d = &br->res->devices[br->rec];
     case_data *cd = &br->cases[ci];
 
     bench_row tmpl;
-    memset(&tmpl, 0, sizeof tmpl);
-    tmpl.device_rec = br->rec;
-    snprintf(tmpl.backend, sizeof tmpl.backend, "%s", br->name);
-    snprintf(tmpl.device_name, sizeof tmpl.device_name, "%s", d->name);
-    snprintf(tmpl.preset, sizeof tmpl.preset, "%s", bc->name);
-    tmpl.shape = *s;
-    snprintf(tmpl.mode, sizeof tmpl.mode, "%s", br->ops ? "stream" : br->is_cpu ? "host" : "host-path");
-    snprintf(tmpl.variant, sizeof tmpl.variant, "-");
-    tmpl.flops = bench_flops(s);
-    tmpl.bytes = bench_bytes(s, (int)sgkt_mask_elem_size(opt->mask_type), bench_dtype_bytes(opt));
-    tmpl.us_median = tmpl.us_min = tmpl.us_max = NAN;
-    tmpl.gflops = tmpl.gbps = tmpl.floor_us = tmpl.floor_share = tmpl.rel_l2 = tmpl.max_abs = NAN;
-    tmpl.ffma_floor_us = d->peak_gflops > 0 ? tmpl.flops / (d->peak_gflops * 1e9) * 1e6 : NAN;
-    tmpl.copy_floor_us = d->copy_gbps > 0 ? tmpl.bytes / (d->copy_gbps * 1e9) * 1e6 : NAN;
-    tmpl.input_sets = 1;
+    row_template(br, ci, &tmpl);
 
     char msg[512];
     progress(opt, "%s %s: inputs ...", br->name, bc->name);
@@ -385,18 +406,7 @@ static void run_case(backend_run *br, int ci)
     }
     tmpl.input_sets = b.sets;
     call_ctx c;
-    memset(&c, 0, sizeof c);
-    c.layer = layer;
-    c.B = s->B;
-    c.N = s->N;
-    c.mask_type = opt->mask_type;
-    c.sets = b.sets;
-    c.nodes = b.nodes, c.pair = b.pair, c.mask = b.mask, c.out = b.out;
-    c.ws = b.ws;
-    c.ws_bytes = b.ws_bytes;
-    c.ops = br->ops;
-    c.dev = br->dev;
-    c.stream = br->ops ? br->ops->stream(br->dev) : NULL;
+    call_ctx_init(br, layer, s, &b, &c);
 
     for (int v = 0; v < count; v++) {
         if (!supported[v] || !bench_wants_variant(opt, names[v])) continue;
@@ -445,64 +455,78 @@ static int cpu_backend_threads(const bench_options *opt, const bench_machine *m)
     return n > 0 ? n : m->cpu_threads;
 }
 
-static void run_backend(const bench_options *opt, bench_results *res, case_data *cases, const char *name)
+void backend_run_init(backend_run *br, const bench_options *opt, bench_results *res, case_data *cases,
+                      const char *name)
 {
-    backend_run br;
-    memset(&br, 0, sizeof br);
-    br.opt = opt;
-    br.res = res;
-    br.cases = cases;
-    br.name = name;
-    br.is_cpu = !strcmp(name, "cpu") && !module_for(name);
-    br.proto.warmup_s = opt->warmup_s;
-    br.proto.min_repeat_s = opt->min_repeat_s;
-    br.proto.repeats = opt->repeats;
+    memset(br, 0, sizeof *br);
+    br->opt = opt;
+    br->res = res;
+    br->cases = cases;
+    br->name = name;
+    br->rec = -1;
+    br->is_cpu = !strcmp(name, "cpu") && !module_for(name);
+    br->proto.warmup_s = opt->warmup_s;
+    br->proto.min_repeat_s = opt->min_repeat_s;
+    br->proto.repeats = opt->repeats;
+}
 
+int device_open(backend_run *br, int device, char *err, size_t err_len)
+{
     sgk_context_options co;
     sgk_context_options_init(&co);
-    co.cpu_threads = opt->threads;
-    sgk_status st = sgk_context_create(name, opt->device, &co, &br.ctx);
-    if (st != SGK_OK) {
-        add_note(res, "%s: sgk_context_create failed: %s", name, sgk_last_error());
-        res->setup_errors++;
-        return;
-    }
-    br.rec = add_device(res, name, opt->device);
-    if (br.rec < 0) {
-        sgk_context_destroy(br.ctx);
-        res->setup_errors++;
-        return;
-    }
-    bench_device_rec *d = &res->devices[br.rec];
-    if (sgk_device_name(name, opt->device, d->name, sizeof d->name) != SGK_OK)
-        snprintf(d->name, sizeof d->name, "%s device %d", name, opt->device);
+    co.cpu_threads = br->opt->threads;
+    sgk_status st = sgk_context_create(br->name, device, &co, &br->ctx);
+    if (st == SGK_OK) return 0;
+    br->ctx = NULL;
+    snprintf(err, err_len, "sgk_context_create failed: %s", sgk_last_error());
+    return -1;
+}
 
-    if (br.is_cpu) {
-        d->threads = cpu_backend_threads(opt, &res->machine);
+/* The bench's device module on the context's device, or why it runs on the
+ * host path. */
+static void open_module(backend_run *br, bench_device_rec *d)
+{
+    const bench_dev_ops *ops = module_for(br->name);
+    char err[384] = "";
+    if (!ops) {
+        snprintf(d->timer_note, sizeof d->timer_note,
+                 "sgk-bench was built without a %s timer module: timed through sgk_forward "
+                 "(allocation, copies, synchronisation included)", br->name);
+    } else if (ops->open(br->ctx, &br->dev, err, sizeof err) != 0) {
+        snprintf(d->timer_note, sizeof d->timer_note, "the %s timer module failed (%s): timed through "
+                 "sgk_forward", br->name, err);
+    } else {
+        br->ops = ops;
+        br->dclock = bench_device_clock(ops, br->dev);
+        bench_dev_info info;
+        ops->info(br->dev, &info);
+        if (info.name[0]) snprintf(d->name, sizeof d->name, "%s", info.name);
+        snprintf(d->driver, sizeof d->driver, "%s", info.driver);
+        snprintf(d->clock, sizeof d->clock, "%s", info.clock[0] ? info.clock : ops->clock);
+        d->peak_gflops = info.peak_gflops;
+        snprintf(d->peak_source, sizeof d->peak_source, "%s", info.peak_source);
+        d->cache_bytes = info.cache_bytes;
+    }
+    if (!br->ops) snprintf(d->clock, sizeof d->clock, "monotonic clock around sgk_forward");
+}
+
+int device_describe(backend_run *br, int device)
+{
+    const bench_options *opt = br->opt;
+    const char *name = br->name;
+    br->rec = add_device(br->res, name, device);
+    if (br->rec < 0) return -1;
+    bench_device_rec *d = &br->res->devices[br->rec];
+    if (sgk_device_name(name, device, d->name, sizeof d->name) != SGK_OK)
+        snprintf(d->name, sizeof d->name, "%s device %d", name, device);
+
+    if (!br->ctx) {
+        snprintf(d->clock, sizeof d->clock, "none: no context");
+    } else if (br->is_cpu) {
+        d->threads = cpu_backend_threads(opt, &br->res->machine);
         snprintf(d->clock, sizeof d->clock, "monotonic clock");
     } else {
-        const bench_dev_ops *ops = module_for(name);
-        char err[384] = "";
-        if (!ops) {
-            snprintf(d->timer_note, sizeof d->timer_note,
-                     "sgk-bench was built without a %s timer module: timed through sgk_forward "
-                     "(allocation, copies, synchronisation included)", name);
-        } else if (ops->open(br.ctx, &br.dev, err, sizeof err) != 0) {
-            snprintf(d->timer_note, sizeof d->timer_note, "the %s timer module failed (%s): timed through "
-                     "sgk_forward", name, err);
-        } else {
-            br.ops = ops;
-            br.dclock = bench_device_clock(ops, br.dev);
-            bench_dev_info info;
-            ops->info(br.dev, &info);
-            if (info.name[0]) snprintf(d->name, sizeof d->name, "%s", info.name);
-            snprintf(d->driver, sizeof d->driver, "%s", info.driver);
-            snprintf(d->clock, sizeof d->clock, "%s", info.clock[0] ? info.clock : ops->clock);
-            d->peak_gflops = info.peak_gflops;
-            snprintf(d->peak_source, sizeof d->peak_source, "%s", info.peak_source);
-            d->cache_bytes = info.cache_bytes;
-        }
-        if (!br.ops) snprintf(d->clock, sizeof d->clock, "monotonic clock around sgk_forward");
+        open_module(br, d);
     }
     double peak = bench_peak_override(opt->peak_gflops, opt->npeak_gflops, name);
     if (peak > 0) {
@@ -515,7 +539,7 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
     } else if (!(d->peak_gflops > 0)) {
         snprintf(d->peak_source, sizeof d->peak_source, "unknown (give --peak-gflops)");
     }
-    measure_floor(&br, d);
+    if (br->ctx) measure_floor(br, d);
     double gbps = bench_peak_override(opt->peak_gbps, opt->npeak_gbps, name);
     if (gbps > 0) {
         d->copy_gbps = gbps;
@@ -529,12 +553,35 @@ static void run_backend(const bench_options *opt, bench_results *res, case_data 
     } else {
         snprintf(d->copy_source, sizeof d->copy_source, "unknown (give --peak-gbps)");
     }
+    return 0;
+}
 
-    for (int ci = 0; ci < opt->ncases; ci++) run_case(&br, ci);
+void device_close(backend_run *br)
+{
+    if (br->ops) br->ops->close(br->dev);
+    free(br->dclock.self);
+    if (br->ctx) sgk_context_destroy(br->ctx);
+    br->ops = NULL;
+    br->dev = NULL;
+    br->dclock.self = NULL;
+    br->ctx = NULL;
+}
 
-    if (br.ops) br.ops->close(br.dev);
-    free(br.dclock.self);
-    sgk_context_destroy(br.ctx);
+static void run_backend(const bench_options *opt, bench_results *res, case_data *cases, const char *name)
+{
+    backend_run br;
+    backend_run_init(&br, opt, res, cases, name);
+    char err[384];
+    if (device_open(&br, opt->device, err, sizeof err) != 0) {
+        add_note(res, "%s: %s", name, err);
+        res->setup_errors++;
+        return;
+    }
+    if (device_describe(&br, opt->device) == 0)
+        for (int ci = 0; ci < opt->ncases; ci++) run_case(&br, ci);
+    else
+        res->setup_errors++;
+    device_close(&br);
 }
 
 int bench_run(const bench_options *opt, bench_results *res)
@@ -570,7 +617,8 @@ int bench_run(const bench_options *opt, bench_results *res)
             add_note(res, "%s: no device %d (it has %d)", info.name, opt->device, info.device_count);
             continue;
         }
-        run_backend(opt, res, cases, info.name);
+        if (opt->all_devices) run_all_devices(opt, res, cases, info.name, info.device_count);
+        else run_backend(opt, res, cases, info.name);
     }
     progress_clear(opt);
     for (int ci = 0; ci < opt->ncases; ci++) case_free(&cases[ci]);

@@ -85,10 +85,33 @@ typedef struct backend_run {
     bench_protocol proto;
 } backend_run;
 
+void backend_run_init(backend_run *br, const bench_options *opt, bench_results *res, case_data *cases,
+                      const char *name);
+/* The context of device `device`; -1 with the reason in err (br->ctx NULL). */
+int device_open(backend_run *br, int device, char *err, size_t err_len);
+/* Adds br's device record: its name, the bench's device module, the peaks
+ * and (with a context) the measured floor. -1: out of host memory. */
+int device_describe(backend_run *br, int device);
+void device_close(backend_run *br);
+
 /* Fills the device record's launch costs and copy bandwidth. */
 void measure_floor(backend_run *br, bench_device_rec *d);
-/* Times, rates and the floor of a row from its timing. */
+/* Times and rates of a row from its timing. */
+void timing_rates(bench_row *r, const bench_timing *t);
+/* Those and the floor of the row's device. */
 void finish_timing(const backend_run *br, bench_row *r, const bench_timing *t, int graph);
+
+/* A blank row appended to res, NULL when out of memory (rows may move). */
+bench_row *new_row(bench_results *res);
+/* The row of case ci on br's device: shape, work, floors, the mode. */
+void row_template(const backend_run *br, int ci, bench_row *tmpl);
+/* An ERROR row from tmpl with that variant and reason. */
+void case_error(backend_run *br, const bench_row *tmpl, const char *variant, const char *msg);
+/* Sizes every backend must run (SPEC section 1); past them "unsupported" is
+ * an honest answer rather than a failure. */
+int must_work(const bench_shape *s);
+/* status, checked and the errors of a row from its checked call. */
+void set_status(const bench_options *opt, bench_row *r, int call_ok, const sgkt_error *e, const double *ref);
 
 /* Buffers of one shape: device buffers with every input set uploaded, or
  * host buffers (cpu backend, host path). */
@@ -105,5 +128,15 @@ typedef struct case_buffers {
 int buffers_alloc(backend_run *br, const bench_shape *s, const case_data *cd, size_t ws_bytes,
                   case_buffers *b, char *err, size_t err_len);
 void buffers_free(backend_run *br, case_buffers *b);
+void call_ctx_init(const backend_run *br, sgk_layer *layer, const bench_shape *s, const case_buffers *b,
+                   call_ctx *c);
+/* Poisons out of set 0, runs one call (or graph 0), reads it back and, with
+ * ref, compares; 0, or -1 with the reason in c->err. */
+int check_once(backend_run *br, call_ctx *c, bench_call_fn fn, const case_buffers *b, const double *ref,
+               size_t out_n, sgkt_error *e);
+
+/* --device all on one backend of device_count devices (concurrent.c). */
+void run_all_devices(const bench_options *opt, bench_results *res, case_data *cases, const char *name,
+                     int device_count);
 
 #endif
