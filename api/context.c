@@ -31,6 +31,10 @@ static sgk_status read_options(const sgk_context_options *options, sgk_context_o
         return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
                              "options->cpu_threads must be in [0, %d] (0 = OpenMP default), got %d",
                              SGK_MAX_CPU_THREADS, opt->cpu_threads);
+    if (opt->gpu_group_size < 0 || opt->gpu_group_size > SGK_MAX_GPU_GROUP)
+        return sgk_set_error(SGK_ERR_INVALID_ARGUMENT,
+                             "options->gpu_group_size must be in [0, %d] (0 = the backend's choice), got %d",
+                             SGK_MAX_GPU_GROUP, opt->gpu_group_size);
     return SGK_OK;
 }
 

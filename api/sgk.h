@@ -125,7 +125,14 @@ typedef struct sgk_context_options {
     size_t struct_size; /* sizeof(sgk_context_options), set by _init */
     int cpu_threads;    /* cpu backend: OpenMP threads, 0 = the OpenMP default,
                            at most SGK_MAX_CPU_THREADS */
+    int gpu_group_size; /* GPU backends' generated kernels (opencl, hip, cuda's
+                           small and tiled): work-items a group at most, 0 =
+                           the backend's choice; at most SGK_MAX_GPU_GROUP.
+                           The kernels hold no warp or wavefront size, so
+                           results stay within the contract at any size */
 } sgk_context_options;
+
+#define SGK_MAX_GPU_GROUP 1024
 
 #define SGK_MAX_CPU_THREADS 4096
 

@@ -174,7 +174,14 @@ int sgkt_equals_nodes(const sgkt_inputs *in, const float *out)
 sgk_context *sgkt_open_context(const char *backend, int device)
 {
     sgk_context *ctx = NULL;
-    sgk_status st = sgk_context_create(backend, device, NULL, &ctx);
+    /* SGK_TEST_GROUP_SIZE: the GPU backends' group size cap, so that the
+     * table runs at wave-sized groups (32, 64) as on other hardware */
+    sgk_context_options opt;
+    sgk_context_options_init(&opt);
+    const char *group = getenv("SGK_TEST_GROUP_SIZE");
+    if (group)
+        opt.gpu_group_size = atoi(group);
+    sgk_status st = sgk_context_create(backend, device, &opt, &ctx);
     if (st != SGK_OK)
         printf("FAIL sgk_context_create(%s, %d): %s: %s\n", backend, device, sgk_status_string(st),
                sgk_last_error());

@@ -256,6 +256,11 @@ static void test_context_errors(void **state)
     sgk_context_options_init(&opt);
     opt.cpu_threads = -1;
     EXPECT_ERR(sgk_context_create("cpu", 0, &opt, &ctx), SGK_ERR_INVALID_ARGUMENT, "cpu_threads");
+    sgk_context_options_init(&opt);
+    opt.gpu_group_size = -1;
+    EXPECT_ERR(sgk_context_create("cpu", 0, &opt, &ctx), SGK_ERR_INVALID_ARGUMENT, "gpu_group_size");
+    opt.gpu_group_size = SGK_MAX_GPU_GROUP + 1;
+    EXPECT_ERR(sgk_context_create("cpu", 0, &opt, &ctx), SGK_ERR_INVALID_ARGUMENT, "gpu_group_size");
 
     /* a backend that cannot run here says why */
     const char *gpus[] = {"cuda", "hip", "opencl"};
@@ -273,6 +278,7 @@ static void test_context_errors(void **state)
 
     sgk_context_options_init(&opt);
     opt.cpu_threads = 1;
+    opt.gpu_group_size = 64; /* GPU backends' alone: the cpu backend takes and ignores it */
     assert_int_equal(sgk_context_create("cpu", 0, &opt, &ctx), SGK_OK);
     assert_string_equal(sgk_context_backend(ctx), "cpu");
     sgk_context_destroy(ctx);

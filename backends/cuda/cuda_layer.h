@@ -58,6 +58,9 @@ struct sgkc_layer {
     /* The weights as the generated kernels take them (sgk_gen_pack). */
     const float *kern;
     sgk_gen_packed kern_off;
+    /* Work-items a group of the generated kernels (generic.cu): 256, or
+     * the context's sgk_context_options.gpu_group_size where smaller. */
+    int gen_threads;
     /* Device limits read once at layer creation. */
     int sm_count;
     int cc_major, cc_minor;

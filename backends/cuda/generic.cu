@@ -9,8 +9,14 @@
 #include "generic.h"
 #include "relation_cuda.cu"
 
-/* Work-items per group: a multiple of the warp size, never tied to D. */
+/* Work-items per group: a multiple of the warp size, never tied to D; a
+ * context may ask for fewer (the kernels hold no warp size). */
 static const int k_threads = 256;
+
+int sgkc_generic_threads(int cap)
+{
+    return cap > 0 && cap < k_threads ? cap : k_threads;
+}
 
 sgk_gen_packed sgkc_generic_layout(int D, int H, int P)
 {
@@ -73,7 +79,7 @@ static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_
     const float *w = L->kern;
     const sgk_gen_packed &o = L->kern_off;
     if (p.kind == SGK_PLAN_SMALL)
-        return sgk_launch_fused((int)p.B, 1, k_threads, p.smem_fused * sizeof(float), f->stream, f->nodes, f->pair, pair_dt,
+        return sgk_launch_fused((int)p.B, 1, L->gen_threads, p.smem_fused * sizeof(float), f->stream, f->nodes, f->pair, pair_dt,
                                 (const uchar *)f->mask, f->mask_u8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
                                 p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, f->out, p.N, p.D, p.H,
                                 p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
@@ -92,41 +98,42 @@ static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_
     float *ws = (float *)f->ws;
     const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float));
     const int rows = (int)(p.B * p.N), lse_on = lse != NULL;
-    cudaError_t e = sgk_launch_norm((int)p.groups_norm, 1, k_threads, p.smem_norm * sizeof(float), f->stream,
+    cudaError_t e = sgk_launch_norm((int)p.groups_norm, 1, L->gen_threads, p.smem_norm * sizeof(float), f->stream,
                                     f->nodes, w + o.gamma, w + o.beta, L->eps, ws, xn0, p.ldc, rows, p.D, p.rt);
     if (e == cudaSuccess)
-        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, k_threads, 0, f->stream, ws, xn0, p.ldc,
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, L->gen_threads, 0, f->stream, ws, xn0, p.ldc,
                             w + o.wqkv, p.ldk, 0, ws, ws, 0, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
     if (e == cudaSuccess)
-        e = sgk_launch_attn((int)p.groups_attn, 1, k_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
+        e = sgk_launch_attn((int)p.groups_attn, 1, L->gen_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
                             f->pair, pair_dt, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
                             w + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk, p.qc, (int)p.groups_q,
                             p.scale, p.ks, (sgk_off)(p.part_offset / sizeof(float)), rows,
                             lse_on && p.ks == 1 ? lse : ws, lse_on && p.ks == 1);
     if (e == cudaSuccess && p.ks > 1)
-        e = sgk_launch_combine((int)p.groups_norm, 1, k_threads, 0, f->stream, ws, ctx0, p.ldc,
+        e = sgk_launch_combine((int)p.groups_norm, 1, L->gen_threads, 0, f->stream, ws, ctx0, p.ldc,
                                (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt,
                                lse_on ? lse : ws, lse_on, p.N);
     if (e == cudaSuccess && f->out != NULL)
-        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, L->gen_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
                             p.ldo, 1, f->nodes, f->out, 0, p.D, rows, p.D, p.D, p.mt, p.nt);
     return e;
 }
 
 /* n elements converted between float and the 16-bit dtype (widen: 16-bit
  * src to float dst; else float src to 16-bit dst). */
-static cudaError_t convert(int widen, sgk_dtype dtype, const void *src, void *dst, size_t n, cudaStream_t s)
+static cudaError_t convert(int threads, int widen, sgk_dtype dtype, const void *src, void *dst, size_t n,
+                           cudaStream_t s)
 {
     if (n == 0)
         return cudaSuccess;
-    const int per = 16 * k_threads;
+    const int per = 16 * threads;
     const size_t groups = (n + per - 1) / per;
     if (groups > INT_MAX)
         return cudaErrorInvalidValue; /* the core's element limit keeps n far below this */
     const int kind = dtype == SGK_DTYPE_F16;
-    return widen ? sgk_launch_widen16((int)groups, 1, k_threads, 0, s, (const unsigned short *)src, (float *)dst,
+    return widen ? sgk_launch_widen16((int)groups, 1, threads, 0, s, (const unsigned short *)src, (float *)dst,
                                       (sgk_off)n, kind, per)
-                 : sgk_launch_narrow16((int)groups, 1, k_threads, 0, s, (const float *)src, (unsigned short *)dst,
+                 : sgk_launch_narrow16((int)groups, 1, threads, 0, s, (const float *)src, (unsigned short *)dst,
                                        (sgk_off)n, kind, per);
 }
 
@@ -142,11 +149,11 @@ cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *pla
     sgkc_fwd g = *f;
     g.nodes = (const float *)((const char *)f->ws + p.wide_nodes);
     g.out = (float *)((char *)f->ws + p.wide_out);
-    cudaError_t e = convert(1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
+    cudaError_t e = convert(L->gen_threads, 1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
     if (e == cudaSuccess)
         e = run_float(L, p, &g, (int)L->dtype);
     if (e == cudaSuccess)
-        e = convert(0, L->dtype, g.out, f->out, n, f->stream);
+        e = convert(L->gen_threads, 0, L->dtype, g.out, f->out, n, f->stream);
     return e;
 }
 
@@ -179,11 +186,11 @@ cudaError_t sgkc_train_forward(const sgkc_layer *L, const sgkc_fwd *f, float *sa
     sgkc_fwd g = *f;
     g.nodes = (const float *)((const char *)f->ws + tp.fwd.wide_nodes);
     g.out = (float *)((char *)f->ws + tp.fwd.wide_out);
-    cudaError_t e = convert(1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
+    cudaError_t e = convert(L->gen_threads, 1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
     if (e == cudaSuccess)
         e = run_tiled(L, tp.fwd, &g, (int)L->dtype, xn0, saved);
     if (e == cudaSuccess)
-        e = convert(0, L->dtype, g.out, f->out, n, f->stream);
+        e = convert(L->gen_threads, 0, L->dtype, g.out, f->out, n, f->stream);
     return e;
 }
 
@@ -214,14 +221,14 @@ cudaError_t sgkc_train_backward(const sgkc_layer *L, const sgkc_fwd *f, const fl
     for (int i = 0; i < 12; i++)
         if (tp.grad_n[i] && user[i])
             *slot[i] = ws + tp.grad16[i];
-    cudaError_t e = convert(1, L->dtype, f->nodes, (void *)fa.nodes, nd, f->stream);
+    cudaError_t e = convert(L->gen_threads, 1, L->dtype, f->nodes, (void *)fa.nodes, nd, f->stream);
     if (e == cudaSuccess)
-        e = convert(1, L->dtype, d_out, ws + tp.wide_dout, nd, f->stream);
+        e = convert(L->gen_threads, 1, L->dtype, d_out, ws + tp.wide_dout, nd, f->stream);
     if (e == cudaSuccess)
         e = backward_float(L, tp, &fa, saved, ws + tp.wide_dout, &fg);
     for (int i = 0; i < 12 && e == cudaSuccess; i++)
         if (tp.grad_n[i] && user[i])
-            e = convert(0, L->dtype, ws + tp.grad16[i], user[i], tp.grad_n[i], f->stream);
+            e = convert(L->gen_threads, 0, L->dtype, ws + tp.grad16[i], user[i], tp.grad_n[i], f->stream);
     return e;
 }
 
@@ -241,13 +248,13 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
     c.out = NULL;
     cudaError_t e = run_tiled(L, p, &c, (int)L->dtype, xn0, NULL);
     if (e == cudaSuccess)
-        e = sgk_launch_proj((int)p.groups_rows, (int)tp.groups_dctx, k_threads, 0, s, d_out, 0, D, w + o.wo_b, o.ldd,
+        e = sgk_launch_proj((int)p.groups_rows, (int)tp.groups_dctx, L->gen_threads, 0, s, d_out, 0, D, w + o.wo_b, o.ldd,
                             0, ws, ws, dctx0, tp.ldd, rows, D, tp.ldd, p.mt, p.nt);
     if (e == cudaSuccess)
-        e = sgk_launch_bwd_di((int)p.groups_norm, 1, k_threads, 0, s, ws, dctx0, tp.ldd, ctx0, p.ldc, (sgk_off)tp.di,
+        e = sgk_launch_bwd_di((int)p.groups_norm, 1, L->gen_threads, 0, s, ws, dctx0, tp.ldd, ctx0, p.ldc, (sgk_off)tp.di,
                               (const uchar *)f->mask, f->mask_u8, p.N, rows, D, p.H, p.rt);
     if (e == cudaSuccess)
-        e = sgk_launch_attn_bwd((int)tp.groups_bwd, 1, k_threads, tp.smem_bwd * sizeof(float), s, ws, p.ldk, dctx0,
+        e = sgk_launch_attn_bwd((int)tp.groups_bwd, 1, L->gen_threads, tp.smem_bwd * sizeof(float), s, ws, p.ldk, dctx0,
                                 tp.ldd, (sgk_off)tp.di, f->pair, (int)L->dtype, (const uchar *)f->mask, f->mask_u8,
                                 w + o.w1,
                                 w + o.w1_b, p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.w2_b, w + o.b2, saved,
@@ -255,31 +262,31 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
                                 (float *)g->pair_feats, g->pair_feats != NULL, p.N, D, p.H, p.P, tp.tq, tp.tqp,
                                 tp.tk, tp.qc, tp.rq, tp.rk, p.scale, rows);
     if (e == cudaSuccess)
-        e = sgk_launch_reduce_qkv((int)p.groups_norm, 1, k_threads, 0, s, ws, (sgk_off)tp.dq, tp.ldd, (sgk_off)tp.dkv,
+        e = sgk_launch_reduce_qkv((int)p.groups_norm, 1, L->gen_threads, 0, s, ws, (sgk_off)tp.dq, tp.ldd, (sgk_off)tp.dkv,
                                   tp.ldv, tp.rk, tp.rq, p.ldk, p.scale, rows, D, p.rt);
     /* dxn = [dq dk dv] [Wq; Wk; Wv], where dctx was */
     if (e == cudaSuccess)
-        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, k_threads, 0, s, ws, 0, p.ldk, w + o.wqkv_b, o.ldo,
+        e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, L->gen_threads, 0, s, ws, 0, p.ldk, w + o.wqkv_b, o.ldo,
                             0, ws, ws, dctx0, tp.ldd, rows, 3 * D, D, p.mt, p.nt);
     if (e == cudaSuccess)
-        e = sgk_launch_ln_bwd((int)p.groups_norm, 1, k_threads, 0, s, f->nodes, w + o.gamma, L->eps, ws, dctx0,
+        e = sgk_launch_ln_bwd((int)p.groups_norm, 1, L->gen_threads, 0, s, f->nodes, w + o.gamma, L->eps, ws, dctx0,
                               tp.ldd, (sgk_off)tp.st, d_out, (float *)g->nodes, g->nodes != NULL, rows, D, p.rt);
     const int want_ln = (g->ln_gamma != NULL) | (g->ln_beta != NULL) << 1;
     if (e == cudaSuccess && want_ln)
-        e = sgk_launch_ln_wgrad((int)tp.groups_cols, 1, k_threads, tp.smem_cols * sizeof(float), s, f->nodes, ws,
+        e = sgk_launch_ln_wgrad((int)tp.groups_cols, 1, L->gen_threads, tp.smem_cols * sizeof(float), s, f->nodes, ws,
                                 dctx0, tp.ldd, (sgk_off)tp.st, (float *)g->ln_gamma, (float *)g->ln_beta, want_ln,
                                 rows, D, tp.cb);
     void *const dw[3] = {g->wq, g->wk, g->wv};
     for (int m = 0; m < 3 && e == cudaSuccess; m++)
         if (dw[m])
-            e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, k_threads, 0, s, ws, (sgk_off)m * D, p.ldk, ws,
+            e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, L->gen_threads, 0, s, ws, (sgk_off)m * D, p.ldk, ws,
                                  xn0, p.ldc, (float *)dw[m], D, rows, D, D, tp.wmt, tp.wnt);
     if (e == cudaSuccess && g->wo)
-        e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, k_threads, 0, s, d_out, 0, D, ws, ctx0, p.ldc,
+        e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, L->gen_threads, 0, s, d_out, 0, D, ws, ctx0, p.ldc,
                              (float *)g->wo, D, rows, D, D, tp.wmt, tp.wnt);
     const int want_mlp = (g->w1 != NULL) | (g->b1 != NULL) << 1 | (g->w2 != NULL) << 2 | (g->b2 != NULL) << 3;
     if (e == cudaSuccess && want_mlp)
-        e = sgk_launch_reduce_mlp((int)tp.groups_mlp, 1, k_threads, 0, s, ws, (sgk_off)tp.mlp, tp.mlpw,
+        e = sgk_launch_reduce_mlp((int)tp.groups_mlp, 1, L->gen_threads, 0, s, ws, (sgk_off)tp.mlp, tp.mlpw,
                                   (int)tp.groups_bwd, p.ldp, p.P, p.H, (float *)g->w1, (float *)g->b1, (float *)g->w2,
                                   (float *)g->b2, want_mlp, tp.per);
     return e;

@@ -10,6 +10,9 @@ sgk_gen_packed sgkc_generic_layout(int D, int H, int P);
 /* Lets the generated kernels use up to smem_limit bytes of dynamic shared
  * memory on the current device. */
 cudaError_t sgkc_generic_prepare(int smem_limit);
+/* The generated kernels' group size for a context asking for at most cap
+ * work-items (0: no cap). */
+int sgkc_generic_threads(int cap);
 
 /* Variants small and tiled; their plan is the generated kernels' sgk_plan
  * (kernels/plan.h), and one workspace function serves both. */

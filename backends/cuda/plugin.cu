@@ -18,6 +18,7 @@ static const sgk_host *g_host;
 
 struct sgkc_context {
     int device;
+    int gen_threads; /* the generated kernels' group size (sgkc_layer.gen_threads) */
 };
 
 /* Makes `device` current for the life of the object, then puts back the
@@ -174,7 +175,6 @@ static sgk_status sgkc_device_name(int device, char *buf, size_t buf_len)
 
 static sgk_status sgkc_context_create(int device, const sgk_context_options *opt, void **bctx)
 {
-    (void)opt;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess)
@@ -195,6 +195,7 @@ static sgk_status sgkc_context_create(int device, const sgk_context_options *opt
     if (!c)
         return g_host->set_error(SGK_ERR_OUT_OF_MEMORY, "cuda: out of host memory for the context");
     c->device = device;
+    c->gen_threads = sgkc_generic_threads(opt ? opt->gpu_group_size : 0);
     *bctx = c;
     return SGK_OK;
 }
@@ -223,6 +224,7 @@ static sgk_status sgkc_layer_create(void *bctx, const sgk_layer_desc *desc, void
         free(L);
         return cuda_fail(e, "packing the layer's weights");
     }
+    L->gen_threads = c->gen_threads;
     *blayer = L;
     return SGK_OK;
 }

@@ -172,6 +172,8 @@ static sgk_status kernel_shape(sgk_hip_ctx *c, const hipDeviceProp_t *p, int whi
     /* Whole wavefronts: a partial one would idle its missing lanes. */
     if (threads >= c->wavefront)
         threads -= threads % c->wavefront;
+    if (c->group_cap > 0 && c->group_cap < threads)
+        threads = c->group_cap;
     if (threads < 1)
         return sgk_hip_host->set_error(SGK_ERR_BACKEND,
                                        "hip: kernel %s allows no work-group size on device %d "
@@ -208,11 +210,11 @@ static sgk_status describe_device(sgk_hip_ctx *c)
 
 static sgk_status hip_context_create(int device, const sgk_context_options *opt, void **out)
 {
-    (void)opt;
     sgk_hip_ctx *c = sgk_hip_host_alloc(sizeof *c);
     if (c == NULL)
         return sgk_hip_host->set_error(SGK_ERR_OUT_OF_MEMORY, "hip: cannot allocate the context");
     c->device = device;
+    c->group_cap = opt ? opt->gpu_group_size : 0;
     sgk_hip_guard g;
     sgk_status st = sgk_hip_enter(device, &g);
     if (st == SGK_OK) {

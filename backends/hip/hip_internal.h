@@ -45,6 +45,7 @@ typedef struct sgk_hip_kernel {
 typedef struct sgk_hip_ctx {
     int device;
     int wavefront;        /* hipDeviceProp_t.warpSize: 64 on CDNA, 32 on RDNA */
+    int group_cap;        /* sgk_context_options.gpu_group_size, 0: none */
     int units;            /* hipDeviceProp_t.multiProcessorCount: compute units */
     char label[320];      /* "<name> (<gcnArchName>)" */
     sgk_hip_kernel k[SGK_HIP_K_COUNT];

@@ -70,9 +70,10 @@ typedef struct sgk_cl_program {
     sgk_cl_kernel k[SGK_CL_K_COUNT];
 } sgk_cl_program;
 
-/* Builds the embedded source for the context's device; on failure the
- * message carries the compiler's build log. */
-sgk_status sgk_cl_program_build(cl_context ctx, cl_device_id dev, const sgk_cl_devinfo *info,
+/* Builds the embedded source for the context's device, each kernel's
+ * work-group size at most group_cap (0: no cap); on failure the message
+ * carries the compiler's build log. */
+sgk_status sgk_cl_program_build(cl_context ctx, cl_device_id dev, const sgk_cl_devinfo *info, size_t group_cap,
                                 sgk_cl_program *out);
 void sgk_cl_program_release(sgk_cl_program *p);
 
@@ -89,6 +90,7 @@ typedef struct sgk_cl_ctx {
     pthread_mutex_t lock;
     int built;
     sgk_cl_program prog;
+    size_t group_cap; /* sgk_context_options.gpu_group_size, 0: none */
 } sgk_cl_ctx;
 
 /* in the order of sgk_gen_packed's offsets */

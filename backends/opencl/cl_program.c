@@ -56,7 +56,7 @@ static sgk_status build_failed(cl_program prog, cl_device_id dev, cl_int err,
 }
 
 static sgk_status kernel_shape(sgk_cl_kernel *k, const char *name, cl_device_id dev,
-                               const sgk_cl_devinfo *info)
+                               const sgk_cl_devinfo *info, size_t group_cap)
 {
     size_t kwg = 0, multiple = 0;
     cl_ulong klocal = 0;
@@ -84,6 +84,8 @@ static sgk_status kernel_shape(sgk_cl_kernel *k, const char *name, cl_device_id 
         local = info->max_item0;
     if (multiple > 1 && local >= multiple)
         local -= local % multiple;
+    if (group_cap > 0 && group_cap < local)
+        local = group_cap;
     if (local == 0)
         return sgk_cl_host->set_error(SGK_ERR_BACKEND,
                                       "opencl: kernel %s allows no work-group size on device \"%s\" "
@@ -107,7 +109,7 @@ static sgk_status kernel_shape(sgk_cl_kernel *k, const char *name, cl_device_id 
     return SGK_OK;
 }
 
-sgk_status sgk_cl_program_build(cl_context ctx, cl_device_id dev, const sgk_cl_devinfo *info,
+sgk_status sgk_cl_program_build(cl_context ctx, cl_device_id dev, const sgk_cl_devinfo *info, size_t group_cap,
                                 sgk_cl_program *out)
 {
     memset(out, 0, sizeof *out);
@@ -145,7 +147,7 @@ sgk_status sgk_cl_program_build(cl_context ctx, cl_device_id dev, const sgk_cl_d
             out->k[i].kernel = NULL;
             st = sgk_cl_fail("clCreateKernel", err, where);
         } else {
-            st = kernel_shape(&out->k[i], sgk_cl_kernel_names[i], dev, info);
+            st = kernel_shape(&out->k[i], sgk_cl_kernel_names[i], dev, info, group_cap);
         }
         if (st != SGK_OK) {
             sgk_cl_program_release(out);

@@ -63,7 +63,6 @@ static void ctx_release(sgk_cl_ctx *c)
 
 static sgk_status cl_context_create(int device, const sgk_context_options *opt, void **out)
 {
-    (void)opt;
     const sgk_cl_device *d = sgk_cl_device_at(device);
     if (d == NULL)
         return sgk_cl_host->set_error(SGK_ERR_INVALID_DEVICE, "opencl: no device %d", device);
@@ -72,6 +71,7 @@ static sgk_status cl_context_create(int device, const sgk_context_options *opt, 
         return sgk_cl_host->set_error(SGK_ERR_OUT_OF_MEMORY, "opencl: cannot allocate the context");
     c->index = device;
     c->device = d->device;
+    c->group_cap = opt ? (size_t)opt->gpu_group_size : 0;
     sgk_status st = sgk_cl_devinfo_query(device, &c->info);
     if (st != SGK_OK) {
         free(c);
@@ -123,7 +123,7 @@ static sgk_status ensure_program(sgk_cl_ctx *c)
     sgk_status st = SGK_OK;
     pthread_mutex_lock(&c->lock);
     if (!c->built) {
-        st = sgk_cl_program_build(c->context, c->device, &c->info, &c->prog);
+        st = sgk_cl_program_build(c->context, c->device, &c->info, c->group_cap, &c->prog);
         c->built = st == SGK_OK;
     }
     pthread_mutex_unlock(&c->lock);
