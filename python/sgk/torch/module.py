@@ -278,40 +278,37 @@ def _workspace(lib, b, B, N, train):
     return ws
 
 
-def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
-    """The operator's real implementation (CPU and CUDA tensors)."""
+def _call(nodes, pair_feats, edge_mask, weights, eps, layer_id, train):
+    """The operators' real implementation (CPU and CUDA tensors): out, or
+    with train (sgk_forward_train_device) (out, saved), saved the softmax
+    statistics sgk's backward reads."""
     state = _state_for(layer_id, nodes, weights, eps)
     lib = _lib.lib()
     with state.lock:
         b, B, N, stream = _bound_for(state, lib, nodes, pair_feats, edge_mask, weights, eps)
         nodes, pair_feats, edge_mask = nodes.contiguous(), pair_feats.contiguous(), edge_mask.contiguous()
-        ws = _workspace(lib, b, B, N, False)
+        ws = _workspace(lib, b, B, N, train)
         out = torch.empty_like(nodes)
-        work = torch.empty(ws, dtype=torch.uint8, device=nodes.device) if ws else None
-        status = lib.sgk_forward_device(b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
-                                        edge_mask.data_ptr(), _MASKS[edge_mask.dtype], out.data_ptr(),
-                                        work.data_ptr() if ws else None, ws, stream or None)
-        if status:
-            _lib.check(status)
-    return out
+        args = (b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(), edge_mask.data_ptr(),
+                _MASKS[edge_mask.dtype], out.data_ptr())
+        if not train:
+            work = torch.empty(ws, dtype=torch.uint8, device=nodes.device) if ws else None
+            status = lib.sgk_forward_device(*args, work.data_ptr() if ws else None, ws, stream or None)
+            if status:
+                _lib.check(status)
+            return out
+        saved = torch.empty(B, b.layer.heads, N, dtype=torch.float32, device=nodes.device)
+        work = torch.empty(max(ws, 1), dtype=torch.uint8, device=nodes.device)
+        _lib.check(lib.sgk_forward_train_device(*args, saved.data_ptr(), work.data_ptr(), ws, stream or None))
+    return out, saved
+
+
+def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
+    return _call(nodes, pair_feats, edge_mask, weights, eps, layer_id, False)
 
 
 def _run_train(nodes, pair_feats, edge_mask, weights, eps, layer_id):
-    """relation_update_train's real implementation: the forward that also
-    keeps the softmax statistics (sgk_forward_train_device)."""
-    state = _state_for(layer_id, nodes, weights, eps)
-    lib = _lib.lib()
-    with state.lock:
-        b, B, N, stream = _bound_for(state, lib, nodes, pair_feats, edge_mask, weights, eps)
-        nodes, pair_feats, edge_mask = nodes.contiguous(), pair_feats.contiguous(), edge_mask.contiguous()
-        ws = _workspace(lib, b, B, N, True)
-        out = torch.empty_like(nodes)
-        saved = torch.empty(B, b.layer.heads, N, dtype=torch.float32, device=nodes.device)
-        work = torch.empty(max(ws, 1), dtype=torch.uint8, device=nodes.device)
-        _lib.check(lib.sgk_forward_train_device(b.handle, B, N, nodes.data_ptr(), pair_feats.data_ptr(),
-                                                edge_mask.data_ptr(), _MASKS[edge_mask.dtype], out.data_ptr(),
-                                                saved.data_ptr(), work.data_ptr(), ws, stream or None))
-    return out, saved
+    return _call(nodes, pair_feats, edge_mask, weights, eps, layer_id, True)
 
 
 @torch.library.custom_op("sgk::relation_update", mutates_args=())
