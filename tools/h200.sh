@@ -22,6 +22,10 @@
 #                                        mid, large, s02, s13), sgk.torch's autograd tests and
 #                                        torch_compare --train at those shapes, into train-*.txt,
 #                                        train-bench.json and train-compare.json
+#   bash tools/h200.sh devices [PRESETS] every GPU of the host at once: devices-cuda and threads-cuda,
+#                                        sgk-bench --device all (default every preset), the two-GPU
+#                                        torch tests and the DDP test (NCCL_NVLS_ENABLE=0), into
+#                                        devices-*.txt and devices-sgk.json
 #   bash tools/h200.sh torch             bench/torch_compare.py (TORCH_ARGS passes options),
 #                                        into h200-torch.json/.txt
 #   bash tools/h200.sh results           what bench/results/ files for the H200, in one call:
@@ -142,6 +146,19 @@ train)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so --train \
       --preset "$presets" --torch-variants eager,sdpa,compile --json "$O/train-compare.json" > "$O/train-compare.txt" 2>&1
   stamp "torch_compare --train rc=$?"; sed -n '/^shape  B,N,D,H,P/,/^$/p' "$O/train-compare.txt";;
+devices)
+  # Every GPU of the host at once (issue 43's run; NVLink multicast off, as
+  # the machine's notes ask): the device test, sgk-bench --device all, and
+  # the PyTorch two-GPU and DDP tests.
+  export NCCL_NVLS_ENABLE=0
+  meson test -C build --no-rebuild --print-errorlogs --num-processes 1 devices-cuda threads-cuda > "$O/devices-tests.txt" 2>&1
+  stamp "tests rc=$?"; grep -hE "^ *[0-9]+/[0-9]+ |devices backend|skipped:" "$O/devices-tests.txt" build/meson-logs/testlog.txt | sort -u
+  build/bench/sgk-bench --backend cuda --device all --preset "$(echo "${*:-all}" | tr ' ' ',')" \
+      --json "$O/devices-sgk.json" > "$O/devices-sgk.txt" 2>&1
+  stamp "sgk-bench --device all rc=$?"; grep -E "^cuda " "$O/devices-sgk.txt" | cut -c1-200
+  SGK_LIBRARY=build/api/libsgk.so timeout 500 python3 -m pytest -q python/tests/test_torch.py -k "device" \
+      python/tests/test_ddp.py > "$O/devices-torch.txt" 2>&1
+  stamp "torch two-GPU and DDP tests rc=$?"; tail -5 "$O/devices-torch.txt";;
 torch)
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
       ${TORCH_ARGS:-} --json "$O/h200-torch.json" > "$O/h200-torch.txt" 2>&1
@@ -208,7 +225,7 @@ attncheck)
   # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
   dev_check attn_check "${1:-7}";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|devices [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
