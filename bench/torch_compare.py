@@ -22,8 +22,9 @@ L2 <= 1e-5). With --train each form runs forward and backward instead (the
 output's gradient into fresh gradients of the inputs and every weight; sgk
 through its autograd, which is sgk_forward_train_device and
 sgk_backward_device), every gradient checked against float64 autograd (rel
-L2 <= 1e-4, the reference norm floored). Timing follows shared/anchors/bench_anchors.py: CUDA events
-around a loop of calls, median of 5 loops (perf_counter on the CPU).
+L2 <= 1e-4, the reference norm floored). Timing follows
+shared/anchors/bench_anchors.py: CUDA events around a loop of calls, median
+of 5 loops (perf_counter on the CPU).
 
 Each shape's summary gives sgk's best time without and with a graph,
 PyTorch's best and which variant, their ratio (above 1: sgk is faster) and
@@ -575,8 +576,9 @@ def main():
                        "device_name": torch.cuda.get_device_name() if on_cuda else cpu_name(),
                        "torch_threads": torch.get_num_threads(), "sgk_version": sgk_version,
                        "reference": os.path.relpath(REFERENCE, REPO)},
-           "settings": {"dtype": a.dtype, "train": a.train, "tf32": False, "iters": a.iters, "torch_variants": a.torch_variants,
-                        "compile_sweep": a.compile_sweep, "graphs": on_cuda and not a.no_graph},
+           "settings": {"dtype": a.dtype, "train": a.train, "tf32": False, "iters": a.iters,
+                        "torch_variants": a.torch_variants, "compile_sweep": a.compile_sweep,
+                        "graphs": on_cuda and not a.no_graph},
            "floors": peaks,
            "shapes": {}}
     failed = False

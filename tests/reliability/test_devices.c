@@ -42,8 +42,9 @@ typedef struct one {
     sgk_layer *layer;
     sgkt_inputs in;
     float *alone;
+    int other;                 /* the device its thread makes current (cuda) */
+    pthread_barrier_t *start;  /* shared by every thread */
     /* filled by its thread */
-    int current;  /* the device the thread made current (cuda) */
     int failures, mismatches, current_moved;
     char err[256];
 } one;
@@ -60,17 +61,13 @@ static int is_cuda(void) { return strcmp(g_backend, "cuda") == 0; }
 
 static void *run_one(void *arg)
 {
-    shared *s = ((void **)arg)[0];
-    one *c = ((void **)arg)[1];
+    one *c = arg;
     const size_t n = (size_t)(B_ * N_ * D_);
     float *out = malloc(n * sizeof(float));
-    if (is_cuda()) {
-        /* the calling thread works on another device, as a framework's might */
-        c->current = (c->device + 1) % s->devices;
-        if (devmem_cuda_make_current(c->current) != 0)
-            c->failures++;
-    }
-    pthread_barrier_wait(&s->start);
+    /* the calling thread works on another device, as a framework's might */
+    if (is_cuda() && devmem_cuda_make_current(c->other) != 0)
+        c->failures++;
+    pthread_barrier_wait(c->start);
     for (int it = 0; it < ITERS && out; it++) {
         sgkt_poison_nan(out, n);
         sgk_status st = sgk_forward(c->layer, B_, N_, c->in.nodes, c->in.pair_feats, c->in.edge_mask,
@@ -83,7 +80,7 @@ static void *run_one(void *arg)
         }
     }
     int now = -1;
-    if (is_cuda() && (devmem_cuda_current_device(&now) != 0 || now != c->current))
+    if (is_cuda() && (devmem_cuda_current_device(&now) != 0 || now != c->other))
         c->current_moved++;
     if (!out)
         c->failures++;
@@ -145,11 +142,10 @@ static void test_devices_alone_and_together(void **state)
 
     pthread_barrier_init(&s->start, NULL, (unsigned)s->n);
     pthread_t tid[MAX_CONTEXTS];
-    void *args[MAX_CONTEXTS][2];
     for (int i = 0; i < s->n; i++) {
-        args[i][0] = s;
-        args[i][1] = &s->c[i];
-        assert_int_equal(pthread_create(&tid[i], NULL, run_one, args[i]), 0);
+        s->c[i].other = (s->c[i].device + 1) % s->devices;
+        s->c[i].start = &s->start;
+        assert_int_equal(pthread_create(&tid[i], NULL, run_one, &s->c[i]), 0);
     }
     for (int i = 0; i < s->n; i++)
         pthread_join(tid[i], NULL);

@@ -522,9 +522,10 @@ class RelationUpdate(reference.RelationUpdate):
     sgk_forward_train_device (torch.ops.sgk.relation_update_train), which
     also keeps the softmax statistics (B*H*N floats), and the backward is
     sgk_backward_device on the saved inputs, in their dtype, on the current
-    stream. For a double backward it is the slow path: it recomputes the layer with PyTorch ops
-    (sgk.torch.reference) and differentiates that, so gradients are right
-    but cost what PyTorch's own module costs, plus the saved inputs.
+    stream. For a double backward it is the slow path: it recomputes the
+    layer with PyTorch ops (sgk.torch.reference) and differentiates that, so
+    gradients are right but cost what PyTorch's own module costs, plus the
+    saved inputs.
     """
 
     def __init__(self, dim, pair_dim, num_heads, *, repack_in_graphs=True, cpu_threads=0):
