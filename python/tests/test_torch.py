@@ -50,6 +50,7 @@ def randomise(module, seed):
 def reference_of(module):
     ref = reference.RelationUpdate(module.dim, module.pair_dim, module.num_heads).double()
     ref.load_state_dict(module.state_dict())
+    ref.norm.eps = module.norm.eps
     return ref.to(next(module.parameters()).device)
 
 
@@ -112,6 +113,82 @@ def test_weight_updates_are_picked_up(device):
     opt.step()                                            # a training step
     with torch.no_grad():
         check()
+
+
+fast_path = pytest.mark.skipif(st.module._FAST is None, reason="sgk._fast was not built "
+                               "(Python's headers missing) and SGK_EXTENSION is not set")
+
+
+@fast_path
+@pytest.mark.parametrize("device", DEVICES)
+def test_inference_fast_path(device, monkeypatch):
+    """A call with nothing changed runs in C; each change takes the Python
+    path once (checked, repacked where needed, right), then C again."""
+    D, P, H = 32, 4, 2
+    python_calls = []
+    run = st.module._run
+    monkeypatch.setattr(st.module, "_run", lambda *a: python_calls.append(1) or run(*a))
+    m = randomise(st.RelationUpdate(D, P, H), 30).to(device)
+    x = inputs(2, 9, D, P, device, 31)
+
+    def step(change, x, python):
+        before = len(python_calls)
+        change()
+        out = m(*x)
+        close(out, reference_of(m)(x[0].double(), x[1].double(), x[2]), x[2], x[0])
+        assert len(python_calls) - before == python, change.__doc__
+        again = m(*x)
+        assert len(python_calls) - before == python, f"{change.__doc__}: the next call is in C"
+        assert torch.equal(again, out), change.__doc__
+        return out
+
+    def nothing():
+        """nothing changed"""
+
+    def in_place():
+        """an in-place write"""
+        m.q_proj.weight.mul_(1.5)
+
+    def replaced():
+        """a parameter replaced"""
+        m.rel_mlp[2].bias = torch.nn.Parameter(torch.randn(H, device=device))
+
+    def data_set():
+        """.data = new storage"""
+        m.norm.weight.data = torch.randn(D, device=device)
+
+    def uncounted():
+        """a write through .data, then weights_changed()"""
+        m.v_proj.weight.data.mul_(-1)
+        m.weights_changed()
+
+    def eps():
+        """another eps"""
+        m.norm.eps = 1e-3
+
+    def variant():
+        """a variant forced"""
+        m.set_variant(m.sgk_layer(device).variants(2, 9)[0].name)
+
+    def closed():
+        """the layer closed by its user"""
+        m.sgk_layer(device).close()
+
+    with torch.no_grad():
+        assert m(*x) is not None and len(python_calls) == 1 and m._sgk.plan is not None
+        first = step(nothing, x, 0)
+        for change in (in_place, replaced, data_set, uncounted, eps, variant, closed):
+            step(change, x, 1)
+        shapes = inputs(3, 5, D, P, device, 32)
+        step(nothing, shapes, 1)
+        step(nothing, (shapes[0], shapes[1], shapes[2].bool()), 1)
+        nt = shapes[0].transpose(0, 1).contiguous().transpose(0, 1)
+        before = len(python_calls)
+        close(m(nt, *shapes[1:]), reference_of(m)(nt.double(), shapes[1].double(), shapes[2]))
+        assert len(python_calls) == before + 1, "a non-contiguous input takes the Python path"
+        with pytest.raises(ValueError, match="nodes must be"):
+            m(x[0][..., :16], x[1], x[2])  # refused with the Python path's message
+        assert not torch.equal(first, m(*x)), "the weights did change"
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -29,6 +29,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import zipfile
 
@@ -209,7 +210,7 @@ print(mesonpy.build_wheel(sys.argv[1], {'builddir': sys.argv[2],
 """
 
 WHEEL_PROBE = """
-import importlib.metadata, sgk, sgk._lib
+import importlib.metadata, sgk, sgk._lib, sgk._fast
 print(sgk._lib.lib()._name)
 print(sgk.version())
 print(importlib.metadata.version('sgk'))
@@ -226,6 +227,10 @@ def mode_wheel(a, tmp):
             print('skip: %s is not importable by %s (%s; Debian: %s)'
                   % (module, sys.executable, e, package))
             return SKIP
+    headers = os.path.join(sysconfig.get_paths()['include'], 'Python.h')
+    if not os.path.exists(headers):
+        print('skip: %s is not there (the wheel builds sgk._fast; Debian: python3-dev)' % headers)
+        return SKIP
     out = os.path.join(tmp, 'dist')
     os.mkdir(out)
     # meson-python 0.12 writes its native file into the source tree.
@@ -247,7 +252,9 @@ def mode_wheel(a, tmp):
     src = os.path.join(a.source_root, 'python')
     modules = sorted(os.path.relpath(os.path.join(d, f), src).replace(os.sep, '/')
                      for d, _, fs in os.walk(os.path.join(src, 'sgk')) for f in fs if f.endswith('.py'))
-    want = modules + ['sgk/_native/libsgk.so']
+    want = modules + ['sgk/_native/libsgk.so'] + [f for f in files if f.startswith('sgk/_fast.')
+                                                  and f.endswith('.so')][:1]
+    check(any(f.startswith('sgk/_fast.') for f in want), 'the wheel holds sgk._fast')
     if a.opencl_built == '1':
         want.append('sgk/_native/sgk/libsgk-opencl.so')
     check(all(f in files for f in want), 'the wheel holds ' + ', '.join(want))

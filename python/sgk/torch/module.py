@@ -16,8 +16,10 @@ in-place weight updates; RelationUpdate(..., repack_in_graphs=False) leaves
 it out for weights that stay fixed after capture.
 """
 import ctypes
+import importlib.util
 import itertools
 import operator
+import os
 import threading
 import weakref
 
@@ -120,6 +122,29 @@ def _check(nodes, pair_feats, edge_mask, weights):
     return _check_inputs(nodes, pair_feats, edge_mask, D, P, H, weights[0].device, weights[0].dtype)
 
 
+def _load_fast():
+    """sgk._fast (the inference call in C), or None where it was not built:
+    from $SGK_EXTENSION when that is set (the tests, run from the source
+    tree; a path that does not load is an error then), else from the
+    package."""
+    path = os.environ.get("SGK_EXTENSION")
+    if path:
+        spec = importlib.util.spec_from_file_location("sgk._fast", path)
+        if spec is None:
+            raise ImportError(f"sgk.torch: SGK_EXTENSION={path} is not a Python extension module")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    try:
+        from .. import _fast
+    except ImportError:
+        return None
+    return _fast
+
+
+_FAST = _load_fast()
+
+
 class _Bound:
     """One sgk layer on one device, and what its weights were packed from."""
 
@@ -144,10 +169,12 @@ class _State:
         self.variant = None
         self.bound = {}  # device -> _Bound
         self.lock = threading.Lock()
+        self.plan = None  # sgk._fast.Plan of the last inference call
         _STATES[self.id] = self
 
     def set_variant(self, name):
         with self.lock:
+            self.plan = None
             for b in self.bound.values():
                 b.layer.set_variant(name)
                 b.workspace.clear()  # sizes are the variant's
@@ -243,6 +270,8 @@ def _bound_for(state, lib, nodes, pair_feats, edge_mask, weights, eps):
     cuda = dev.type == "cuda"
     now = _versions(weights)
     b = state.bound.get(dev)
+    if b is not None and b.layer.closed:  # closed by its user (sgk_layer(device).close())
+        b = None
     if (b is not None and b.layer.eps == eps and now is not None and now == b.packed_from
             and not state.always_repack):
         # The same weight tensors, unchanged since they were checked and packed.
@@ -296,11 +325,33 @@ def _call(nodes, pair_feats, edge_mask, weights, eps, layer_id, train):
             status = lib.sgk_forward_device(*args, work.data_ptr() if ws else None, ws, stream or None)
             if status:
                 _lib.check(status)
+            if _FAST is not None and not state.always_repack:
+                state.plan = _plan(state, lib, b, weights, eps, nodes, edge_mask, B, N, ws)
             return out
         saved = torch.empty(B, b.layer.heads, N, dtype=torch.float32, device=nodes.device)
         work = torch.empty(max(ws, 1), dtype=torch.uint8, device=nodes.device)
         _lib.check(lib.sgk_forward_train_device(*args, saved.data_ptr(), work.data_ptr(), ws, stream or None))
     return out, saved
+
+
+def _plan(state, lib, b, weights, eps, nodes, edge_mask, B, N, ws):
+    """What this call checked and packed, for sgk._fast.forward to check
+    again at the module's next call (None where it cannot)."""
+    dev = nodes.device
+    cuda = dev.type == "cuda"
+    if b.packed_from is None or (cuda and _RAW_STREAM is None):
+        return None
+    _, ptrs, versions = b.packed_from
+    # A cpu call ends before the lock is let go, so one workspace serves
+    # every call; a cuda call only enqueues, so each takes its own.
+    work = torch.empty(ws, dtype=torch.uint8) if ws and not cuda else None
+    return _FAST.Plan(ctypes.cast(lib.sgk_forward_device, ctypes.c_void_p).value, b.layer,
+                      b.handle.value, list(weights), ptrs, versions, float(eps), dev,
+                      dev.index if cuda else -1, nodes.dtype, b.layer.dim, b.layer.pair_dim,
+                      b.layer.heads, B, N, edge_mask.dtype, _MASKS[edge_mask.dtype], ws, work,
+                      _RAW_STREAM if cuda else None,
+                      _capturing if cuda and state.repack_in_graphs else None, state.lock,
+                      torch.empty_like, torch.empty, torch.uint8)
 
 
 def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
@@ -404,7 +455,8 @@ def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad, sa
     if state is not None:
         with state.lock:
             b, now = state.bound.get(dev), _versions(weights)
-            if b is not None and now is not None and b.packed_from == now and b.layer.eps == eps:
+            if (b is not None and not b.layer.closed and now is not None and b.packed_from == now
+                    and b.layer.eps == eps):
                 return _run_backward(b.layer, nodes, pair_feats, mask, grad, saved)
     # as float32 (exact from bfloat16 and float16; the layer rounds back)
     host = {k: w.detach().to("cpu", torch.float32).contiguous().numpy() for k, w in zip(KEYS, weights)}
@@ -508,7 +560,10 @@ class RelationUpdate(reference.RelationUpdate):
 
     The sgk layer for a device is made on the first call there (so, with
     CUDA graphs, run the module once before capturing). Weight changes are
-    picked up by the next call: no rebuild, no host copy. Under CUDA-graph
+    picked up by the next call: no rebuild, no host copy (writes through
+    `param.data`, which PyTorch does not count, after weights_changed()).
+    Inference calls whose weights, eps, shapes, dtypes and devices are the
+    last call's run in C (sgk._fast, where built). Under CUDA-graph
     capture the repack is captured too, so that replays follow in-place
     updates of the weights; repack_in_graphs=False leaves it out of
     captures (weights fixed once captured).
@@ -543,6 +598,16 @@ class RelationUpdate(reference.RelationUpdate):
                 w2["bias"]]
 
     def forward(self, nodes, pair_feats, edge_mask):
+        if not torch.compiler.is_compiling() and not torch.is_grad_enabled():
+            # Inference with nothing changed since the last call: the same
+            # call in C (sgk/_fast.c), or None where something did.
+            plan = self._sgk.plan
+            if plan is not None:
+                out = _FAST.forward(plan, self, nodes, pair_feats, edge_mask)
+                if out is not None:
+                    if type(out) is int:
+                        _lib.check(out)
+                    return out
         weights = self._weights()
         if torch.is_grad_enabled() and (nodes.requires_grad or pair_feats.requires_grad or
                                         any(w.requires_grad for w in weights)):
@@ -559,6 +624,17 @@ class RelationUpdate(reference.RelationUpdate):
         device, now and for layers made later; None restores the automatic
         choice."""
         self._sgk.set_variant(name)
+
+    def weights_changed(self):
+        """Repack the weights at the next call. Every write PyTorch counts
+        (in-place ops, optimizer steps, load_state_dict, `.data =`) is seen
+        without this; writes it does not count, through `param.data` (for
+        example `param.data.mul_(0.5)`) or through a data_ptr by other
+        libraries, are seen only after it."""
+        with self._sgk.lock:
+            self._sgk.plan = None
+            for b in self._sgk.bound.values():
+                b.packed_from = None
 
     def sgk_layer(self, device):
         """The sgk.Layer this module runs on device (None before its first
