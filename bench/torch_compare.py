@@ -44,6 +44,7 @@ examples:
 """
 import argparse
 import contextlib
+import glob
 import importlib.util
 import json
 import os
@@ -563,18 +564,27 @@ def main():
     built = os.path.join(REPO, "build", "api", "libsgk.so")
     if a.lib or (not os.environ.get("SGK_LIBRARY") and os.path.exists(built)):
         os.environ["SGK_LIBRARY"] = os.path.abspath(a.lib or built)
+    if os.environ.get("SGK_LIBRARY") and not os.environ.get("SGK_EXTENSION"):
+        # sgk._fast as the build beside that libsgk made it (build/python/)
+        ext = glob.glob(os.path.join(os.path.dirname(os.environ["SGK_LIBRARY"]), "..", "python", "_fast*.so"))
+        if ext:
+            os.environ["SGK_EXTENSION"] = os.path.abspath(ext[0])
     sys.path.insert(0, os.path.join(REPO, "python"))  # this clone's sgk package
     import sgk
+    import sgk.torch
     try:
         sgk_version = sgk.version()
     except sgk.Error as e:
         sys.exit(f"torch_compare: {e}")
+    sgk_fast = sgk.torch.module._FAST is not None  # the module's inference call in C
+    print(f"sgk.torch inference call: {'in C (sgk._fast)' if sgk_fast else 'Python (sgk._fast not found)'}")
     peaks = device_peaks(torch, a, on_cuda)
     out = {"format": FORMAT,
            "machine": {"host": platform.node(), "torch": torch.__version__,
                        "cuda": torch.version.cuda, "device": a.device,
                        "device_name": torch.cuda.get_device_name() if on_cuda else cpu_name(),
                        "torch_threads": torch.get_num_threads(), "sgk_version": sgk_version,
+                       "sgk_fast": sgk_fast,
                        "reference": os.path.relpath(REFERENCE, REPO)},
            "settings": {"dtype": a.dtype, "train": a.train, "tf32": False, "iters": a.iters,
                         "torch_variants": a.torch_variants, "compile_sweep": a.compile_sweep,

@@ -189,7 +189,7 @@ cpu)
   done;;
 kernels)
   for p in ${*:-s12 s13 s08}; do
-    ncu --clock-control none --metrics gpu__time_duration.sum -k regex:sgkc -c 8 build/bench/sgk-bench \
+    ncu --clock-control none --metrics gpu__time_duration.sum -k regex:sgk -c 8 build/bench/sgk-bench \
         --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --preset "$p" --quick --no-check > "$O/ncu-$p.txt" 2>&1
     echo "$p: $(awk '/^  [a-zA-Z_]/ {name = $1 == "void" ? $2 : $1} /gpu__time_duration.sum/ {printf "%s %s %s; ", name, $NF, $(NF-1)}' "$O/ncu-$p.txt")"
   done | tee "$O/kernels.txt";;
