@@ -24,6 +24,13 @@
 
 #define NWEIGHTS 10
 
+/* o.name() without making a bound method first (vectorcall, 3.9+). */
+#if PY_VERSION_HEX >= 0x03090000
+#define CALL_METHOD(o, name) PyObject_VectorcallMethod((name), &(o), 1, NULL)
+#else
+#define CALL_METHOD(o, name) PyObject_CallMethodObjArgs((o), (name), NULL)
+#endif
+
 typedef int (*forward_device_fn)(void *layer, int64_t B, int64_t N, const void *nodes,
                                  const void *pair_feats, const void *edge_mask, int mask_type,
                                  void *out, void *workspace, size_t workspace_bytes,
@@ -70,7 +77,7 @@ static void plan_dealloc(Plan *p)
 /* The tensor's data_ptr() as a pointer; -1 with an exception set on error. */
 static int data_ptr(PyObject *t, void **out)
 {
-    PyObject *v = PyObject_CallMethodObjArgs(t, s_data_ptr, NULL);
+    PyObject *v = CALL_METHOD(t, s_data_ptr);
     if (!v)
         return -1;
     *out = PyLong_AsVoidPtr(v);
@@ -220,7 +227,7 @@ static int attr_is(PyObject *t, PyObject *name, PyObject *want)
 /* 1 when t.name() is true, 0 when not, -1 on error. */
 static int method_true(PyObject *t, PyObject *name)
 {
-    PyObject *v = PyObject_CallMethodObjArgs(t, name, NULL);
+    PyObject *v = CALL_METHOD(t, name);
     if (!v)
         return -1;
     int ok = PyObject_IsTrue(v);
@@ -236,7 +243,7 @@ static int on_device(Plan *p, PyObject *t)
     int r = attr_is(t, s_is_cuda, Py_True);
     if (r != 1)
         return r;
-    PyObject *v = PyObject_CallMethodObjArgs(t, s_get_device, NULL);
+    PyObject *v = CALL_METHOD(t, s_get_device);
     if (!v)
         return -1;
     long long index = PyLong_AsLongLong(v);
@@ -357,7 +364,7 @@ static PyObject *fast_forward(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (!work || data_ptr(work, &work_ptr))
             goto fail;
     }
-    PyObject *held = PyObject_CallMethodObjArgs(p->lock, s_acquire, NULL);
+    PyObject *held = CALL_METHOD(p->lock, s_acquire);
     if (!held)
         goto fail;
     Py_DECREF(held);
@@ -366,7 +373,7 @@ static PyObject *fast_forward(PyObject *self, PyObject *const *args, Py_ssize_t 
     status = p->fn(p->handle, p->B, p->N, ptr[0], ptr[1], ptr[2], p->mask_type, out_ptr, work_ptr,
                    p->workspace, stream);
     Py_END_ALLOW_THREADS
-    held = PyObject_CallMethodObjArgs(p->lock, s_release, NULL);
+    held = CALL_METHOD(p->lock, s_release);
     if (!held)
         goto fail;
     Py_DECREF(held);
