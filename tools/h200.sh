@@ -140,7 +140,7 @@ train)
   build/bench/sgk-bench --backend cuda,opencl --variant tiled --train --preset "$presets" \
       --json "$O/train-bench.json" > "$O/train-bench.txt" 2>&1
   stamp "sgk-bench --train rc=$?"; grep -E "^(cuda|opencl) " "$O/train-bench.txt" | cut -c1-200
-  SGK_LIBRARY=build/api/libsgk.so timeout 420 python3 -m pytest -q python/tests/test_torch.py -k "autograd or backward" \
+  SGK_LIBRARY=build/api/libsgk.so SGK_EXTENSION=$(ls build/python/_fast*.so 2>/dev/null) timeout 420 python3 -m pytest -q python/tests/test_torch.py -k "autograd or backward" \
       > "$O/train-torch.txt" 2>&1
   stamp "torch autograd tests rc=$?"; tail -5 "$O/train-torch.txt"
   PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so --train \
@@ -156,7 +156,7 @@ devices)
   build/bench/sgk-bench --backend cuda --device all --preset "$(echo "${*:-all}" | tr ' ' ',')" \
       --json "$O/devices-sgk.json" > "$O/devices-sgk.txt" 2>&1
   stamp "sgk-bench --device all rc=$?"; grep -E "^cuda " "$O/devices-sgk.txt" | cut -c1-200
-  SGK_LIBRARY=build/api/libsgk.so timeout 500 python3 -m pytest -q python/tests/test_torch.py -k "device" \
+  SGK_LIBRARY=build/api/libsgk.so SGK_EXTENSION=$(ls build/python/_fast*.so 2>/dev/null) timeout 500 python3 -m pytest -q python/tests/test_torch.py -k "device" \
       python/tests/test_ddp.py > "$O/devices-torch.txt" 2>&1
   stamp "torch two-GPU and DDP tests rc=$?"; tail -5 "$O/devices-torch.txt";;
 torch)
