@@ -45,20 +45,20 @@ typedef struct {
     void *ptrs[NWEIGHTS];
     long long versions[NWEIGHTS];
     double eps;
-    PyObject *device;            /* torch.device, for the workspace */
     long long device_index;      /* cuda: the device's index; cpu: -1 */
     PyObject *dtype, *mask_dtype;
     int mask_type;
     long long B, N, D, P, H;
     size_t workspace;
-    PyObject *work;              /* cpu: the workspace, used under the lock; cuda: None */
+    PyObject *work;              /* cpu: the workspace, used under the lock; cuda: what makes
+                                  * a new one (a callable: a call only enqueues); None: none */
     PyObject *stream_fn;         /* cuda: torch's current raw stream of an index; cpu: None */
     PyObject *capturing_fn;      /* a capture needs the Python path (it records the repack); else None */
     PyObject *lock;              /* the module's threading.Lock */
-    PyObject *empty_like, *empty, *uint8;
+    PyObject *empty_like;
 } Plan;
 
-static PyObject *s_data_ptr, *s_version, *s_shape, *s_dtype, *s_device, *s_is_contiguous,
+static PyObject *s_data_ptr, *s_version, *s_shape, *s_dtype, *s_is_contiguous,
     *s_is_cpu, *s_is_cuda, *s_get_device, *s_acquire, *s_release, *s_layer, *s_modules,
     *s_parameters, *s_eps, *s_weight, *s_bias, *s_norm, *s_q_proj, *s_k_proj, *s_v_proj,
     *s_out_proj, *s_rel_mlp, *s_0, *s_2;
@@ -67,8 +67,8 @@ static void plan_dealloc(Plan *p)
 {
     for (int i = 0; i < NWEIGHTS; i++)
         Py_XDECREF(p->weights[i]);
-    PyObject *held[] = {p->layer, p->device, p->dtype, p->mask_dtype, p->work, p->stream_fn,
-                        p->capturing_fn, p->lock, p->empty_like, p->empty, p->uint8};
+    PyObject *held[] = {p->layer, p->dtype, p->mask_dtype, p->work, p->stream_fn,
+                        p->capturing_fn, p->lock, p->empty_like};
     for (size_t i = 0; i < sizeof held / sizeof held[0]; i++)
         Py_XDECREF(held[i]);
     Py_TYPE(p)->tp_free((PyObject *)p);
@@ -96,25 +96,24 @@ static int version(PyObject *t, long long *out)
 }
 
 /* Plan(forward_device_address, layer, handle, weights, ptrs, versions, eps,
- *      device, device_index, dtype, D, P, H, B, N, mask_dtype, mask_type,
- *      workspace, work, stream_fn, capturing_fn, lock, empty_like, empty,
- *      uint8)
+ *      device_index, dtype, D, P, H, B, N, mask_dtype, mask_type,
+ *      workspace, work, stream_fn, capturing_fn, lock, empty_like)
  * weights: the ten tensors the layer was packed from (in the order of
  * RelationUpdate._weights), with the data_ptr and version each had when it
  * was (tuples of ten ints). */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     unsigned long long fn, handle, workspace;
-    PyObject *layer, *weights, *ptrs, *versions, *device, *dtype, *mask_dtype, *work, *stream_fn,
-        *capturing_fn, *lock, *empty_like, *empty, *uint8;
+    PyObject *layer, *weights, *ptrs, *versions, *dtype, *mask_dtype, *work, *stream_fn,
+        *capturing_fn, *lock, *empty_like;
     long long device_index, D, P, H, B, N;
     double eps;
     int mask_type;
     (void)kwds;
-    if (!PyArg_ParseTuple(args, "KOKOOOdOLOLLLLLOiKOOOOOOO", &fn, &layer, &handle, &weights,
-                          &ptrs, &versions, &eps, &device, &device_index, &dtype, &D, &P, &H, &B,
-                          &N, &mask_dtype, &mask_type, &workspace, &work, &stream_fn,
-                          &capturing_fn, &lock, &empty_like, &empty, &uint8))
+    if (!PyArg_ParseTuple(args, "KOKOOOdLOLLLLLOiKOOOOO", &fn, &layer, &handle, &weights,
+                          &ptrs, &versions, &eps, &device_index, &dtype, &D, &P, &H, &B, &N,
+                          &mask_dtype, &mask_type, &workspace, &work, &stream_fn, &capturing_fn,
+                          &lock, &empty_like))
         return NULL;
     if (!PyList_Check(weights) || PyList_GET_SIZE(weights) != NWEIGHTS || !PyTuple_Check(ptrs) ||
         PyTuple_GET_SIZE(ptrs) != NWEIGHTS || !PyTuple_Check(versions) ||
@@ -135,8 +134,8 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     p->mask_type = mask_type;
     p->workspace = (size_t)workspace;
 #define KEEP(field) (Py_INCREF(field), p->field = (field))
-    KEEP(layer), KEEP(device), KEEP(dtype), KEEP(mask_dtype), KEEP(work), KEEP(stream_fn);
-    KEEP(capturing_fn), KEEP(lock), KEEP(empty_like), KEEP(empty), KEEP(uint8);
+    KEEP(layer), KEEP(dtype), KEEP(mask_dtype), KEEP(work), KEEP(stream_fn);
+    KEEP(capturing_fn), KEEP(lock), KEEP(empty_like);
 #undef KEEP
     for (int i = 0; i < NWEIGHTS; i++) {
         PyObject *w = PyList_GET_ITEM(weights, i);
@@ -306,19 +305,6 @@ static int holds(Plan *p, PyObject *module, PyObject *const *in)
     return 1;
 }
 
-/* A new uint8 tensor of the plan's workspace size on its device. */
-static PyObject *new_workspace(Plan *p)
-{
-    PyObject *size = PyLong_FromSize_t(p->workspace), *pos = size ? PyTuple_Pack(1, size) : NULL,
-             *kw = pos ? PyDict_New() : NULL, *work = NULL;
-    Py_XDECREF(size);
-    if (kw && !PyDict_SetItem(kw, s_dtype, p->uint8) && !PyDict_SetItem(kw, s_device, p->device))
-        work = PyObject_Call(p->empty, pos, kw);
-    Py_XDECREF(pos);
-    Py_XDECREF(kw);
-    return work;
-}
-
 /* forward(plan, module, nodes, pair_feats, edge_mask) -> out, or None when
  * the plan does not hold (the caller then takes its Python path), or the
  * sgk status (an int) when the call failed. */
@@ -360,7 +346,8 @@ static PyObject *fast_forward(PyObject *self, PyObject *const *args, Py_ssize_t 
         /* cpu: the plan's own, since the call ends before the lock is
          * released; cuda: a new one, which the caching allocator keeps
          * for the stream's later work */
-        work = p->work != Py_None ? (Py_INCREF(p->work), p->work) : new_workspace(p);
+        work = PyCallable_Check(p->work) ? PyObject_CallFunctionObjArgs(p->work, NULL)
+                                         : (Py_INCREF(p->work), p->work);
         if (!work || data_ptr(work, &work_ptr))
             goto fail;
     }
@@ -406,7 +393,7 @@ PyMODINIT_FUNC PyInit__fast(void)
 {
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_data_ptr, "data_ptr"}, {&s_version, "_version"}, {&s_shape, "shape"},
-        {&s_dtype, "dtype"}, {&s_device, "device"}, {&s_is_contiguous, "is_contiguous"},
+        {&s_dtype, "dtype"}, {&s_is_contiguous, "is_contiguous"},
         {&s_is_cpu, "is_cpu"}, {&s_is_cuda, "is_cuda"}, {&s_get_device, "get_device"},
         {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_layer, "_layer"},
         {&s_modules, "_modules"}, {&s_parameters, "_parameters"}, {&s_eps, "eps"},

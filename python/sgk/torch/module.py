@@ -16,6 +16,7 @@ in-place weight updates; RelationUpdate(..., repack_in_graphs=False) leaves
 it out for weights that stay fixed after capture.
 """
 import ctypes
+import functools
 import importlib.util
 import itertools
 import operator
@@ -326,7 +327,7 @@ def _call(nodes, pair_feats, edge_mask, weights, eps, layer_id, train):
             if status:
                 _lib.check(status)
             if _FAST is not None and not state.always_repack:
-                state.plan = _plan(state, lib, b, weights, eps, nodes, edge_mask, B, N, ws)
+                state.plan = _plan(state, lib, b, weights, eps, nodes, edge_mask, B, N, ws, work)
             return out
         saved = torch.empty(B, b.layer.heads, N, dtype=torch.float32, device=nodes.device)
         work = torch.empty(max(ws, 1), dtype=torch.uint8, device=nodes.device)
@@ -334,24 +335,26 @@ def _call(nodes, pair_feats, edge_mask, weights, eps, layer_id, train):
     return out, saved
 
 
-def _plan(state, lib, b, weights, eps, nodes, edge_mask, B, N, ws):
+def _plan(state, lib, b, weights, eps, nodes, edge_mask, B, N, ws, work):
     """What this call checked and packed, for sgk._fast.forward to check
-    again at the module's next call (None where it cannot)."""
+    again at the module's next call (None where it cannot). work: the
+    workspace this call used."""
     dev = nodes.device
     cuda = dev.type == "cuda"
     if b.packed_from is None or (cuda and _RAW_STREAM is None):
         return None
     _, ptrs, versions = b.packed_from
-    # A cpu call ends before the lock is let go, so one workspace serves
-    # every call; a cuda call only enqueues, so each takes its own.
-    work = torch.empty(ws, dtype=torch.uint8) if ws and not cuda else None
+    # A cpu call ends before the lock is let go, so this call's workspace
+    # serves every later one; a cuda call only enqueues, so each makes its own.
+    if ws and cuda:
+        work = functools.partial(torch.empty, ws, dtype=torch.uint8, device=dev)
     return _FAST.Plan(ctypes.cast(lib.sgk_forward_device, ctypes.c_void_p).value, b.layer,
-                      b.handle.value, list(weights), ptrs, versions, float(eps), dev,
+                      b.handle.value, list(weights), ptrs, versions, float(eps),
                       dev.index if cuda else -1, nodes.dtype, b.layer.dim, b.layer.pair_dim,
                       b.layer.heads, B, N, edge_mask.dtype, _MASKS[edge_mask.dtype], ws, work,
                       _RAW_STREAM if cuda else None,
                       _capturing if cuda and state.repack_in_graphs else None, state.lock,
-                      torch.empty_like, torch.empty, torch.uint8)
+                      torch.empty_like)
 
 
 def _run(nodes, pair_feats, edge_mask, weights, eps, layer_id):
