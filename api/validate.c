@@ -35,27 +35,31 @@ sgk_status sgk_tensor_bytes(const char *tensor, const char *formula, const int64
                             int n, size_t elem, const sgk_backend_ops *ops, int report,
                             size_t *bytes)
 {
+    int64_t count = 1;
+    int overflow = 0;
+    for (int i = 0; i < n; i++)
+        overflow |= __builtin_mul_overflow(count, dims[i], &count);
+    size_t b = 0;
+    const int too_many_bytes =
+        !overflow && ((uint64_t)count > SIZE_MAX || __builtin_mul_overflow((size_t)count, elem, &b));
+    if (!overflow && !too_many_bytes && count <= ops->max_elements) {
+        *bytes = b;
+        return SGK_OK;
+    }
+    /* the message's dims are formatted only here: the checks run on every call */
     char shown[128];
     format_dims(shown, sizeof shown, dims, n);
-    int64_t count = 1;
-    for (int i = 0; i < n; i++)
-        if (__builtin_mul_overflow(count, dims[i], &count))
-            return fail(report, SGK_ERR_SIZE_OVERFLOW,
-                        "%s has %s = %s elements, more than int64 can count", tensor, formula,
-                        shown);
-    size_t b;
-    if ((uint64_t)count > SIZE_MAX || __builtin_mul_overflow((size_t)count, elem, &b))
+    if (overflow)
+        return fail(report, SGK_ERR_SIZE_OVERFLOW,
+                    "%s has %s = %s elements, more than int64 can count", tensor, formula, shown);
+    if (too_many_bytes)
         return fail(report, SGK_ERR_SIZE_OVERFLOW,
                     "%s has %s = %s = %lld elements of %zu bytes, more bytes than size_t can hold",
                     tensor, formula, shown, (long long)count, elem);
-    if (count > ops->max_elements)
-        return fail(report, SGK_ERR_SIZE_OVERFLOW,
-                    "%s has %s = %s = %lld elements, more than backend %s can index in one tensor "
-                    "(max_elements = %lld)",
-                    tensor, formula, shown, (long long)count, ops->name,
-                    (long long)ops->max_elements);
-    *bytes = b;
-    return SGK_OK;
+    return fail(report, SGK_ERR_SIZE_OVERFLOW,
+                "%s has %s = %s = %lld elements, more than backend %s can index in one tensor "
+                "(max_elements = %lld)",
+                tensor, formula, shown, (long long)count, ops->name, (long long)ops->max_elements);
 }
 
 const char *sgk_variant_name(const sgk_layer *layer, int variant)
