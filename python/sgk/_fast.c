@@ -59,7 +59,7 @@ typedef struct {
 } Plan;
 
 static PyObject *s_data_ptr, *s_version, *s_shape, *s_dtype, *s_is_contiguous,
-    *s_is_cpu, *s_is_cuda, *s_get_device, *s_acquire, *s_release, *s_layer, *s_modules,
+    *s_is_cpu, *s_get_device, *s_acquire, *s_release, *s_layer, *s_modules,
     *s_parameters, *s_eps, *s_weight, *s_bias, *s_norm, *s_q_proj, *s_k_proj, *s_v_proj,
     *s_out_proj, *s_rel_mlp, *s_0, *s_2;
 
@@ -234,14 +234,13 @@ static int method_true(PyObject *t, PyObject *name)
     return ok;
 }
 
-/* 1 when t is on the plan's device, 0 when not, -1 on error. */
+/* 1 when t is on the plan's device, 0 when not, -1 on error: one read
+ * each way (get_device() is the index of a CUDA tensor's device and -1
+ * for every other kind). */
 static int on_device(Plan *p, PyObject *t)
 {
     if (p->device_index < 0)
         return attr_is(t, s_is_cpu, Py_True);
-    int r = attr_is(t, s_is_cuda, Py_True);
-    if (r != 1)
-        return r;
     PyObject *v = CALL_METHOD(t, s_get_device);
     if (!v)
         return -1;
@@ -394,7 +393,7 @@ PyMODINIT_FUNC PyInit__fast(void)
     struct { PyObject **slot; const char *name; } names[] = {
         {&s_data_ptr, "data_ptr"}, {&s_version, "_version"}, {&s_shape, "shape"},
         {&s_dtype, "dtype"}, {&s_is_contiguous, "is_contiguous"},
-        {&s_is_cpu, "is_cpu"}, {&s_is_cuda, "is_cuda"}, {&s_get_device, "get_device"},
+        {&s_is_cpu, "is_cpu"}, {&s_get_device, "get_device"},
         {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_layer, "_layer"},
         {&s_modules, "_modules"}, {&s_parameters, "_parameters"}, {&s_eps, "eps"},
         {&s_weight, "weight"}, {&s_bias, "bias"}, {&s_norm, "norm"}, {&s_q_proj, "q_proj"},
