@@ -6,7 +6,8 @@
  *   /tmp/tcg [seed]
  *
  * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
- * instances, its dispatcher and wg_gemm.cuh's kernel ("wgmma"): C is poisoned with NaN first, then every element must be
+ * instances, its dispatcher, wg_gemm.cuh's kernel ("wgmma") and the candidate
+ * dev/wg_presplit.cuh ("wgpre", W split beforehand): C is poisoned with NaN first, then every element must be
  * written and finite, and the checked rows (all of them, or the first and
  * last tiles' rows plus 64 random ones when M is large) must be within
  * relative L2 1e-5 and max abs 1e-4 of a double reference. Then each is
@@ -14,6 +15,7 @@
  * failure. */
 #include "tc_gemm.cuh"
 #include "wg_gemm.cuh"
+#include "dev/wg_presplit.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -78,17 +80,27 @@ static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s)
 /* the dispatcher: the tile and the split over k that the layer would use */
 static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, g_cc, s); }
 static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_wg_gemm(g, false, s); }
+/* the case's W split into big and small parts (before the timing: a
+ * layer's weights are split once) */
+static float *g_wb, *g_wl;
+static cudaError_t launch_wgp(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    sgkc_tc_gemm_args h = g;
+    h.W = g_wb;
+    return sgkc_wgp_gemm(h, g_wl, s);
+}
 
 int main(int argc, char **argv)
 {
     CK(sgkc_tc_gemm_prepare());
     CK(sgkc_wg_gemm_prepare());
+    CK(sgkc_wgp_prepare());
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
-        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"}};
+        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"}, {launch_wgp, "wgpre"}};
     int fails = 0;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -165,6 +177,9 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&dC, (M * Nc + off) * 4));
         CK(cudaMemcpy(dA + off, A.data(), M * K * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dW, W.data(), Nc * K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&g_wb, Nc * K * 4));
+        CK(cudaMalloc(&g_wl, Nc * K * 4));
+        CK(sgkc_wgp_split(dW, g_wb, g_wl, Nc * K, 0));
         CK(cudaMemcpy(dg, gam.data(), K * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(db, bet.data(), K * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dR + off, R.data(), M * Nc * 4, cudaMemcpyHostToDevice));
@@ -226,6 +241,8 @@ int main(int argc, char **argv)
         }
         CK(cudaFree(dA));
         CK(cudaFree(dW));
+        CK(cudaFree(g_wb));
+        CK(cudaFree(g_wl));
         CK(cudaFree(dg));
         CK(cudaFree(db));
         CK(cudaFree(dR));
