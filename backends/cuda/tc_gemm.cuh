@@ -70,6 +70,38 @@ struct sgkc_tc_flags {
     int vec_out4;     /* float4 stores: Nc % 4 == 0, C and residual 16-byte aligned */
 };
 
+/* Outputs (m, n) and (m, n + 1) of the MMA kernels' fragments: scaled
+ * where the column is under a.scale_cols, the residual added where RES,
+ * stored as one float2 where f allows, else each where its column is under
+ * a.Nc. */
+template <bool RES>
+__device__ __forceinline__ void sgkc_tc_store2(const sgkc_tc_gemm_args &a, const sgkc_tc_flags &f, int64_t m, int n,
+                                               float v0, float v1)
+{
+    float v[2] = {v0, v1};
+    const size_t o = (size_t)m * a.Nc + n;
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        if (n + e < a.scale_cols)
+            v[e] *= a.scale;
+    if (f.vec_out && n < a.Nc) {
+        if constexpr (RES) {
+            const float2 r = __ldg(reinterpret_cast<const float2 *>(a.residual + o));
+            v[0] += r.x;
+            v[1] += r.y;
+        }
+        *reinterpret_cast<float2 *>(a.C + o) = make_float2(v[0], v[1]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (n + e < a.Nc) {
+                if constexpr (RES)
+                    v[e] += __ldg(a.residual + o + e);
+                a.C[o + e] = v[e];
+            }
+    }
+}
+
 template <int BM, int BN, int BK, int WM, int WN, int STAGES>
 struct sgkc_tc_cfg {
     static constexpr int NW = (BM / WM) * (BN / WN), NT = 32 * NW;
@@ -394,31 +426,8 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
             if (m >= M)
                 continue;
 #pragma unroll
-            for (int nt = 0; nt < NTL; nt++) {
-                const int n = n0 + wn * WN + 8 * nt + 2 * t;
-                float v[2] = {acc[mt][nt][2 * s], acc[mt][nt][2 * s + 1]};
-                const size_t o = (size_t)m * Nc + n;
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    if (n + e < a.scale_cols)
-                        v[e] *= a.scale;
-                if (f.vec_out && n < Nc) {
-                    if constexpr (RES) {
-                        const float2 r = __ldg(reinterpret_cast<const float2 *>(a.residual + o));
-                        v[0] += r.x;
-                        v[1] += r.y;
-                    }
-                    *reinterpret_cast<float2 *>(a.C + o) = make_float2(v[0], v[1]);
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 2; e++)
-                        if (n + e < Nc) {
-                            if constexpr (RES)
-                                v[e] += __ldg(a.residual + o + e);
-                            a.C[o + e] = v[e];
-                        }
-                }
-            }
+            for (int nt = 0; nt < NTL; nt++)
+                sgkc_tc_store2<RES>(a, f, m, n0 + wn * WN + 8 * nt + 2 * t, acc[mt][nt][2 * s], acc[mt][nt][2 * s + 1]);
         }
 }
 

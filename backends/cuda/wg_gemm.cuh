@@ -245,31 +245,8 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1) sgkc_wg_gemm_kernel(sgkc_tc_gem
         if (m >= M)
             continue;
 #pragma unroll
-        for (int j = 0; j < SGKC_WG_BN / 8; j++) {
-            const int n = n0 + 8 * j + 2 * t;
-            float v[2] = {acc[4 * j + 2 * s], acc[4 * j + 2 * s + 1]};
-            const size_t o = (size_t)m * Nc + n;
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                if (n + e < a.scale_cols)
-                    v[e] *= a.scale;
-            if (f.vec_out && n < Nc) {
-                if constexpr (RES) {
-                    const float2 r = __ldg(reinterpret_cast<const float2 *>(a.residual + o));
-                    v[0] += r.x;
-                    v[1] += r.y;
-                }
-                *reinterpret_cast<float2 *>(a.C + o) = make_float2(v[0], v[1]);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    if (n + e < Nc) {
-                        if constexpr (RES)
-                            v[e] += __ldg(a.residual + o + e);
-                        a.C[o + e] = v[e];
-                    }
-            }
-        }
+        for (int j = 0; j < SGKC_WG_BN / 8; j++)
+            sgkc_tc_store2<RES>(a, f, m, n0 + 8 * j + 2 * t, acc[4 * j + 2 * s], acc[4 * j + 2 * s + 1]);
     }
 #else
     (void)a;
