@@ -40,12 +40,14 @@ static float *rnd(size_t n, float scale)
 int main(int argc, char **argv)
 {
     if (argc < 6) {
-        fprintf(stderr, "usage: %s B N D H P [threads]\n", argv[0]);
+        fprintf(stderr, "usage: %s B N D H P [threads [reps]]\n", argv[0]);
         return 2;
     }
     const int64_t B = atoll(argv[1]), N = atoll(argv[2]), D = atoll(argv[3]), H = atoll(argv[4]),
                   P = atoll(argv[5]);
     const int threads = argc > 6 ? atoi(argv[6]) : 1;
+    /* more repetitions where a profiler samples the kernels */
+    const int reps = argc > 7 && atoi(argv[7]) > 1 ? atoi(argv[7]) : 8;
     const sgk_limits lim = {512u << 10, 1 << 30, SGK_GEN_PAD, 64, 64, 128, 32, 64, 0, 0};
     sgk_plan p;
     if (!sgk_plan_make(SGK_PLAN_TILED, B, N, D, H, P, &lim, &p)) {
@@ -79,7 +81,7 @@ int main(int argc, char **argv)
     const int nrows = (int)rows;
 
     double best[4] = {1e30, 1e30, 1e30, 1e30};
-    for (int rep = 0; rep < 8; rep++) {
+    for (int rep = 0; rep < reps; rep++) {
         double t[5];
         t[0] = now();
         const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float));
