@@ -36,8 +36,9 @@
 #   bash tools/h200.sh cpu               the host's CPU: sgk-bench on the cpu backend and
 #                                        torch_compare --device cpu at the same shapes (CPU_PRESETS,
 #                                        default the presets but xl and the sweep shapes under
-#                                        2 GFLOP), at 2 and 16 threads (CPU_THREADS), into
-#                                        cpuT-sgk.json/.txt and cpuT-torch.json/.txt
+#                                        2 GFLOP), at 2 and 16 threads (CPU_THREADS) bound one a
+#                                        core (OMP_PLACES=cores, OMP_PROC_BIND=close unless set),
+#                                        into cpuT-sgk.json/.txt and cpuT-torch.json/.txt
 #   bash tools/h200.sh kernels [PRESETS] each kernel's time in one call of tuned-tiled (or
 #                                        KERNEL_VARIANT) at each preset (default s12 s13 s08),
 #                                        by ncu at the run's clocks, into kernels.txt
@@ -176,6 +177,10 @@ results)
   sed -n '/^shape  B,N,D,H,P/,$p' "$O/h200-torch.txt";;
 cpu)
   lscpu > "$O/lscpu.txt" 2>&1
+  # one thread a physical core for both sides (sgk's libgomp and PyTorch's
+  # OpenMP both read these): a 2-thread run whose threads land on one core's
+  # two hardware threads measures neither
+  export OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
   shapes=${CPU_PRESETS:-seed,mid,large,s01,s02,s03,s04,s05,s06,s11,s14}
   for t in ${CPU_THREADS:-2 16}; do
     build/bench/sgk-bench --backend cpu --threads "$t" --preset "$shapes" --json "$O/cpu$t-sgk.json" \
