@@ -273,6 +273,16 @@ typedef unsigned char uchar;
 #endif
 static inline float sgk_as_float(unsigned int u) { float f; memcpy(&f, &u, sizeof f); return f; }
 static inline unsigned int sgk_as_uint(float f) { unsigned int u; memcpy(&u, &f, sizeof u); return u; }
+/* a where c holds, else b, both computed: a choice the compiler vectorises
+ * for every instruction set. A ?: with float arithmetic in an arm is not:
+ * GCC moves the arithmetic into the arm and then will not compute it for
+ * lanes that do not take it (it could trap) unless the instruction set has
+ * masked lanes, so that on AVX2, SSE or NEON the whole loop stayed scalar. */
+static inline float sgk_sel(int c, float a, float b)
+{
+    const unsigned int m = 0u - (unsigned int)(c != 0);
+    return sgk_as_float((sgk_as_uint(a) & m) | (sgk_as_uint(b) & ~m));
+}
 /* e^x from float arithmetic alone, so that loops calling it vectorise (libm's
  * expf is a call). x = n ln2 + r with |r| <= ln2 / 2; e^r by a degree-7
  * polynomial (Cephes' expf coefficients), times 2^n as two factors so that
@@ -284,7 +294,7 @@ static inline unsigned int sgk_as_uint(float f) { unsigned int u; memcpy(&u, &f,
  * and n is not converted from it). */
 static inline float sgk_exp(float x)
 {
-    const float xc = x > 89.0f ? 89.0f : x;
+    const float xc = sgk_sel(x > 89.0f, 89.0f, x);
     const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -296,9 +306,9 @@ static inline float sgk_exp(float x)
     p = p * r * r + r + 1.0f;
     /* NaN's n would be no int, nor would -inf's: 0 instead, and p carries
      * the NaN (-inf returns below) */
-    const int ni = (int)(n == n && n > -200.0f ? n : 0.0f), n1 = ni >> 1, n2 = ni - n1;
+    const int ni = (int)sgk_sel((n == n) & (n > -200.0f), n, 0.0f), n1 = ni >> 1, n2 = ni - n1;
     const float e = p * sgk_as_float((unsigned int)(n1 + 127) << 23) * sgk_as_float((unsigned int)(n2 + 127) << 23);
-    return x < -87.33654f ? 0.0f : e;
+    return sgk_sel(x < -87.33654f, 0.0f, e);
 }
 
 /* 1 / x for x >= 1, from float arithmetic alone (a division is a long
@@ -312,7 +322,7 @@ static inline float sgk_recip(float x)
     y = y * (2.0f - x * y);
     y = y * (2.0f - x * y);
     y = y + y * (1.0f - x * y);
-    return x >= 8.507059e37f ? 0.0f : y;
+    return sgk_sel(x >= 8.507059e37f, 0.0f, y);
 }
 
 /* The instruction set whose kernels run: 2 AVX-512, 1 AVX2 and FMA, 0 the
@@ -352,6 +362,7 @@ typedef unsigned char uchar;
 #define sgk_sqrt sqrtf
 #define sgk_log logf
 #define sgk_recip(x) (1.0f / (x))
+#define sgk_sel(c, a, b) ((c) ? (a) : (b))
 #define SGK_LID ((int)threadIdx.x)
 #define SGK_LSIZE ((int)blockDim.x)
 #define SGK_GROUP_ID_0 ((int)blockIdx.x)
@@ -374,6 +385,7 @@ typedef unsigned char uchar;
 #define sgk_sqrt sqrtf
 #define sgk_log logf
 #define sgk_recip(x) (1.0f / (x))
+#define sgk_sel(c, a, b) ((c) ? (a) : (b))
 #define SGK_LID ((int)threadIdx.x)
 #define SGK_LSIZE ((int)blockDim.x)
 #define SGK_GROUP_ID_0 ((int)blockIdx.x)
@@ -389,6 +401,7 @@ typedef unsigned char uchar;
 #define sgk_sqrt sqrt
 #define sgk_log log
 #define sgk_recip(x) (1.0f / (x))
+#define sgk_sel(c, a, b) ((c) ? (a) : (b))
 #define SGK_LID ((int)get_local_id(0))
 #define SGK_LSIZE ((int)get_local_size(0))
 #define SGK_GROUP_ID_0 ((int)get_group_id(0))
