@@ -7,10 +7,9 @@
  *
  * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
  * instances, its dispatcher, wg_gemm.cuh's kernel ("wgmma") and the
- * candidates dev/wg_presplit.cuh ("wgpre", W split beforehand) and
- * dev/wg_rega.cuh ("wgreg", A's halves from registers), which take the
- * same products in the same order and so must give wgmma's bits: C is
- * poisoned with NaN first, then every element must be written and finite, and the checked rows (all of them, or the first
+ * candidate dev/wg_presplit.cuh ("wgpre", W split beforehand, which must
+ * give wgmma's bits): C is poisoned with NaN first, then every element must
+ * be written and finite, and the checked rows (all of them, or the first
  * and last tiles' rows plus 64 random ones when M is large) must be within
  * relative L2 1e-5 and max abs 1e-4 of a double reference. Then each is
  * timed with events (3 warm-ups, median of 25). Exit status 1 on any
@@ -18,7 +17,6 @@
 #include "tc_gemm.cuh"
 #include "wg_gemm.cuh"
 #include "dev/wg_presplit.cuh"
-#include "dev/wg_rega.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -93,25 +91,18 @@ static cudaError_t launch_wgp(const sgkc_tc_gemm_args &g, cudaStream_t s)
     h.W = g_wb;
     return sgkc_wgp_gemm(h, g_wl, s);
 }
-static cudaError_t launch_wgr(const sgkc_tc_gemm_args &g, cudaStream_t s)
-{
-    sgkc_tc_gemm_args h = g;
-    h.W = g_wb;
-    return sgkc_wgr_gemm(h, g_wl, s);
-}
 
 int main(int argc, char **argv)
 {
     CK(sgkc_tc_gemm_prepare());
     CK(sgkc_wg_gemm_prepare());
     CK(sgkc_wgp_prepare());
-    CK(sgkc_wgr_prepare());
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
-        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"}, {launch_wgp, "wgpre"}, {launch_wgr, "wgreg"}};
+        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"}, {launch_wgp, "wgpre"}};
     int fails = 0;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -221,7 +212,7 @@ int main(int argc, char **argv)
             size_t differ = 0;
             if (in.fn == launch_wg)
                 wg_out = C;
-            else if (in.fn == launch_wgp || in.fn == launch_wgr)
+            else if (in.fn == launch_wgp)
                 for (size_t i = 0; i < C.size(); i++)
                     differ += memcmp(&C[i], &wg_out[i], 4) != 0;
             size_t unwritten = 0;
