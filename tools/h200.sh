@@ -54,7 +54,8 @@
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize")
-# Each job builds first (a no-op while build/ is up to date on a warm machine).
+# Each job builds first (a no-op while build/ is up to date on a warm machine),
+# but tcgemm, attncheck and mlpcheck, which build their own program alone.
 # Needs nvcc, meson, ninja, python3 (with torch for `torch`); CMocka and the OpenCL
 # ICD loader and headers as Debian packages in .debs/ (see DEVELOPERS.md); the commit
 # to record in .dev/commit when the tree carries no .git.
@@ -85,12 +86,18 @@ export OCL_ICD_VENDORS=/tmp/sgk-icd
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$O/gpu.txt" 2>&1
 commit=$(cat .dev/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 export SGK_GIT_COMMIT=$commit
-if [ ! -f build/build.ninja ]; then
-  meson setup build -Dsm_archs=90 -Dhip=disabled > "$O/setup.txt" 2>&1 || { tail -40 "$O/setup.txt"; exit 1; }
-fi
-ninja -C build > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.txt" | head -60; exit 1; }
-stamp "built ($commit)"
-build/bench/sgk-bench --list | tee "$O/list.txt"
+# The dev programs build with nvcc alone (dev_check), in under a minute:
+# a short lease runs them without the library's build.
+case $mode in
+tcgemm|attncheck|mlpcheck) ;;
+*)
+  if [ ! -f build/build.ninja ]; then
+    meson setup build -Dsm_archs=90 -Dhip=disabled > "$O/setup.txt" 2>&1 || { tail -40 "$O/setup.txt"; exit 1; }
+  fi
+  ninja -C build > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.txt" | head -60; exit 1; }
+  stamp "built ($commit)"
+  build/bench/sgk-bench --list | tee "$O/list.txt";;
+esac
 
 # A standalone program of backends/cuda/dev/ (NAME.cu): built, run with SEED, its log's tail.
 dev_check() {
