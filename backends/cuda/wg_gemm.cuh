@@ -103,31 +103,45 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1) sgkc_wg_gemm_kernel(sgkc_tc_gem
     /* a thread's chunks: column cc of rows r0 + 32 i */
     const int cc = tid & 7, r0 = tid >> 3;
 
-    /* k-tile kt of rows base .. base + 128 of an (nrows x K) matrix into a
-     * tile: zeros for rows at or past nrows and for k past K */
-    auto copy = [&](float *dst, const float *src, int64_t base, int64_t nrows, int kt, bool vec) {
+    /* A thread's chunks of a tile: column cc of rows r0 + 32 i, at the same
+     * shared-memory offsets in A's and W's tiles. Their rows' sources are
+     * found once (a row at or past the matrix's end reads as zeros from a
+     * valid address), so that a k-tile's copy is an add, a compare and the
+     * copy itself a chunk. */
+    int at[CH];
+    const float *pa[CH], *pw[CH];
+    bool oka[CH], okw[CH];
+#pragma unroll
+    for (int i = 0; i < CH; i++) {
+        const int r = r0 + 32 * i;
+        at[i] = sgkc_wg_at(r, cc);
+        oka[i] = m0 + r < M;
+        okw[i] = n0 + r < Nc;
+        pa[i] = a.A + (size_t)(oka[i] ? m0 + r : 0) * K;
+        pw[i] = a.W + (size_t)(okw[i] ? n0 + r : 0) * K;
+    }
+    /* k-tile kt of the rows ps into a tile: zeros for rows out of range
+     * (ok) and for k past K */
+    auto copy = [&](float *dst, const float *const (&ps)[CH], const bool (&ok)[CH], int kt, bool vec) {
         const int k = kt * BK + 4 * cc;
 #pragma unroll
         for (int i = 0; i < CH; i++) {
-            const int r = r0 + 32 * i;
-            const bool rok = base + r < nrows;
-            const float *p = src + (size_t)(rok ? base + r : 0) * K;
-            float *d = dst + sgkc_wg_at(r, cc);
+            float *d = dst + at[i];
             if (vec) {
-                const bool ok = rok && k < K;
-                sgkc_cp_async16_zfill(d, ok ? p + k : src, ok ? 16 : 0);
+                const bool in = ok[i] && k < K;
+                sgkc_cp_async16_zfill(d, in ? ps[i] + k : ps[i], in ? 16 : 0);
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const bool ok = rok && k + e < K;
-                    sgkc_cp_async4_zfill(d + e, ok ? p + k + e : src, ok ? 4 : 0);
+                    const bool in = ok[i] && k + e < K;
+                    sgkc_cp_async4_zfill(d + e, in ? ps[i] + k + e : ps[i], in ? 4 : 0);
                 }
             }
         }
     };
     auto stage = [&](int kt) { return ring + (kt % S) * SGKC_WG_STAGE; };
-    auto copy_w = [&](int kt) { copy(stage(kt) + TILE, a.W, n0, Nc, kt, f.vec_w); };
-    auto copy_a = [&](int kt) { copy(stage(kt), a.A, m0, M, kt, f.vec_a); };
+    auto copy_w = [&](int kt) { copy(stage(kt) + TILE, pw, okw, kt, f.vec_w); };
+    auto copy_a = [&](int kt) { copy(stage(kt), pa, oka, kt, f.vec_a); };
 
     /* W before the grid wait, A after (it may be the previous kernel's
      * output); commit group s holds k-tile s (group 0 also W's tile 1) */
