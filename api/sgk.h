@@ -70,13 +70,13 @@ SGK_EXPORT const char *sgk_last_error(void);
 
 typedef enum sgk_dtype {
     SGK_DTYPE_F32 = 0,
-    SGK_DTYPE_BF16 = 1, /* every backend; on cuda the generated variants only */
-    SGK_DTYPE_F16 = 2   /* every backend; on cuda the generated variants only */
+    SGK_DTYPE_BF16 = 1, /* every backend, every variant */
+    SGK_DTYPE_F16 = 2   /* every backend, every variant */
 } sgk_dtype;
 /* A layer's dtype is that of its weights and of nodes, pair_feats and out
  * (the mask stays float32 or uint8); buffers of it are aligned to its size.
- * bf16 and f16 layers accumulate in fp32 and round out to nearest, ties to
- * even; the training calls take SGK_DTYPE_F32 layers only. */
+ * bf16 and f16 layers compute in fp32 on the widened values and round out
+ * (and, in training, the gradients) to nearest, ties to even. */
 
 typedef enum sgk_mask_type {
     SGK_MASK_F32 = 0, /* float32, any nonzero value (0.3, -1, NaN) is an edge */
