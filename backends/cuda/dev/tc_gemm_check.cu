@@ -1,12 +1,14 @@
-/* Validate-then-time harness for tc_gemm.cuh and wg_gemm.cuh (standalone,
- * needs a GPU of compute capability 9.0):
+/* Validate-then-time harness for tc_gemm.cuh, wg_gemm.cuh and the candidate
+ * dev/wg_tma.cuh (standalone, needs a GPU of compute capability 9.0):
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I backends/cuda \
  *       backends/cuda/dev/tc_gemm_check.cu -o /tmp/tcg
  *   /tmp/tcg [seed]
  *
  * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
- * instances, its dispatcher and wg_gemm.cuh's kernel ("wgmma"): C is
+ * instances, its dispatcher, wg_gemm.cuh's kernel ("wgmma") and the
+ * candidate at three tile widths ("tma128", "tma192", "tma256"; "n/a" where
+ * it does not take the case, with its weights prepared once a case): C is
  * poisoned with NaN first, then every element must be written and finite, and the checked rows (all of them, or the first
  * and last tiles' rows plus 64 random ones when M is large) must be within
  * relative L2 1e-5 and max abs 1e-4 of a double reference. Then each is
@@ -14,6 +16,7 @@
  * failure. */
 #include "tc_gemm.cuh"
 #include "wg_gemm.cuh"
+#include "wg_tma.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -78,17 +81,37 @@ static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s)
 /* the dispatcher: the tile and the split over k that the layer would use */
 static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, g_cc, s); }
 static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_wg_gemm(g, false, s); }
+/* the candidate's weights and tensor maps for the case at hand */
+static float *g_wb, *g_wl, *g_bias;
+static bool g_wgt_takes;
+static sgkc_wgt_maps g_maps128, g_maps192, g_maps256;
+static cudaError_t launch_t128(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g_wgt_takes ? sgkc_wgt_launch<128, 4>(g_maps128, g, g_bias, s) : cudaErrorNotSupported;
+}
+static cudaError_t launch_t192(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g_wgt_takes ? sgkc_wgt_launch<192, 3>(g_maps192, g, g_bias, s) : cudaErrorNotSupported;
+}
+static cudaError_t launch_t256(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g_wgt_takes ? sgkc_wgt_launch<256, 2>(g_maps256, g, g_bias, s) : cudaErrorNotSupported;
+}
 
 int main(int argc, char **argv)
 {
     CK(sgkc_tc_gemm_prepare());
     CK(sgkc_wg_gemm_prepare());
+    CK((sgkc_wgt_prepare_inst<128, 4>()));
+    CK((sgkc_wgt_prepare_inst<192, 3>()));
+    CK((sgkc_wgt_prepare_inst<256, 2>()));
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
-        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"}};
+        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"},
+        {launch_t128, "tma128"}, {launch_t192, "tma192"}, {launch_t256, "tma256"}};
     int fails = 0;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -186,9 +209,26 @@ int main(int argc, char **argv)
             fails++;
             continue;
         }
+        const size_t Kp = (size_t)sgkc_wgt_kp(c.K);
+        CK(cudaMalloc(&g_wb, Nc * Kp * 4));
+        CK(cudaMalloc(&g_wl, Nc * Kp * 4));
+        CK(cudaMalloc(&g_bias, Nc * 4));
+        g_wgt_takes = sgkc_wgt_takes(g);
+        if (g_wgt_takes) {
+            CK(sgkc_wgt_prep(g, g_wb, g_wl, g_bias, 0));
+            CK(sgkc_wgt_maps_make<128>(g, g_wb, g_wl, &g_maps128));
+            CK(sgkc_wgt_maps_make<192>(g, g_wb, g_wl, &g_maps192));
+            CK(sgkc_wgt_maps_make<256>(g, g_wb, g_wl, &g_maps256));
+            CK(cudaDeviceSynchronize());
+        }
         for (const auto &in : insts) {
             CK(cudaMemset(dC, 0xff, (M * Nc + off) * 4)); /* NaN */
-            CK(in.fn(g, 0));
+            const cudaError_t le = in.fn(g, 0);
+            if (le == cudaErrorNotSupported) {
+                printf("%-18s %5d %5d %5d %-7s n/a\n", c.name, c.M, c.Nc, c.K, in.name);
+                continue;
+            }
+            CK(le);
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(C.data(), dC + off, M * Nc * 4, cudaMemcpyDeviceToHost));
             size_t unwritten = 0;
@@ -230,6 +270,9 @@ int main(int argc, char **argv)
         CK(cudaFree(db));
         CK(cudaFree(dR));
         CK(cudaFree(dC));
+        CK(cudaFree(g_wb));
+        CK(cudaFree(g_wl));
+        CK(cudaFree(g_bias));
     }
     printf("%s: %d failure(s); FP32 FMA peak 67 TFLOP/s\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
