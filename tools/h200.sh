@@ -45,8 +45,10 @@
 #   bash tools/h200.sh profile REGEX PRESET  ncu's full report (speed of light, pipes, warp
 #                                        stalls, memory) of the first kernel of tuned-tiled (or
 #                                        KERNEL_VARIANT) matching REGEX at PRESET, into profile.txt
-#   bash tools/h200.sh tcgemm [SEED]     backends/cuda/dev/tc_gemm_check.cu: tuned-tc's GEMM
-#                                        validated against fp64, then timed
+#   bash tools/h200.sh tcgemm [SEED]     backends/cuda/dev/tc_gemm_check.cu: the projection GEMMs
+#                                        (tc_gemm.cuh, wg_gemm.cuh, the dev/wg_tma.cuh candidate)
+#                                        validated against fp64, then timed (the dev programs stop
+#                                        after DEV_TIMEOUT s, default 180)
 #   bash tools/h200.sh attncheck [SEED]  backends/cuda/dev/attn_check.cu: the attention kernels
 #                                        on the MLP pass's bias and candidates, validated, timed
 #   bash tools/h200.sh mlpcheck [SEED]   backends/cuda/dev/mlp_check.cu: the relation MLP pass
@@ -103,7 +105,7 @@ esac
 dev_check() {
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ibackends/cuda "backends/cuda/dev/$1.cu" -o "/tmp/sgk-$1" \
       > "$O/$1-build.txt" 2>&1 || { tail -40 "$O/$1-build.txt"; exit 1; }
-  "/tmp/sgk-$1" "$2" > "$O/$1.txt" 2>&1
+  timeout "${DEV_TIMEOUT:-180}" "/tmp/sgk-$1" "$2" > "$O/$1.txt" 2>&1
   stamp "$1 rc=$?"; tail -80 "$O/$1.txt"
 }
 
