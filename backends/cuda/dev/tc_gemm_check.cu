@@ -100,6 +100,7 @@ static cudaError_t launch_t256(const sgkc_tc_gemm_args &g, cudaStream_t s)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, nullptr, _IOLBF, 0); /* each row kept if a candidate hangs and the run is stopped */
     CK(sgkc_tc_gemm_prepare());
     CK(sgkc_wg_gemm_prepare());
     CK((sgkc_wgt_prepare_inst<128, 4>()));
@@ -216,10 +217,15 @@ int main(int argc, char **argv)
         g_wgt_takes = sgkc_wgt_takes(g);
         if (g_wgt_takes) {
             CK(sgkc_wgt_prep(g, g_wb, g_wl, g_bias, 0));
-            CK(sgkc_wgt_maps_make<128>(g, g_wb, g_wl, &g_maps128));
-            CK(sgkc_wgt_maps_make<192>(g, g_wb, g_wl, &g_maps192));
-            CK(sgkc_wgt_maps_make<256>(g, g_wb, g_wl, &g_maps256));
             CK(cudaDeviceSynchronize());
+            /* a map the driver refuses fails the case, not the run */
+            if (sgkc_wgt_maps_make<128>(g, g_wb, g_wl, &g_maps128) != cudaSuccess ||
+                sgkc_wgt_maps_make<192>(g, g_wb, g_wl, &g_maps192) != cudaSuccess ||
+                sgkc_wgt_maps_make<256>(g, g_wb, g_wl, &g_maps256) != cudaSuccess) {
+                printf("%-18s tensor maps refused\n", c.name);
+                fails++;
+                g_wgt_takes = false;
+            }
         }
         for (const auto &in : insts) {
             CK(cudaMemset(dC, 0xff, (M * Nc + off) * 4)); /* NaN */
