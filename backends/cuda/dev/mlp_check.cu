@@ -132,6 +132,7 @@ static void versions(const shape &s, const problem &p)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, nullptr, _IOLBF, 0); /* each row kept if the run is stopped */
     g_rng = argc > 1 ? strtoull(argv[1], nullptr, 0) : 7;
     if (g_rng == 0) g_rng = 7;
     printf("mlp_check: seed %llu\n", (unsigned long long)g_rng);
