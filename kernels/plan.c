@@ -105,6 +105,7 @@ sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t a
     p.ldp = sgk_row_length(P, pad);
     p.ldh = sgk_row_length(H, pad);
     p.ldd = sgk_row_length(D + pad, pad);
+    p.sw = 0;
     size_t o = 0;
     p.gamma = o; o = round_up(o + d, a);
     p.beta = o;  o = round_up(o + d, a);
@@ -130,15 +131,18 @@ void sgk_gen_pack(const sgk_layer_desc *d, const sgk_gen_packed *o, float *dst)
     memset(dst, 0, o->total * sizeof(float));
     memcpy(dst + o->gamma, d->ln_gamma, D * sizeof(float));
     memcpy(dst + o->beta, d->ln_beta, D * sizeof(float));
+    /* element (k, c) of Wqkv^T or Wo^T: in rows of ld, or in strips of sw */
+    const size_t sw = (size_t)o->sw;
+    const size_t ldk = (size_t)o->ldk, ldo = (size_t)o->ldo;
+#define SGK_AT(base, ld, k, c) ((base) + (sw ? (c) / sw * D * sw + (k) * sw + (c) % sw : (k) * (ld) + (c)))
     for (size_t k = 0; k < D; k++) {
-        float *row = dst + o->wqkv + k * (size_t)o->ldk;
-        for (int m = 0; m < 3; m++)
+        for (size_t m = 0; m < 3; m++)
             for (size_t n = 0; n < D; n++)
-                row[m * D + n] = w[m][n * D + k];
-        float *orow = dst + o->wo + k * (size_t)o->ldo;
+                dst[SGK_AT(o->wqkv, ldk, k, m * D + n)] = w[m][n * D + k];
         for (size_t n = 0; n < D; n++)
-            orow[n] = wo[n * D + k];
+            dst[SGK_AT(o->wo, ldo, k, n)] = wo[n * D + k];
     }
+#undef SGK_AT
     for (size_t r = 0; r < P; r++)
         for (size_t q = 0; q < P; q++)
             dst[o->w1 + r * (size_t)o->ldp + q] = w1[q * P + r];

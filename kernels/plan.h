@@ -49,6 +49,13 @@ typedef struct sgk_gen_packed {
     int ldp; /* W1^T's rows and b1, of P */
     int ldh; /* W2^T's rows and b2, of H */
     int ldd; /* Wo's rows, of D + pad (zero past D); dctx rows in a workspace too */
+    /* 0: [Wq; Wk; Wv]^T and Wo^T as rows of ldk and ldo floats. Else (the
+     * C target, sw = SGK_GEN_PAD) each as strips of sw columns: column c of
+     * row k at (c / sw) D sw + k sw + c % sw, so that the weights a register
+     * tile reads for consecutive k are contiguous (rows ldk apart are a new
+     * cache line a k, and a long k loop then runs at two thirds of the FMA
+     * rate). sgk_gen_layout leaves it 0; a backend sets it before packing. */
+    int sw;
 } sgk_gen_packed;
 
 sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align);

@@ -64,7 +64,8 @@ int main(int argc, char **argv)
     desc.dim = D, desc.heads = H, desc.pair_dim = P, desc.eps = 1e-5f, desc.dtype = SGK_DTYPE_F32;
     desc.ln_gamma = w[0], desc.ln_beta = w[1], desc.wq = w[2], desc.wk = w[3], desc.wv = w[4];
     desc.wo = w[5], desc.w1 = w[6], desc.b1 = w[7], desc.w2 = w[8], desc.b2 = w[9];
-    const sgk_gen_packed o = sgk_gen_layout(D, H, P, SGK_GEN_PAD, 16);
+    sgk_gen_packed o = sgk_gen_layout(D, H, P, SGK_GEN_PAD, 16);
+    o.sw = SGK_GEN_PAD; /* as the cpu backend packs them */
     float *pk = malloc(o.total * sizeof(float));
     sgk_gen_pack(&desc, &o, pk);
 
@@ -88,14 +89,14 @@ int main(int argc, char **argv)
         sgk_cpu_norm(threads, (int)p.groups_norm, 1, pm, pool, nodes, pk + o.gamma, pk + o.beta, 1e-5f, ws, ctx0,
                      p.ldc, nrows, p.D, p.rt);
         t[1] = now();
-        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pm, pool, ws, ctx0, p.ldc, pk + o.wqkv, p.ldk, 0,
+        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pm, pool, ws, ctx0, p.ldc, pk + o.wqkv, 0, 0,
                      ws, ws, 0, p.ldk, nrows, p.D, p.ldk, p.mt, p.nt);
         t[2] = now();
         sgk_cpu_attn(threads, (int)p.groups_attn, 1, pm, pool, ws, p.ldk, pair, 0, mask, 1, pk + o.w1, p.ldp,
                      pk + o.b1, pk + o.w2, p.ldh, pk + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk,
                      p.qc, (int)p.groups_q, p.scale, 1, 0, nrows, ws, 0);
         t[3] = now();
-        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pm, pool, ws, ctx0, p.ldc, pk + o.wo, p.ldo, 1,
+        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pm, pool, ws, ctx0, p.ldc, pk + o.wo, 0, 1,
                      nodes, out, 0, p.D, nrows, p.D, p.D, p.mt, p.nt);
         t[4] = now();
         if (rep == 0) { /* validate before timing anything */
