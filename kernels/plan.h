@@ -52,13 +52,17 @@ typedef struct sgk_gen_packed {
     /* 0: [Wq; Wk; Wv]^T and Wo^T as rows of ldk and ldo floats. Else (the
      * C target, sw = SGK_GEN_PAD) each as strips of sw columns: column c of
      * row k at (c / sw) D sw + k sw + c % sw, so that the weights a register
-     * tile reads for consecutive k are contiguous (rows ldk apart are a new
-     * cache line a k, and a long k loop then runs at two thirds of the FMA
-     * rate). sgk_gen_layout leaves it 0; a backend sets it before packing. */
+     * tile reads for consecutive k are contiguous (rows ldk apart start a
+     * new cache line every k, which a long k loop waits for; kernels/DESIGN.md).
+     * sgk_gen_layout leaves it 0; a backend sets it before packing, and
+     * passes sgk_gen_ldw's row lengths to the kernels. */
     int sw;
 } sgk_gen_packed;
 
 sgk_gen_packed sgk_gen_layout(int64_t D, int64_t H, int64_t P, int pad, size_t align);
+/* Wqkv^T's or Wo^T's row length ld (o->ldk, o->ldo) as `proj` and `fused`
+ * take it: 0 where o lays them out in strips (relation.sgk's mm). */
+static inline int sgk_gen_ldw(const sgk_gen_packed *o, int ld) { return o->sw ? 0 : ld; }
 /* The length of a padded row of n floats: a multiple of pad, and no
  * multiple of 1024 floats (4 KB). */
 int sgk_row_length(int64_t n, int pad);

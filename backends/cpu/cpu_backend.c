@@ -336,9 +336,8 @@ static void tiled_context(const cpu_layer *l, const sgk_plan *p, const sgk_fwd *
     const int rows = (int)(p->B * p->N), lse_on = lse != NULL;
     sgk_cpu_norm(threads, (int)p->groups_norm, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta, l->eps, ws, xn0,
                  p->ldc, rows, p->D, p->rt);
-    /* W^T's row length 0: its strips (l->off.sw) */
-    sgk_cpu_proj(threads, (int)p->groups_rows, (int)p->groups_qkv, pool_mem, pool, ws, xn0, p->ldc, w + o.wqkv, 0, 0,
-                 ws, ws, 0, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
+    sgk_cpu_proj(threads, (int)p->groups_rows, (int)p->groups_qkv, pool_mem, pool, ws, xn0, p->ldc, w + o.wqkv,
+                 sgk_gen_ldw(&o, p->ldk), 0, ws, ws, 0, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
     sgk_cpu_attn(threads, (int)p->groups_attn, 1, pool_mem, pool, ws, p->ldk, a->pair_feats, (int)l->dtype,
                  a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                  ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q, p->scale,
@@ -355,8 +354,8 @@ static void tiled_forward(const cpu_layer *l, const sgk_plan *p, const sgk_fwd *
     const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float));
     tiled_context(l, p, a, pool_mem, pool, ctx0, lse);
     sgk_cpu_proj(l->ctx->threads, (int)p->groups_rows, (int)p->groups_out, pool_mem, pool, a->workspace, ctx0,
-                 p->ldc, l->w + l->off.wo, 0, 1, a->nodes, a->out, 0, p->D, (int)(p->B * p->N), p->D, p->D,
-                 p->mt, p->nt);
+                 p->ldc, l->w + l->off.wo, sgk_gen_ldw(&l->off, p->ldo), 1, a->nodes, a->out, 0, p->D,
+                 (int)(p->B * p->N), p->D, p->D, p->mt, p->nt);
 }
 
 static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, const sgk_fwd *a)
@@ -370,8 +369,8 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
     if (p.kind == SGK_PLAN_SMALL) {
         sgk_cpu_fused(l->ctx->threads, (int)p.B, 1, pool_mem, pool, a->nodes, a->pair_feats, (int)l->dtype,
                       a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
-                      p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, 0, a->out, p.N, p.D, p.H, p.P,
-                      p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, l->eps, p.scale);
+                      p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, sgk_gen_ldw(&o, p.ldo), a->out, p.N,
+                      p.D, p.H, p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, l->eps, p.scale);
         return SGK_OK;
     }
     tiled_forward(l, &p, a, pool_mem, pool, NULL);

@@ -78,10 +78,11 @@ __device__ __forceinline__ void sgkc_wg_wait()
 }
 /* keeps the compiler from moving accesses of the accumulators across an
  * MMA that is still in flight */
-__device__ __forceinline__ void sgkc_wg_hold(float (&d)[64])
+template <int R>
+__device__ __forceinline__ void sgkc_wg_hold(float (&d)[R])
 {
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < R; i++)
         asm volatile("" : "+f"(d[i])::"memory");
 }
 #endif

@@ -210,12 +210,13 @@ int main(int argc, char **argv)
             fails++;
             continue;
         }
-        const size_t Kp = (size_t)sgkc_wgt_kp(c.K);
-        CK(cudaMalloc(&g_wb, Nc * Kp * 4));
-        CK(cudaMalloc(&g_wl, Nc * Kp * 4));
-        CK(cudaMalloc(&g_bias, Nc * 4));
+        g_wb = g_wl = g_bias = nullptr;
         g_wgt_takes = sgkc_wgt_takes(g);
         if (g_wgt_takes) {
+            const size_t Kp = (size_t)sgkc_wgt_kp(c.K);
+            CK(cudaMalloc(&g_wb, Nc * Kp * 4));
+            CK(cudaMalloc(&g_wl, Nc * Kp * 4));
+            CK(cudaMalloc(&g_bias, Nc * 4));
             CK(sgkc_wgt_prep(g, g_wb, g_wl, g_bias, 0));
             CK(cudaDeviceSynchronize());
             /* a map the driver refuses fails the case, not the run */

@@ -1,7 +1,7 @@
 /* A candidate for wg_gemm.cuh, validated and timed beside it by
  * tc_gemm_check.cu ("tma128", "tma192", "tma256"): the same projections
  * with far fewer instructions a product, which is what holds wg_gemm.cuh
- * at a quarter of the 3xTF32 ceiling (DESIGN.md, "What limits it").
+ * well below the 3xTF32 ceiling (DESIGN.md, "What limits it").
  *
  * - The copies leave the threads: thread 0 issues one TMA load a tile (A,
  *   W's big parts, W's small parts) into 128-byte-swizzled stages, with an
@@ -118,13 +118,7 @@ __device__ __forceinline__ void sgkc_wgt_mma(float (&d)[R], const uint32_t (&a)[
         sgkc_wgt_mma_n256(d, a, db);
 }
 
-template <int R>
-__device__ __forceinline__ void sgkc_wgt_hold(float (&d)[R])
-{
-#pragma unroll
-    for (int i = 0; i < R; i++)
-        asm volatile("" : "+f"(d[i])::"memory");
-}
+/* sgkc_wg_hold's counterpart for a fragment still read by MMAs in flight */
 __device__ __forceinline__ void sgkc_wgt_hold4(uint32_t (&a)[4])
 {
 #pragma unroll
@@ -294,7 +288,7 @@ __global__ void __launch_bounds__(SGKC_WGT_NT, 1)
             const int set = ks & 1;
             if (kt > 0 || ks >= 2) {
                 sgkc_wg_wait<1>();
-                sgkc_wgt_hold(acc);
+                sgkc_wg_hold(acc);
                 sgkc_wgt_hold4(ah[set]);
                 sgkc_wgt_hold4(al[set]);
             }
@@ -312,7 +306,7 @@ __global__ void __launch_bounds__(SGKC_WGT_NT, 1)
             }
             frag(set, ks, xa, xb);
             sgkc_wg_fence();
-            sgkc_wgt_hold(acc);
+            sgkc_wg_hold(acc);
             sgkc_wgt_hold4(ah[set]);
             sgkc_wgt_hold4(al[set]);
             const uint64_t wb = sgkc_wg_desc(Wb + 8 * ks), wl = sgkc_wg_desc(Wl + 8 * ks);
@@ -323,7 +317,7 @@ __global__ void __launch_bounds__(SGKC_WGT_NT, 1)
         }
     }
     sgkc_wg_wait<0>();
-    sgkc_wgt_hold(acc);
+    sgkc_wg_hold(acc);
     sgkc_grid_trigger();
 
 #pragma unroll
