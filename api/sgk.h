@@ -70,8 +70,8 @@ SGK_EXPORT const char *sgk_last_error(void);
 
 typedef enum sgk_dtype {
     SGK_DTYPE_F32 = 0,
-    SGK_DTYPE_BF16 = 1, /* every backend; on cuda the generated variants only */
-    SGK_DTYPE_F16 = 2   /* every backend; on cuda the generated variants only */
+    SGK_DTYPE_BF16 = 1, /* every backend, every variant */
+    SGK_DTYPE_F16 = 2   /* every backend, every variant */
 } sgk_dtype;
 /* A layer's dtype is that of its weights and of nodes, pair_feats and out
  * (the mask stays float32 or uint8); buffers of it are aligned to its size.

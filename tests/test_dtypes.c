@@ -6,7 +6,7 @@
  * masked rows equal to their input bit for bit, and the guards around the
  * 16-bit output intact; the training calls against the reference backward.
  * Then the dtype's own argument rules: 2-byte alignment (not 4), and a
- * forced variant that does not run the call refused. A dtype the backend
+ * forced variant that does not take the shape refused. A dtype the backend
  * does not run is skipped with its message; a backend that runs neither
  * exits 77.
  * Usage: test_dtypes BACKEND (SGK_TEST_SEED changes the base seed). */
@@ -399,9 +399,8 @@ static void test_rules(void **state)
         free(dout);
         free(gn);
     }
-    /* a variant that does not run the call (on cuda: the tuned ones, in
-     * 16-bit), forced: refused with a message that names the layer's dtype,
-     * out untouched */
+    /* a variant that does not take the shape, forced: refused with a
+     * message that names the layer's dtype, out untouched */
     const char *names[16];
     int supported[16], count = 0;
     assert_int_equal(sgk_layer_variants(layer, cs.B, cs.N, names, supported, 16, &count), SGK_OK);

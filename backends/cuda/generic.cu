@@ -119,8 +119,6 @@ static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_
     return e;
 }
 
-/* n elements converted between float and the 16-bit dtype (widen: 16-bit
- * src to float dst; else float src to 16-bit dst). */
 static cudaError_t convert(int threads, int widen, sgk_dtype dtype, const void *src, void *dst, size_t n,
                            cudaStream_t s)
 {
@@ -135,6 +133,11 @@ static cudaError_t convert(int threads, int widen, sgk_dtype dtype, const void *
                                       (sgk_off)n, kind, per)
                  : sgk_launch_narrow16((int)groups, 1, threads, 0, s, (const float *)src, (unsigned short *)dst,
                                        (sgk_off)n, kind, per);
+}
+
+cudaError_t sgkc_convert16(const sgkc_layer *L, int widen, const void *src, void *dst, size_t n, cudaStream_t s)
+{
+    return convert(L->gen_threads, widen, L->dtype, src, dst, n, s);
 }
 
 cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)

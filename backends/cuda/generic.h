@@ -23,6 +23,12 @@ size_t sgkc_generic_workspace(const sgkc_layer *L, int64_t B, int64_t N,
 cudaError_t sgkc_generic_launch(const sgkc_layer *L, const sgk_backend_plan *plan,
                                 const sgkc_fwd *f);
 
+/* n elements of L's 16-bit dtype converted by the generated kernels
+ * (kernels/relation.sgk's widen16 and narrow16, kernels/dtype.h's
+ * rounding): widen, 16-bit src to float dst; else float src to 16-bit dst.
+ * Enqueued on s. */
+cudaError_t sgkc_convert16(const sgkc_layer *L, int widen, const void *src, void *dst, size_t n, cudaStream_t s);
+
 /* The training calls on the generated kernels (kernels/train.sgk), float32
  * layers: the workspace both need (SIZE_MAX where the shape has no plan),
  * the forward that also writes saved, and the backward into g's non-NULL

@@ -286,17 +286,41 @@ static const char *sgkc_variant_name(void *blayer, int variant)
     return variant >= 0 && variant < sgkc_variant_count ? sgkc_variants[variant].name : NULL;
 }
 
+/* ---- 16-bit layers on the float variants ------------------------------
+ * The generated variants read and write 16-bit buffers themselves. Every
+ * other variant computes on float buffers: a 16-bit call widens nodes and
+ * pair features into the workspace past the variant's own, runs the
+ * variant there and narrows out (kernels/dtype.h's rounding, as the
+ * generated variants round). The float copy of the pair features, 4 B N^2 P
+ * bytes written and read again, is what this costs over a float call. */
+struct wide16 {
+    size_t nodes, pair, out, total; /* byte offsets into the workspace, and its size */
+};
+
+static int wide16_runs(const sgkc_layer *L, const sgkc_variant &v)
+{
+    return L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch;
+}
+
+static wide16 wide16_layout(const sgkc_layer *L, size_t own, int64_t B, int64_t N)
+{
+    const auto up = [](size_t x) { return (x + 255) & ~(size_t)255; };
+    const size_t rows = (size_t)B * (size_t)N * (size_t)L->D * sizeof(float);
+    const size_t pairs = (size_t)B * (size_t)N * (size_t)N * (size_t)L->P * sizeof(float);
+    wide16 w;
+    w.nodes = up(own);
+    w.pair = up(w.nodes + rows);
+    w.out = up(w.pair + pairs);
+    w.total = w.out + rows;
+    return w;
+}
+
 static int sgkc_variant_supports(void *blayer, int variant, int64_t B, int64_t N,
                                  sgk_backend_plan *plan)
 {
     if (variant < 0 || variant >= sgkc_variant_count)
         return 0;
-    const sgkc_layer *L = (const sgkc_layer *)blayer;
-    const sgkc_variant &v = sgkc_variants[variant];
-    /* 16-bit layers run on the generated kernels alone */
-    if (L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch)
-        return 0;
-    return v.plan(L, B, N, plan);
+    return sgkc_variants[variant].plan((const sgkc_layer *)blayer, B, N, plan);
 }
 
 static int sgkc_variant_prefers(void *blayer, int variant, int64_t B, int64_t N,
@@ -312,7 +336,12 @@ static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t 
 {
     if (variant < 0 || variant >= sgkc_variant_count)
         return 0;
-    return sgkc_variants[variant].workspace((const sgkc_layer *)blayer, B, N, plan);
+    const sgkc_layer *L = (const sgkc_layer *)blayer;
+    const sgkc_variant &v = sgkc_variants[variant];
+    const size_t own = v.workspace(L, B, N, plan);
+    if (!wide16_runs(L, v) || own == SIZE_MAX)
+        return own;
+    return wide16_layout(L, own, B, N).total;
 }
 
 /* A call's arguments as the launchers take them. */
@@ -346,7 +375,27 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
     if (scope.error() != cudaSuccess)
         return cuda_fail(scope.error(), "cudaSetDevice");
     const sgkc_fwd f = fwd_of(args);
-    const cudaError_t e = v.launch(L, plan, &f);
+    cudaError_t e;
+    if (wide16_runs(L, v)) {
+        const size_t own = v.workspace(L, f.B, f.N, plan);
+        const wide16 w = wide16_layout(L, own, f.B, f.N);
+        char *ws = (char *)f.ws;
+        sgkc_fwd g = f;
+        g.nodes = (const float *)(ws + w.nodes);
+        g.pair = (const float *)(ws + w.pair);
+        g.out = (float *)(ws + w.out);
+        g.ws_bytes = own;
+        const size_t rows = (size_t)f.B * (size_t)f.N * (size_t)L->D;
+        e = sgkc_convert16(L, 1, f.nodes, (void *)g.nodes, rows, f.stream);
+        if (e == cudaSuccess)
+            e = sgkc_convert16(L, 1, f.pair, (void *)g.pair, (size_t)f.B * f.N * f.N * L->P, f.stream);
+        if (e == cudaSuccess)
+            e = v.launch(L, plan, &g);
+        if (e == cudaSuccess)
+            e = sgkc_convert16(L, 0, g.out, f.out, rows, f.stream);
+    } else {
+        e = v.launch(L, plan, &f);
+    }
     if (e != cudaSuccess)
         return cuda_fail(e, v.name);
     return SGK_OK;
