@@ -46,7 +46,7 @@
 #                                        stalls, memory) of the first kernel of tuned-tiled (or
 #                                        KERNEL_VARIANT) matching REGEX at PRESET, into profile.txt
 #   bash tools/h200.sh tcgemm [SEED]     backends/cuda/dev/tc_gemm_check.cu: the projection GEMMs
-#                                        (tc_gemm.cuh, wg_gemm.cuh, the dev/wg_tma.cuh candidate)
+#                                        (tc_gemm.cuh, wg_gemm.cuh at each block width)
 #                                        validated against fp64, then timed (the dev programs stop
 #                                        after DEV_TIMEOUT s, default 180)
 #   bash tools/h200.sh attncheck [SEED]  backends/cuda/dev/attn_check.cu: the attention kernels

@@ -55,6 +55,11 @@ struct sgkc_layer {
      * and Wo there ([n][k]). */
     const float *gen;
     sgk_packed gen_off;
+    /* The projections' weights as wg_gemm.cuh takes them (tc.cu,
+     * sgkc_tc_wg_prep): Q/K/V's with LayerNorm's gamma and beta folded in,
+     * then Wo's; an allocation of its own, remade whenever the weights
+     * change; NULL where that kernel does not run. */
+    float *wg;
     /* The weights as the generated kernels take them (sgk_gen_pack). */
     const float *kern;
     sgk_gen_packed kern_off;

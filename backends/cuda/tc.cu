@@ -1,6 +1,6 @@
 /* tuned-tc: the layer on the tensor cores in 3xTF32, at any shape whose
  * head dim is at most 256 and P at most 128. Three launches: LayerNorm and
- * the Q/K/V projection (tc_gemm.cuh, or wg_gemm.cuh: tc_gemm_any),
+ * the Q/K/V projection (wg_gemm.cuh, or tc_gemm.cuh: tc_gemm_any),
  * attention with the relation MLP on the fly (tc_attn.cuh), the output
  * projection with the residual (the same GEMM). The workspace holds qkv (B*N, 3D) and ctx (B*N, D). */
 #include "cuda_layer.h"
@@ -16,28 +16,63 @@
 static const size_t TC_ALIGN = 256;
 
 /* wg_gemm.cuh where the build has sm_90a code, the device is compute
- * capability 9.0 and its 128 x 128 tiles give at least a third of the SMs
- * a block (on fewer, tc_gemm.cuh's split over k keeps every SM busy);
- * else tc_gemm.cuh. */
+ * capability 9.0 with the shared memory for its tiles and the driver can
+ * make tensor maps; the layer then keeps its projections' weights as that
+ * kernel takes them (L->wg). */
 static bool wg_device(const sgkc_layer *L)
 {
 #if defined(SGKC_HAVE_SM90A)
-    return L->cc_major == 9 && L->cc_minor == 0 && SGKC_WG_SMEM <= L->smem_optin;
+    return L->cc_major == 9 && L->cc_minor == 0 && SGKC_WG_SMEM <= L->smem_optin && sgkc_wg_encoder();
 #else
     (void)L;
     return false;
 #endif
 }
-static bool wg_takes(const sgkc_layer *L, int64_t M, int Nc)
+
+size_t sgkc_tc_wg_floats(const sgkc_layer *L)
 {
-    return wg_device(L) &&
-           3 * ((M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)Nc + SGKC_WG_BN - 1) / SGKC_WG_BN) >= L->sm_count;
+    const int D = L->D;
+    return wg_device(L) ? sgkc_wg_floats(3 * D, D) + sgkc_wg_floats(D, D) : 0;
+}
+
+cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
+{
+    if (!L->wg)
+        return cudaSuccess;
+    const int D = L->D;
+    const cudaError_t e = sgkc_wg_prep(L->gen + L->gen_off.wqkv, L->gamma, L->beta, 3 * D, D, L->wg, s);
+    if (e != cudaSuccess)
+        return e;
+    return sgkc_wg_prep(L->gen + L->gen_off.wo, nullptr, nullptr, D, D, L->wg + sgkc_wg_floats(3 * D, D), s);
+}
+
+/* Whether g is one of the layer's two projections with its weights in
+ * L->wg (*w), on a grid wg_gemm.cuh takes: 128 x 128 tiles for at least a
+ * quarter of the SMs. On fewer, tc_gemm.cuh's split over k keeps every SM
+ * busy and wins (s02's Q/K/V, 12 tiles; mid's output, 32). */
+static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_weights *w)
+{
+    const int D = L->D;
+    if (!L->wg || !sgkc_wg_takes(g) || g.K != D)
+        return false;
+    if (4 * ((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)g.Nc + 127) / 128) < L->sm_count)
+        return false;
+    if (g.W == L->gen + L->gen_off.wqkv && g.Nc == 3 * D && g.gamma == L->gamma && g.beta == L->beta) {
+        *w = sgkc_wg_weights_at(L->wg, 3 * D, D);
+        return true;
+    }
+    if (g.W == L->gen + L->gen_off.wo && g.Nc == D && !g.gamma) {
+        *w = sgkc_wg_weights_at(L->wg + sgkc_wg_floats(3 * D, D), D, D);
+        return true;
+    }
+    return false;
 }
 
 static cudaError_t tc_gemm_any(const sgkc_layer *L, const sgkc_tc_gemm_args &g, cudaStream_t s)
 {
-    if (wg_takes(L, g.M, g.Nc))
-        return sgkc_wg_gemm(g, true, s);
+    sgkc_wg_weights w;
+    if (wg_weights(L, g, &w))
+        return sgkc_wg_gemm(g, w, sgkc_wg_bn(g.M, g.Nc, L->sm_count), true, s);
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 
@@ -125,7 +160,7 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     return tc_gemm_any(L, g, f->stream);
 }
 
-cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaStream_t s)
+static sgkc_tc_gemm_args tc_args(const sgkc_gemm_args &p)
 {
     sgkc_tc_gemm_args g;
     memset(&g, 0, sizeof g);
@@ -141,7 +176,18 @@ cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaSt
     g.residual = p.residual;
     g.scale_cols = p.scale_cols;
     g.scale = p.scale;
-    return tc_gemm_any(L, g, s);
+    return g;
+}
+
+cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaStream_t s)
+{
+    return tc_gemm_any(L, tc_args(p), s);
+}
+
+bool sgkc_tc_project_wg(const sgkc_layer *L, const sgkc_gemm_args &p)
+{
+    sgkc_wg_weights w;
+    return wg_weights(L, tc_args(p), &w);
 }
 
 bool sgkc_tc_project_fits(const sgkc_layer *L)

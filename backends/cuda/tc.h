@@ -18,6 +18,14 @@ cudaError_t sgkc_tc_prepare(const sgkc_layer *L);
  * shared memory for its larger tile). */
 cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &g, cudaStream_t s);
 bool sgkc_tc_project_fits(const sgkc_layer *L);
+/* Whether sgkc_tc_project runs g on wg_gemm.cuh (Hopper's warpgroup MMA,
+ * the layer's weights as it takes them), which outruns every other
+ * projection kernel where it does. */
+bool sgkc_tc_project_wg(const sgkc_layer *L, const sgkc_gemm_args &g);
+/* Floats of L->wg where wg_gemm.cuh runs on L's device, else 0; and L->wg
+ * remade from the layer's weights on stream s (a no-op where it is NULL). */
+size_t sgkc_tc_wg_floats(const sgkc_layer *L);
+cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s);
 /* The blocks of a cluster that sgkc_tc_project splits each output tile's k
  * range over (1: none). */
 int sgkc_tc_project_ksplit(const sgkc_layer *L, int64_t M, int Nc, int K);

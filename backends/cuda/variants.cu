@@ -251,7 +251,9 @@ static bool tc_wins(const sgkc_layer *L, const sgkc_gemm_args &g)
 
 static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    /* D = 256 where its grid has a block for every SM: gemm_panel.cuh,
+    /* wg_gemm.cuh where it takes g (compute capability 9.0, a grid of 128
+     * x 128 tiles for a quarter of the SMs). Else: D = 256 where its grid
+     * has a block for every SM: gemm_panel.cuh,
      * whose panels outrun sgemm.cuh's tiles there (DESIGN.md). Otherwise
      * tc_gemm.cuh where tc_wins, else sgemm.cuh, in 64x128 tiles of 8x8 a thread
      * (128 threads, 168 registers, three blocks an SM) wherever they give
@@ -263,6 +265,8 @@ static cudaError_t launch_qkv(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
     /* Where one column block a block takes more than one wave, a block
      * walks several (panel_ntiles), paying the panel's copy and LayerNorm
      * once for them. */
+    if (sgkc_tc_project_wg(L, g))
+        return sgkc_tc_project(L, g, s);
     const dim3 pg = panel_grid<SGKC_GP_QKV>(L, g);
     if (panel_fits<SGKC_GP_QKV>(L, g, false) && ((int64_t)pg.x * pg.y >= L->sm_count || !sgkc_tc_project_fits(L))) {
         const dim3 one = panel_grid<SGKC_GP_QKV>(L, g), walk = panel_grid<SGKC_GP_QKVW>(L, g);
@@ -297,7 +301,7 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 
 static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    /* D = 256 and the grid in one wave of three blocks an SM, with a block
+    /* wg_gemm.cuh where it takes g, as for Q/K/V. Else: D = 256 and the grid in one wave of three blocks an SM, with a block
      * for every SM: gemm_panel.cuh. Past one wave its three blocks an SM
      * take more waves than sgemm.cuh's four (DESIGN.md). Otherwise
      * tc_gemm.cuh where tc_wins, else sgemm.cuh's 32x64
@@ -306,6 +310,8 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
      * 8x4 a thread were slower at every preset). */
     /* Two K groups where one wave has two blocks an SM: twice the warps to
      * hide latency (a small gain at mid). */
+    if (sgkc_tc_project_wg(L, g))
+        return sgkc_tc_project(L, g, s);
     const dim3 pg = panel_grid<SGKC_GP_OUT>(L, g);
     const bool few = (int64_t)pg.x * pg.y < L->sm_count && sgkc_tc_project_fits(L);
     if (!few && panel_fits<SGKC_GP_OUT2>(L, g, true))
@@ -359,7 +365,7 @@ static cudaError_t launch_dgemm(const sgkc_layer *L, cudaStream_t s, const sgkc_
 static cudaError_t launch_out_dmma(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     const dim3 grid = dgemm_grid(L, g, false);
-    if ((int64_t)grid.x * grid.y < L->sm_count)
+    if ((int64_t)grid.x * grid.y < L->sm_count || sgkc_tc_project_wg(L, g))
         return launch_out(L, s, g);
     return launch_dgemm<false, true>(L, s, g, grid);
 }
@@ -782,8 +788,8 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
     const sgkc_gemm_args gq = qkv_args(L, f, qkv), go = out_args(L, f, ctx);
-    SGKC_RETURN_IF(dm ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
-                      : launch_qkv(L, f->stream, gq));
+    SGKC_RETURN_IF(dm && !sgkc_tc_project_wg(L, gq) ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
+                                                  : launch_qkv(L, f->stream, gq));
     sgkc_attn_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.HG = c.HG;
@@ -1330,6 +1336,20 @@ static cudaError_t pack_float(sgkc_layer *L, int device, const sgk_layer_desc *d
     L->fs_rwo = p.seed ? base + p.o_rwo : NULL;
     L->gen_off = p.gen;
     L->block_floats = p.total;
+    L->wg = NULL;
+    if (const size_t n = sgkc_tc_wg_floats(L)) {
+        if (alloc_fail && alloc_fail())
+            err = cudaErrorMemoryAllocation;
+        else if ((err = cudaMalloc(&L->wg, n * sizeof(float))) != cudaSuccess)
+            L->wg = NULL;
+        if (err == cudaSuccess && (err = sgkc_tc_wg_prep(L, 0)) == cudaSuccess)
+            err = cudaStreamSynchronize(0);
+        if (err != cudaSuccess) {
+            sgk_repack_map_free(&map);
+            sgkc_layer_release(L);
+            return err;
+        }
+    }
     if (map.runs) {
         L->map_runs = (const sgk_repack_run *)((const unsigned char *)L->block + weights);
         L->map_first = (const int64_t *)(L->map_runs + map.count);
@@ -1370,6 +1390,8 @@ cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc16, 
      * landed; the legacy stream's synchronisation waits for it, so that a
      * forward on any stream after this call reads the new weights. */
     cudaError_t e = cudaMemcpy(L->block, h, p.total * sizeof(float), cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = sgkc_tc_wg_prep(L, 0);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(0);
     free(h);
@@ -1446,6 +1468,7 @@ cudaError_t sgkc_layer_repack_device(const sgkc_layer *L, const sgk_layer_desc *
         sgkc_repack_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s>>>(a);
         SGKC_RETURN_IF(cudaGetLastError());
     }
+    SGKC_RETURN_IF(sgkc_tc_wg_prep(L, s));
     sgkc_repack_fence_kernel<<<1, 32, 0, s>>>();
     return cudaGetLastError();
 }
@@ -1455,6 +1478,10 @@ void sgkc_layer_release(sgkc_layer *L)
     if (L && L->block) {
         cudaFree(L->block);
         L->block = NULL;
+    }
+    if (L && L->wg) {
+        cudaFree(L->wg);
+        L->wg = NULL;
     }
 }
 

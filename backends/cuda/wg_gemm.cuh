@@ -1,37 +1,61 @@
 /* C = op(A) W^T (+ residual) on Hopper's warpgroup MMA (wgmma, sm_90a) in
- * 3xTF32: tc_gemm.cuh's projections (the same arguments, LayerNorm, scaled
- * columns and residual) at the tensor cores' full TF32 rate, which
- * mma.sync does not reach.
+ * 3xTF32: tc_gemm.cuh's projections (the same arguments: LayerNorm, scaled
+ * columns, residual) at the tensor cores' full TF32 rate, which mma.sync
+ * does not reach. The two the layer runs: LayerNorm'd A without a residual
+ * (Q/K/V) and plain A with one (the output projection).
  *
- * A block computes 128 x 128 outputs with two warpgroups of 64 rows. Per
- * k-tile of 32, A's and W's tiles land by cp.async in 128-byte-swizzled
- * rows (the 16-byte chunk c of row r at c ^ (r % 8), the layout wgmma's
- * descriptors read); then every thread rewrites its chunks in place as
- * their TF32 big part and writes the small part to a second tile of the
- * same layout (LayerNorm first, as tc_gemm.cuh does), and each warpgroup
- * issues, per k-step of 8, small A x big W, big A x small W, big A x big W
- * into its 64 accumulators a thread. The MMAs run asynchronously: while
- * one k-tile's are in flight the threads split the next, and the copy of
- * the k-tile two ahead goes into the stage whose MMAs both warpgroups have
- * waited for. Three stages of the four tiles take 192 KB: one block an SM.
+ * A block of two warpgroups computes 128 x BN outputs (BN 128, 192 or 256:
+ * m64nBNk8 a warpgroup, so one A fragment feeds BN columns). Per k-tile of
+ * 32:
+ * - Thread 0 issues one TMA load a tile (A; W's TF32 big parts; its small
+ *   parts) into a ring of S 128-byte-swizzled stages, each with an
+ *   mbarrier for "landed" and one for "free again". No thread spends
+ *   instructions on copies or addresses.
+ * - W arrives split (sgkc_wg_prep, whenever the weights change), with
+ *   gamma folded in: LN(x) W^T = ((x - mean) rstd) (W o gamma)^T + W beta,
+ *   W beta being where the accumulators start. The mean is still taken off
+ *   x itself, in two passes about the row's first element, so rows with a
+ *   mean of 1e4 and a spread of 1e-2 keep their digits.
+ * - A goes to wgmma from registers in m16n8k8's fragment layout (warp w of
+ *   a warpgroup holding rows 16 w .. 16 w + 15), normalised and split
+ *   there. W's columns are permuted within each k-tile (a sum does not
+ *   care about the order of its terms) so that lane (g, t)'s eight columns
+ *   of a k-tile are two 16-byte loads a row instead of eight.
+ * Per k-step of 8 a warpgroup issues small A x big W, big A x small W, big
+ * A x big W; fragments alternate between two register sets so that the
+ * next k-step's are made while the MMAs run, and a stage goes back to
+ * thread 0 once both warpgroups' MMAs that read it are done.
  *
- * The kernel body exists only in sm_90a code (__CUDA_ARCH_FEAT_SM90_ALL);
- * the host takes it where the build has sm_90a (SGKC_HAVE_SM90A) and the
- * device is compute capability 9.0, elsewhere tc_gemm.cuh. */
+ * Needs K % 4 == 0 and a 16-byte aligned A (TMA's row stride and base);
+ * sgkc_wg_takes says so. The kernel body exists only in sm_90a code
+ * (__CUDA_ARCH_FEAT_SM90_ALL); the host takes it where the build has sm_90a
+ * (SGKC_HAVE_SM90A) and the device is compute capability 9.0. */
 #ifndef SGK_CUDA_WG_GEMM_CUH
 #define SGK_CUDA_WG_GEMM_CUH
 
 #include "tc_gemm.cuh"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #define SGKC_WG_BM 128
-#define SGKC_WG_BN 128
 #define SGKC_WG_BK 32
-#define SGKC_WG_STAGES 3
 #define SGKC_WG_NT 256 /* two warpgroups */
-#define SGKC_WG_TILE (SGKC_WG_BM * SGKC_WG_BK) /* floats of one operand tile (BM == BN) */
-#define SGKC_WG_STAGE (4 * SGKC_WG_TILE)        /* big A, big W, small A, small W */
-/* the stages, the LayerNorm statistics, and room to align the stages to 1 KB */
-#define SGKC_WG_SMEM ((size_t)(SGKC_WG_STAGES * SGKC_WG_STAGE + 3 * SGKC_WG_BM) * sizeof(float) + 1024)
+
+/* BN outputs a block's row, S stages */
+template <int BN, int S>
+struct sgkc_wg_cfg {
+    static constexpr int A_FL = SGKC_WG_BM * SGKC_WG_BK, W_FL = BN * SGKC_WG_BK;
+    static constexpr int STAGE_FL = A_FL + 2 * W_FL;
+    static constexpr uint32_t BYTES = (uint32_t)STAGE_FL * 4u; /* a stage's TMA bytes */
+    /* stages (1 KB aligned), LayerNorm statistics, 2 S mbarriers, alignment slack */
+    static constexpr size_t SMEM = (size_t)S * STAGE_FL * 4 + 3 * SGKC_WG_BM * 4 + 2 * S * 8 + 1024;
+};
+/* The instances: as many stages as fit 192 KB beside each other's tiles */
+#define SGKC_WG_128 128, 4
+#define SGKC_WG_192 192, 3
+#define SGKC_WG_256 256, 2
+#define SGKC_WG_SMEM (sgkc_wg_cfg<SGKC_WG_128>::SMEM)
 
 /* float offset of chunk c (4 floats) of row r in a 128-byte-swizzled tile */
 __device__ __forceinline__ int sgkc_wg_at(int r, int c)
@@ -51,14 +75,13 @@ __device__ __forceinline__ uint64_t sgkc_wg_desc(const float *p)
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* d += A B^T over one k-step of 8: A 64 x 8 and B 128 x 8 (K-major, both
- * read from shared memory through their descriptors), d the warpgroup's
- * 64 x 128 fp32 accumulators (64 a thread) */
-__device__ __forceinline__ void sgkc_wg_mma_64x128x8(float (&d)[64], uint64_t da, uint64_t db)
+/* d += A B^T over one k-step of 8: A 64 x 8 from registers (a), B BN x 8
+ * K-major from shared memory (descriptor db), d the warpgroup's 64 x BN
+ * fp32 accumulators (BN / 2 a thread) */
+__device__ __forceinline__ void sgkc_wg_mma_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t db)
 {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -67,8 +90,63 @@ __device__ __forceinline__ void sgkc_wg_mma_64x128x8(float (&d)[64], uint64_t da
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(1));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
+
+__device__ __forceinline__ void sgkc_wg_mma_n192(float (&d)[96], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n192k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, {%96, %97, %98, %99}, %100, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void sgkc_wg_mma_n256(float (&d)[128], const uint32_t (&a)[4], uint64_t db)
+{
+    asm volatile("wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+
+template <int R>
+__device__ __forceinline__ void sgkc_wg_mma(float (&d)[R], const uint32_t (&a)[4], uint64_t db)
+{
+    if constexpr (R == 64)
+        sgkc_wg_mma_n128(d, a, db);
+    else if constexpr (R == 96)
+        sgkc_wg_mma_n192(d, a, db);
+    else
+        sgkc_wg_mma_n256(d, a, db);
+}
+
 __device__ __forceinline__ void sgkc_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void sgkc_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -76,8 +154,8 @@ __device__ __forceinline__ void sgkc_wg_wait()
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-/* keeps the compiler from moving accesses of the accumulators across an
- * MMA that is still in flight */
+/* keeps the compiler from moving accesses of the accumulators, or of a
+ * fragment, across an MMA that is still in flight */
 template <int R>
 __device__ __forceinline__ void sgkc_wg_hold(float (&d)[R])
 {
@@ -85,199 +163,350 @@ __device__ __forceinline__ void sgkc_wg_hold(float (&d)[R])
     for (int i = 0; i < R; i++)
         asm volatile("" : "+f"(d[i])::"memory");
 }
+__device__ __forceinline__ void sgkc_wg_hold4(uint32_t (&a)[4])
+{
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        asm volatile("" : "+r"(a[i])::"memory");
+}
+
+__device__ __forceinline__ void sgkc_mbar_init(uint32_t bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void sgkc_mbar_expect(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void sgkc_mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void sgkc_mbar_wait(uint32_t bar, uint32_t parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* the box of map at (c0 inner, c1 outer) into dst, completing on bar */
+__device__ __forceinline__ void sgkc_tma_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
 #endif
 
-template <bool LN, bool RES>
-__global__ void __launch_bounds__(SGKC_WG_NT, 1) sgkc_wg_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
+/* A call's tensor maps, made on the host: A (M, K), and W's two parts
+ * (Nc, Kp) in boxes of 32 k by 128 rows (A) or BN rows (W). */
+struct sgkc_wg_maps {
+    CUtensorMap a, wb, wl;
+};
+template <int BN, int S, bool LN, bool RES>
+__global__ void __launch_bounds__(SGKC_WG_NT, 1)
+    sgkc_wg_kernel(const __grid_constant__ sgkc_wg_maps maps, sgkc_tc_gemm_args a, const float *__restrict__ bias,
+                    sgkc_tc_flags f)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BM = SGKC_WG_BM, BK = SGKC_WG_BK, NT = SGKC_WG_NT, S = SGKC_WG_STAGES, TILE = SGKC_WG_TILE;
-    constexpr int CH = BM * (BK / 4) / NT; /* chunks of one tile a thread copies and splits: 4 */
+    using cfg = sgkc_wg_cfg<BN, S>;
+    constexpr int BM = SGKC_WG_BM, BK = SGKC_WG_BK, R = BN / 2;
     extern __shared__ float4 wg_smem4[];
     float *ring = reinterpret_cast<float *>(((uintptr_t)wg_smem4 + 1023) & ~(uintptr_t)1023);
-    float *s_shift = ring + S * SGKC_WG_STAGE, *s_mean = s_shift + BM, *s_rstd = s_mean + BM;
+    float *s_shift = ring + S * cfg::STAGE_FL, *s_mean = s_shift + BM, *s_rstd = s_mean + BM;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(s_rstd + BM); /* full[S], then empty[S] */
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
+    auto full = [&](int s) { return bar0 + 8u * (uint32_t)s; };
+    auto empty = [&](int s) { return bar0 + 8u * (uint32_t)(S + s); };
+    auto stage = [&](int s) { return ring + s * cfg::STAGE_FL; };
 
-    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp >> 2;
+    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
-    const int Nc = a.Nc, K = a.K, n0 = (int)blockIdx.y * SGKC_WG_BN;
+    const int Nc = a.Nc, K = a.K, n0 = (int)blockIdx.y * BN;
     const int KT = (K + BK - 1) / BK;
-    /* a thread's chunks: column cc of rows r0 + 32 i */
-    const int cc = tid & 7, r0 = tid >> 3;
 
-    /* A thread's chunks of a tile: column cc of rows r0 + 32 i, at the same
-     * shared-memory offsets in A's and W's tiles. Their rows' sources are
-     * found once (a row at or past the matrix's end reads as zeros from a
-     * valid address), so that a k-tile's copy is an add, a compare and the
-     * copy itself a chunk. */
-    int at[CH];
-    const float *pa[CH], *pw[CH];
-    bool oka[CH], okw[CH];
-#pragma unroll
-    for (int i = 0; i < CH; i++) {
-        const int r = r0 + 32 * i;
-        at[i] = sgkc_wg_at(r, cc);
-        oka[i] = m0 + r < M;
-        okw[i] = n0 + r < Nc;
-        pa[i] = a.A + (size_t)(oka[i] ? m0 + r : 0) * K;
-        pw[i] = a.W + (size_t)(okw[i] ? n0 + r : 0) * K;
-    }
-    /* k-tile kt of the rows ps into a tile: zeros for rows out of range
-     * (ok) and for k past K */
-    auto copy = [&](float *dst, const float *const (&ps)[CH], const bool (&ok)[CH], int kt, bool vec) {
-        const int k = kt * BK + 4 * cc;
-#pragma unroll
-        for (int i = 0; i < CH; i++) {
-            float *d = dst + at[i];
-            if (vec) {
-                const bool in = ok[i] && k < K;
-                sgkc_cp_async16_zfill(d, in ? ps[i] + k : ps[i], in ? 16 : 0);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const bool in = ok[i] && k + e < K;
-                    sgkc_cp_async4_zfill(d + e, in ? ps[i] + k + e : ps[i], in ? 4 : 0);
-                }
-            }
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) {
+            sgkc_mbar_init(full(s), 1);
+            sgkc_mbar_init(empty(s), 2); /* one arrival a consumer warpgroup */
         }
-    };
-    auto stage = [&](int kt) { return ring + (kt % S) * SGKC_WG_STAGE; };
-    auto copy_w = [&](int kt) { copy(stage(kt) + TILE, pw, okw, kt, f.vec_w); };
-    auto copy_a = [&](int kt) { copy(stage(kt), pa, oka, kt, f.vec_a); };
-
-    /* W before the grid wait, A after (it may be the previous kernel's
-     * output); commit group s holds k-tile s (group 0 also W's tile 1) */
-#pragma unroll
-    for (int s = 0; s < S - 1; s++)
-        if (s < KT)
-            copy_w(s);
-    sgkc_grid_wait();
-#pragma unroll
-    for (int s = 0; s < S - 1; s++) {
-        if (s < KT)
-            copy_a(s);
-        sgkc_cp_commit();
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+    __syncthreads();
 
-    float ln_sh[LN ? CH : 1], ln_mu[LN ? CH : 1], ln_rs[LN ? CH : 1];
+    /* thread 0 issues every load: the first S k-tiles here (W before the
+     * grid wait, A, maybe the previous kernel's output, after it), k-tile
+     * kt - 1 + S once both warpgroups have given k-tile kt - 1's stage back */
+    auto load = [&](int kt, bool w, bool x) {
+        const int s = kt % S;
+        const uint32_t dst = (uint32_t)__cvta_generic_to_shared(stage(s));
+        if (w) {
+            sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.wb, kt * BK, n0, full(s));
+            sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, kt * BK, n0, full(s));
+        }
+        if (x)
+            sgkc_tma_2d(dst, &maps.a, kt * BK, (int)m0, full(s));
+    };
+    const int pro = KT < S ? KT : S;
+    if (tid == 0)
+        for (int kt = 0; kt < pro; kt++) {
+            sgkc_mbar_expect(full(kt), cfg::BYTES);
+            load(kt, true, false);
+        }
+    sgkc_grid_wait();
+    if (tid == 0)
+        for (int kt = 0; kt < pro; kt++)
+            load(kt, false, true);
+
+    /* warpgroup wg of two, warp w4 of its four */
+    const int wg = warp >> 2, w4 = warp & 3, g = lane >> 2, t = lane & 3;
+    const int ra = 64 * wg + 16 * w4 + g, rb = ra + 8; /* the rows of this thread's A fragments */
+    float sh_a = 0.0f, mu_a = 0.0f, rs_a = 0.0f, sh_b = 0.0f, mu_b = 0.0f, rs_b = 0.0f;
     if constexpr (LN) {
 #pragma unroll 1
-        for (int q = warp; q < BM / 4; q += NT / 32)
+        for (int q = warp; q < BM / 4; q += 8)
             sgkc_tc_row_stats<4>(a, m0 + 4 * q, f.vec_a, lane, s_shift + 4 * q, s_mean + 4 * q, s_rstd + 4 * q);
         __syncthreads();
-#pragma unroll
-        for (int i = 0; i < CH; i++) {
-            const int r = r0 + 32 * i;
-            ln_sh[i] = s_shift[r];
-            ln_mu[i] = s_mean[r];
-            ln_rs[i] = s_rstd[r];
-        }
+        sh_a = s_shift[ra], mu_a = s_mean[ra], rs_a = s_rstd[ra];
+        sh_b = s_shift[rb], mu_b = s_mean[rb], rs_b = s_rstd[rb];
     }
-    float gm_next[4], bt_next[4];
-    auto load_gb = [&](int kt) {
-        const int k = kt * BK + 4 * cc;
+
+    /* acc[4j + 2s + e]: row 16 w4 + 8 s + g of the warpgroup's 64, column
+     * 8 j + 2 t + e; W beta is where the sums start */
+    float acc[R];
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            gm_next[e] = LN && k + e < K ? __ldg(a.gamma + k + e) : 0.0f;
-            bt_next[e] = LN && k + e < K ? __ldg(a.beta + k + e) : 0.0f;
+    for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int n = n0 + 8 * j + 2 * t + e;
+            const float b0 = LN && n < Nc ? __ldg(bias + n) : 0.0f;
+            acc[4 * j + e] = b0;
+            acc[4 * j + 2 + e] = b0;
         }
-    };
-    if constexpr (LN)
-        load_gb(0);
 
-    float acc[64];
+    uint32_t ah[2][4], al[2][4];
+    /* fragments of k-step ks (0..3) of the k-tile whose two chunks of rows
+     * ra and rb are xa and xb: physical columns 8 t + 2 ks and 8 t + 2 ks + 1
+     * (W's permutation puts logical columns t and t + 4 of the k-step there) */
+    auto frag = [&](int set, int ks, const float4 (&xa)[2], const float4 (&xb)[2]) {
+        const float4 &ca = xa[ks >> 1], &cb = xb[ks >> 1];
+        float v[4];
+        v[0] = (ks & 1) ? ca.z : ca.x;
+        v[1] = (ks & 1) ? cb.z : cb.x;
+        v[2] = (ks & 1) ? ca.w : ca.y;
+        v[3] = (ks & 1) ? cb.w : cb.y;
+        if constexpr (LN) {
+            v[0] = ((v[0] - sh_a) - mu_a) * rs_a;
+            v[1] = ((v[1] - sh_b) - mu_b) * rs_b;
+            v[2] = ((v[2] - sh_a) - mu_a) * rs_a;
+            v[3] = ((v[3] - sh_b) - mu_b) * rs_b;
+        }
 #pragma unroll
-    for (int i = 0; i < 64; i++)
-        acc[i] = 0.0f;
+        for (int e = 0; e < 4; e++)
+            sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
+    };
 
+    /* The k-steps run as one sequence i = 4 kt + ks, fragment set i % 2:
+     * before step i's fragments are made, step i - 2's MMAs (which read
+     * that set) must be done, and once step 4 kt + 1 has waited so, all of
+     * k-tile kt - 1's are, and its stage goes back to thread 0's loads.
+     * The warp-synchronous wgmma instructions follow only after __syncwarp,
+     * since thread 0 alone may have waited for a stage. */
 #pragma unroll 1
     for (int kt = 0; kt < KT; kt++) {
-        sgkc_cp_wait<S - 2>();
-        __syncthreads(); /* k-tile kt landed */
-        float *Ab = stage(kt), *Wb = Ab + TILE, *Al = Wb + TILE, *Wl = Al + TILE;
-        float gm[4], bt[4];
-        if constexpr (LN) {
+        const int s = kt % S;
+        sgkc_mbar_wait(full(s), (uint32_t)((kt / S) & 1));
+        __syncwarp();
+        const float *As = stage(s), *Wb = As + cfg::A_FL, *Wl = Wb + cfg::W_FL;
+        float4 xa[2], xb[2];
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                gm[e] = gm_next[e], bt[e] = bt_next[e];
-            load_gb(kt + 1);
+        for (int c = 0; c < 2; c++) {
+            xa[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(ra, 2 * t + c));
+            xb[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(rb, 2 * t + c));
         }
-        /* big parts in place, small parts beside them */
-        auto split = [&](float *big, float *small, int o, float4 v) {
-            uint32_t h[4], l[4];
-            sgkc_split_tf32(v.x, h[0], l[0]);
-            sgkc_split_tf32(v.y, h[1], l[1]);
-            sgkc_split_tf32(v.z, h[2], l[2]);
-            sgkc_split_tf32(v.w, h[3], l[3]);
-            *reinterpret_cast<uint4 *>(big + o) = make_uint4(h[0], h[1], h[2], h[3]);
-            *reinterpret_cast<uint4 *>(small + o) = make_uint4(l[0], l[1], l[2], l[3]);
-        };
 #pragma unroll
-        for (int i = 0; i < CH; i++) {
-            const int o = sgkc_wg_at(r0 + 32 * i, cc);
-            float4 v = *reinterpret_cast<const float4 *>(Ab + o);
-            if constexpr (LN) {
-                auto ln = [&](float x, int e) { return fmaf(((x - ln_sh[i]) - ln_mu[i]) * ln_rs[i], gm[e], bt[e]); };
-                v = make_float4(ln(v.x, 0), ln(v.y, 1), ln(v.z, 2), ln(v.w, 3));
+        for (int ks = 0; ks < 4; ks++) {
+            const int set = ks & 1;
+            if (kt > 0 || ks >= 2) {
+                sgkc_wg_wait<1>();
+                sgkc_wg_hold(acc);
+                sgkc_wg_hold4(ah[set]);
+                sgkc_wg_hold4(al[set]);
             }
-            split(Ab, Al, o, v);
-            split(Wb, Wl, o, *reinterpret_cast<const float4 *>(Wb + o));
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the MMAs read what these stores wrote */
-        __syncthreads();
-
-        sgkc_wg_fence();
-        sgkc_wg_hold(acc);
-        const float *Aw = Ab + 64 * BK * wg, *Alw = Al + 64 * BK * wg;
-#pragma unroll
-        for (int ks = 0; ks < BK / 8; ks++) {
-            const uint64_t ab = sgkc_wg_desc(Aw + 8 * ks), al = sgkc_wg_desc(Alw + 8 * ks);
+            if (kt > 0 && ks == 1) {
+                asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); /* the whole warpgroup has waited */
+                if ((tid & 127) == 0)
+                    sgkc_mbar_arrive(empty((kt - 1) % S));
+                if (tid == 0 && kt - 1 + S < KT) {
+                    const int sp = (kt - 1) % S;
+                    sgkc_mbar_wait(empty(sp), (uint32_t)(((kt - 1) / S) & 1));
+                    sgkc_mbar_expect(full(sp), cfg::BYTES);
+                    load(kt - 1 + S, true, true);
+                }
+                __syncwarp();
+            }
+            frag(set, ks, xa, xb);
+            sgkc_wg_fence();
+            sgkc_wg_hold(acc);
+            sgkc_wg_hold4(ah[set]);
+            sgkc_wg_hold4(al[set]);
             const uint64_t wb = sgkc_wg_desc(Wb + 8 * ks), wl = sgkc_wg_desc(Wl + 8 * ks);
-            sgkc_wg_mma_64x128x8(acc, al, wb);
-            sgkc_wg_mma_64x128x8(acc, ab, wl);
-            sgkc_wg_mma_64x128x8(acc, ab, wb);
+            sgkc_wg_mma<R>(acc, al[set], wb);
+            sgkc_wg_mma<R>(acc, ah[set], wl);
+            sgkc_wg_mma<R>(acc, ah[set], wb);
+            sgkc_wg_commit();
         }
-        sgkc_wg_commit();
-        sgkc_wg_wait<1>(); /* this warpgroup's MMAs of k-tile kt - 1 are done */
-        sgkc_wg_hold(acc);
-        __syncthreads(); /* and both warpgroups': its stage takes k-tile kt + 2 */
-        if (kt + S - 1 < KT) {
-            copy_w(kt + S - 1);
-            copy_a(kt + S - 1);
-        }
-        sgkc_cp_commit();
     }
     sgkc_wg_wait<0>();
     sgkc_wg_hold(acc);
-    sgkc_cp_wait<0>();
     sgkc_grid_trigger();
 
-    /* acc[4j + 2s + e]: row 16 (warp % 4) + 8 s + g of the warpgroup's 64,
-     * column 8 j + 2 t + e */
-    const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int s = 0; s < 2; s++) {
-        const int64_t m = m0 + 64 * wg + 16 * (warp & 3) + 8 * s + g;
+    for (int sr = 0; sr < 2; sr++) {
+        const int64_t m = m0 + (sr ? rb : ra);
         if (m >= M)
             continue;
 #pragma unroll
-        for (int j = 0; j < SGKC_WG_BN / 8; j++)
-            sgkc_tc_store2<RES>(a, f, m, n0 + 8 * j + 2 * t, acc[4 * j + 2 * s], acc[4 * j + 2 * s + 1]);
+        for (int j = 0; j < BN / 8; j++)
+            sgkc_tc_store2<RES>(a, f, m, n0 + 8 * j + 2 * t, acc[4 * j + 2 * sr], acc[4 * j + 2 * sr + 1]);
     }
 #else
+    (void)maps;
     (void)a;
+    (void)bias;
     (void)f;
-    __trap(); /* the host launches it only where sm_90a code exists */
+    __trap();
 #endif
 }
 
-template <bool LN, bool RES>
-static cudaError_t sgkc_wg_gemm_launch_inst(const sgkc_tc_gemm_args &g, bool pdl, cudaStream_t s)
+__global__ void sgkc_wg_prep_kernel(const float *__restrict__ W, const float *__restrict__ gamma,
+                                     const float *__restrict__ beta, int Nc, int K, int Kp, float *wb, float *wl,
+                                     float *bias)
 {
+    const int64_t n_all = (int64_t)Nc * Kp;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += (int64_t)gridDim.x * blockDim.x) {
+        const int n = (int)(i / Kp), q = (int)(i % Kp);
+        const int pos = q & 31, ks = pos >> 3, j = pos & 7;
+        const int k = (q & ~31) + 8 * (j & 3) + 2 * ks + (j >> 2);
+        float w = 0.0f;
+        if (k < K)
+            w = gamma ? W[(size_t)n * K + k] * gamma[k] : W[(size_t)n * K + k];
+        uint32_t h, l;
+        sgkc_split_tf32(w, h, l);
+        wb[i] = __uint_as_float(h);
+        wl[i] = __uint_as_float(l);
+    }
+    /* one warp a column of W beta */
+    const int lane = (int)threadIdx.x & 31;
+    const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t n = wid; n < Nc; n += nw) {
+        double s = 0.0;
+        if (beta)
+            for (int k = lane; k < K; k += 32)
+                s += (double)W[(size_t)n * K + k] * (double)beta[k];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0)
+            bias[n] = (float)s;
+    }
+}
+
+/* One projection's weights as the kernel takes them, remade whenever W,
+ * gamma or beta change (sgkc_wg_prep): wb and wl (Nc, Kp = K rounded up to
+ * 32) the TF32 big part of W[n][k] gamma[k] and the rest, columns permuted
+ * within each k-tile (column 8 ks + j of a k-tile holds its column
+ * 8 (j % 4) + 2 ks + j / 4), zeros past K; bias[n] = sum_k W[n][k] beta[k]
+ * (in double; zeros without LayerNorm). */
+struct sgkc_wg_weights {
+    const float *wb, *wl, *bias;
+};
+
+static inline int sgkc_wg_kp(int K) { return (K + 31) / 32 * 32; }
+/* floats of one projection's weights: wb, wl, then bias */
+static inline size_t sgkc_wg_floats(int Nc, int K) { return 2 * (size_t)Nc * (size_t)sgkc_wg_kp(K) + (size_t)Nc; }
+static inline sgkc_wg_weights sgkc_wg_weights_at(const float *p, int Nc, int K)
+{
+    const size_t n = (size_t)Nc * (size_t)sgkc_wg_kp(K);
+    return {p, p + n, p + 2 * n};
+}
+
+/* W (Nc, K) with LayerNorm's gamma and beta (both null: none) into p */
+static inline cudaError_t sgkc_wg_prep(const float *W, const float *gamma, const float *beta, int Nc, int K, float *p,
+                                       cudaStream_t s)
+{
+    const int Kp = sgkc_wg_kp(K);
+    const size_t n = (size_t)Nc * (size_t)Kp;
+    const size_t blocks = (n + 255) / 256;
+    sgkc_wg_prep_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(W, gamma, beta, Nc, K, Kp, p, p + n,
+                                                                                 p + 2 * n);
+    return cudaGetLastError();
+}
+
+/* Whether the kernel takes g: TMA needs A's rows and base 16-byte aligned;
+ * the instances are LayerNorm without a residual and a residual without
+ * LayerNorm. */
+static inline bool sgkc_wg_takes(const sgkc_tc_gemm_args &g)
+{
+    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 && (g.gamma != nullptr) != (g.residual != nullptr);
+}
+
+/* The driver's tensor-map encoder, looked up once; null where the driver
+ * does not have it (the kernel is then not taken). */
+static inline PFN_cuTensorMapEncodeTiled_v12000 sgkc_wg_encoder()
+{
+    static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return (PFN_cuTensorMapEncodeTiled_v12000) nullptr;
+        }
+        return q == cudaDriverEntryPointSuccess ? (PFN_cuTensorMapEncodeTiled_v12000)p : nullptr;
+    }();
+    return fn;
+}
+
+/* A row-major (outer, inner) float matrix in boxes of 32 x box_outer,
+ * 128-byte swizzled; out of range reads as zeros */
+static inline cudaError_t sgkc_wg_map(CUtensorMap *m, const float *p, int inner, int64_t outer, int box_outer)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = sgkc_wg_encoder();
+    if (!encode)
+        return cudaErrorNotSupported;
+    const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)inner * sizeof(float)};
+    const cuuint32_t box[2] = {SGKC_WG_BK, (cuuint32_t)box_outer};
+    const cuuint32_t el[2] = {1, 1};
+    const CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)p, dims, strides, box, el,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* One instance on g, with w's maps, after the previous kernel where pdl */
+template <int BN, int S>
+static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, bool pdl,
+                                         cudaStream_t s)
+{
+    sgkc_wg_maps m;
+    const int kp = sgkc_wg_kp(g.K);
+    cudaError_t e = sgkc_wg_map(&m.a, g.A, g.K, g.M, SGKC_WG_BM);
+    if (e == cudaSuccess)
+        e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN);
+    if (e == cudaSuccess)
+        e = sgkc_wg_map(&m.wl, w.wl, kp, g.Nc, BN);
+    if (e != cudaSuccess)
+        return e;
     cudaLaunchConfig_t lc;
     memset(&lc, 0, sizeof lc);
-    lc.gridDim = dim3((unsigned)((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM), (unsigned)((g.Nc + SGKC_WG_BN - 1) / SGKC_WG_BN));
+    lc.gridDim = dim3((unsigned)((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM), (unsigned)((g.Nc + BN - 1) / BN));
     lc.blockDim = dim3(SGKC_WG_NT);
-    lc.dynamicSmemBytes = SGKC_WG_SMEM;
+    lc.dynamicSmemBytes = sgkc_wg_cfg<BN, S>::SMEM;
     lc.stream = s;
     cudaLaunchAttribute attr;
     memset(&attr, 0, sizeof attr);
@@ -285,30 +514,70 @@ static cudaError_t sgkc_wg_gemm_launch_inst(const sgkc_tc_gemm_args &g, bool pdl
     attr.val.programmaticStreamSerializationAllowed = 1;
     lc.attrs = &attr;
     lc.numAttrs = pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&lc, sgkc_wg_gemm_kernel<LN, RES>, g, sgkc_tc_flags_of(g));
+    const sgkc_tc_flags f = sgkc_tc_flags_of(g);
+    if (g.gamma)
+        return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false>, m, g, w.bias, f);
+    return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true>, m, g, w.bias, f);
 }
 
-/* LayerNorm and the residual as the arguments ask (g.ksplit is ignored) */
-static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, bool pdl, cudaStream_t s)
+/* The block width for (M, Nc) on sms SMs (one block an SM): the least
+ * waves x BN x a column's cost at that width, which falls as BN grows
+ * (m64n256 makes one A fragment feed twice the columns m64n128 does): at
+ * 1, 0.84 and 0.75 for 128, 192 and 256 it takes what ran fastest at the
+ * Q/K/V and output shapes of the presets and the sweep. */
+static inline int sgkc_wg_bn(int64_t M, int Nc, int sms)
 {
-    if (g.gamma)
-        return g.residual ? sgkc_wg_gemm_launch_inst<true, true>(g, pdl, s)
-                          : sgkc_wg_gemm_launch_inst<true, false>(g, pdl, s);
-    return g.residual ? sgkc_wg_gemm_launch_inst<false, true>(g, pdl, s)
-                      : sgkc_wg_gemm_launch_inst<false, false>(g, pdl, s);
+    const int bn[3] = {128, 192, 256};
+    const double per[3] = {1.0, 0.84, 0.75};
+    const int64_t rows = (M + SGKC_WG_BM - 1) / SGKC_WG_BM;
+    int best = 128;
+    double best_cost = 0;
+    for (int i = 0; i < 3; i++) {
+        const int64_t blocks = rows * ((Nc + bn[i] - 1) / bn[i]), waves = (blocks + sms - 1) / sms;
+        const double c = (double)waves * bn[i] * per[i];
+        if (i == 0 || c < best_cost)
+            best = bn[i], best_cost = c;
+    }
+    return best;
+}
+
+/* C = op(A) W^T (+ residual) with g's LayerNorm, scaling and residual, W
+ * as w holds it, in blocks of 128 x bn (sgkc_wg_bn) */
+static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, bool pdl,
+                                       cudaStream_t s)
+{
+    if (!sgkc_wg_takes(g))
+        return cudaErrorInvalidValue;
+    switch (bn) {
+    case 128:
+        return sgkc_wg_launch<SGKC_WG_128>(g, w, pdl, s);
+    case 192:
+        return sgkc_wg_launch<SGKC_WG_192>(g, w, pdl, s);
+    case 256:
+        return sgkc_wg_launch<SGKC_WG_256>(g, w, pdl, s);
+    default:
+        return cudaErrorInvalidValue;
+    }
+}
+
+template <int BN, int S>
+static inline cudaError_t sgkc_wg_prepare_inst()
+{
+    const int smem = (int)sgkc_wg_cfg<BN, S>::SMEM;
+    cudaError_t e = cudaFuncSetAttribute(sgkc_wg_kernel<BN, S, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(sgkc_wg_kernel<BN, S, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    return e;
 }
 
 static inline cudaError_t sgkc_wg_gemm_prepare()
 {
-    const void *const fns[] = {
-        (const void *)sgkc_wg_gemm_kernel<false, false>, (const void *)sgkc_wg_gemm_kernel<false, true>,
-        (const void *)sgkc_wg_gemm_kernel<true, false>, (const void *)sgkc_wg_gemm_kernel<true, true>};
-    for (const void *fn : fns) {
-        const cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SGKC_WG_SMEM);
-        if (e != cudaSuccess)
-            return e;
-    }
-    return cudaSuccess;
+    cudaError_t e = sgkc_wg_prepare_inst<SGKC_WG_128>();
+    if (e == cudaSuccess)
+        e = sgkc_wg_prepare_inst<SGKC_WG_192>();
+    if (e == cudaSuccess)
+        e = sgkc_wg_prepare_inst<SGKC_WG_256>();
+    return e;
 }
 
 #endif

@@ -1,22 +1,22 @@
-/* Validate-then-time harness for tc_gemm.cuh, wg_gemm.cuh and the candidate
- * dev/wg_tma.cuh (standalone, needs a GPU of compute capability 9.0):
+/* Validate-then-time harness for tc_gemm.cuh and wg_gemm.cuh (standalone,
+ * needs a GPU of compute capability 9.0):
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I backends/cuda \
  *       backends/cuda/dev/tc_gemm_check.cu -o /tmp/tcg
  *   /tmp/tcg [seed]
  *
  * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
- * instances, its dispatcher, wg_gemm.cuh's kernel ("wgmma") and the
- * candidate at three tile widths ("tma128", "tma192", "tma256"; "n/a" where
- * it does not take the case, with its weights prepared once a case): C is
- * poisoned with NaN first, then every element must be written and finite, and the checked rows (all of them, or the first
- * and last tiles' rows plus 64 random ones when M is large) must be within
+ * instances and its dispatcher ("auto"), and wg_gemm.cuh at the block
+ * width sgkc_wg_bn picks ("wg") and at each of its three ("wg128", "wg192",
+ * "wg256"; "n/a" where it does not take the case, with its weights prepared
+ * once a case): C is poisoned with NaN first, then every element must be
+ * written and finite, and the checked rows (all of them, or the first and
+ * last tiles' rows plus 64 random ones when M is large) must be within
  * relative L2 1e-5 and max abs 1e-4 of a double reference. Then each is
- * timed with events (3 warm-ups, median of 25). Exit status 1 on any
- * failure. */
+ * timed with events around 20 launches back to back (3 warm-ups, median of
+ * 15). Exit status 1 on any failure. */
 #include "tc_gemm.cuh"
 #include "wg_gemm.cuh"
-#include "wg_tma.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -80,39 +80,34 @@ static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s)
 }
 /* the dispatcher: the tile and the split over k that the layer would use */
 static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, g_cc, s); }
-static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_wg_gemm(g, false, s); }
-/* the candidate's weights and tensor maps for the case at hand */
-static float *g_wb, *g_wl, *g_bias;
-static bool g_wgt_takes;
-static sgkc_wgt_maps g_maps128, g_maps192, g_maps256;
-static cudaError_t launch_t128(const sgkc_tc_gemm_args &g, cudaStream_t s)
+/* wg_gemm.cuh's weights for the case at hand */
+static float *g_wprep;
+static sgkc_wg_weights g_w;
+static bool g_wg_takes;
+static cudaError_t launch_wg_bn(const sgkc_tc_gemm_args &g, int bn, cudaStream_t s)
 {
-    return g_wgt_takes ? sgkc_wgt_launch<128, 4>(g_maps128, g, g_bias, s) : cudaErrorNotSupported;
+    return g_wg_takes ? sgkc_wg_gemm(g, g_w, bn, false, s) : cudaErrorNotSupported;
 }
-static cudaError_t launch_t192(const sgkc_tc_gemm_args &g, cudaStream_t s)
+static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s)
 {
-    return g_wgt_takes ? sgkc_wgt_launch<192, 3>(g_maps192, g, g_bias, s) : cudaErrorNotSupported;
+    return launch_wg_bn(g, sgkc_wg_bn(g.M, g.Nc, g_sms), s);
 }
-static cudaError_t launch_t256(const sgkc_tc_gemm_args &g, cudaStream_t s)
-{
-    return g_wgt_takes ? sgkc_wgt_launch<256, 2>(g_maps256, g, g_bias, s) : cudaErrorNotSupported;
-}
+static cudaError_t launch_wg128(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s); }
+static cudaError_t launch_wg192(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 192, s); }
+static cudaError_t launch_wg256(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 256, s); }
 
 int main(int argc, char **argv)
 {
     setvbuf(stdout, nullptr, _IOLBF, 0); /* each row kept if a candidate hangs and the run is stopped */
     CK(sgkc_tc_gemm_prepare());
     CK(sgkc_wg_gemm_prepare());
-    CK((sgkc_wgt_prepare_inst<128, 4>()));
-    CK((sgkc_wgt_prepare_inst<192, 3>()));
-    CK((sgkc_wgt_prepare_inst<256, 2>()));
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
-        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wgmma"},
-        {launch_t128, "tma128"}, {launch_t192, "tma192"}, {launch_t256, "tma256"}};
+        {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wg"},
+        {launch_wg128, "wg128"}, {launch_wg192, "wg192"}, {launch_wg256, "wg256"}};
     int fails = 0;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -210,23 +205,13 @@ int main(int argc, char **argv)
             fails++;
             continue;
         }
-        g_wb = g_wl = g_bias = nullptr;
-        g_wgt_takes = sgkc_wgt_takes(g);
-        if (g_wgt_takes) {
-            const size_t Kp = (size_t)sgkc_wgt_kp(c.K);
-            CK(cudaMalloc(&g_wb, Nc * Kp * 4));
-            CK(cudaMalloc(&g_wl, Nc * Kp * 4));
-            CK(cudaMalloc(&g_bias, Nc * 4));
-            CK(sgkc_wgt_prep(g, g_wb, g_wl, g_bias, 0));
+        g_wprep = nullptr;
+        g_wg_takes = sgkc_wg_takes(g) && sgkc_wg_encoder();
+        if (g_wg_takes) {
+            CK(cudaMalloc(&g_wprep, sgkc_wg_floats(c.Nc, c.K) * 4));
+            CK(sgkc_wg_prep(g.W, g.gamma, g.beta, c.Nc, c.K, g_wprep, 0));
             CK(cudaDeviceSynchronize());
-            /* a map the driver refuses fails the case, not the run */
-            if (sgkc_wgt_maps_make<128>(g, g_wb, g_wl, &g_maps128) != cudaSuccess ||
-                sgkc_wgt_maps_make<192>(g, g_wb, g_wl, &g_maps192) != cudaSuccess ||
-                sgkc_wgt_maps_make<256>(g, g_wb, g_wl, &g_maps256) != cudaSuccess) {
-                printf("%-18s tensor maps refused\n", c.name);
-                fails++;
-                g_wgt_takes = false;
-            }
+            g_w = sgkc_wg_weights_at(g_wprep, c.Nc, c.K);
         }
         for (const auto &in : insts) {
             CK(cudaMemset(dC, 0xff, (M * Nc + off) * 4)); /* NaN */
@@ -252,9 +237,10 @@ int main(int argc, char **argv)
             const double rel = std::sqrt(e2 / (r2 > 0 ? r2 : 1));
             const bool ok = unwritten == 0 && rel <= 1e-5 && emax <= 1e-4 && std::isfinite(rel);
             std::vector<float> ts;
-            for (int it = 0; it < 28; it++) {
+            for (int it = 0; it < 18; it++) {
                 CK(cudaEventRecord(e0));
-                CK(in.fn(g, 0));
+                for (int rep = 0; rep < 20; rep++)
+                    CK(in.fn(g, 0));
                 CK(cudaEventRecord(e1));
                 CK(cudaEventSynchronize(e1));
                 float ms;
@@ -263,7 +249,7 @@ int main(int argc, char **argv)
                     ts.push_back(ms);
             }
             std::sort(ts.begin(), ts.end());
-            const double us = 1e3 * ts[ts.size() / 2], tf = 2.0 * M * Nc * K / (us * 1e-6) / 1e12;
+            const double us = 1e3 * ts[ts.size() / 2] / 20, tf = 2.0 * M * Nc * K / (us * 1e-6) / 1e12;
             printf("%-18s %5d %5d %5d %-7s %9.2e %9.2e %9.2f %9.2f %5.0f%% %s", c.name, c.M, c.Nc, c.K, in.name, rel,
                    emax, us, tf, 100.0 * tf / 67.0, ok ? "ok" : "FAIL");
             if (unwritten)
@@ -277,9 +263,7 @@ int main(int argc, char **argv)
         CK(cudaFree(db));
         CK(cudaFree(dR));
         CK(cudaFree(dC));
-        CK(cudaFree(g_wb));
-        CK(cudaFree(g_wl));
-        CK(cudaFree(g_bias));
+        CK(cudaFree(g_wprep));
     }
     printf("%s: %d failure(s); FP32 FMA peak 67 TFLOP/s\n", fails ? "FAIL" : "PASS", fails);
     return fails ? 1 : 0;
