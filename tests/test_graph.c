@@ -29,9 +29,11 @@
 
 static const char *const case_names[] = {"preset_seed", "preset_mid", "odd_sizes", "pair_dim_33"};
 /* New weights reaching graphs: the seed shape, eight heads at P <= 16 and
- * at P = 32 (where CUDA packs its own layouts), and another. */
+ * at P = 32 (where CUDA packs its own layouts), another, and mid, whose
+ * Q/K/V projection runs where CUDA keeps a split copy of the weights
+ * (wg_gemm.cuh on compute capability 9.0). */
 static const char *const repack_names[] = {"preset_seed", "heads_8_dim_256_n21", "heads_8_dim_256_dense_n40",
-                                           "odd_sizes"};
+                                           "odd_sizes", "preset_mid"};
 
 typedef struct bufs {
     void *nodes, *pair, *mask, *out, *ws;

@@ -310,6 +310,12 @@ static inline bool sgkc_aligned16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* The LayerNorm statistics wg_gemm.cuh takes in a pass of their own
+ * (sgkc_tc_gemm_args.ln_stats): shift, mean and rstd arrays, each of M
+ * rounded up to the four rows a warp takes. */
+__host__ __device__ static inline int64_t sgkc_ln_stats_rows(int64_t M) { return (M + 3) / 4 * 4; }
+static inline size_t sgkc_ln_stats_floats(int64_t M) { return 3 * (size_t)sgkc_ln_stats_rows(M); }
+
 /* Programmatic dependent launch (Hopper). A kernel launched with
  * cudaLaunchAttributeProgrammaticStreamSerialization may start while the
  * kernel before it on the stream is still running: its blocks do their

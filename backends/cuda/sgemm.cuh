@@ -26,6 +26,7 @@ struct sgkc_gemm_args {
     int vec;     /* K % 4 == 0, Nc % 4 == 0 and A, Bt 16-byte aligned */
     int vec_out; /* C and residual 16-byte aligned (with vec) */
     const float *Wnk; /* gemm_dmma.cuh: B as [Nc][K], 16-byte aligned (Wq|Wk|Wv or Wo in the layer's gen block) */
+    float *ln_stats;  /* sgkc_tc_gemm_args' (tc.cu): scratch for the LayerNorm statistics, or null */
 };
 
 /* MINB: blocks per SM the register budget is sized for.

@@ -125,6 +125,8 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     g.eps = L->eps;
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
+    if (sgkc_ln_stats_floats(M) <= (size_t)M * (size_t)D)
+        g.ln_stats = ctx; /* free until the attention writes it */
     cudaError_t e = tc_gemm_any(L, g, f->stream);
     if (e != cudaSuccess)
         return e;
@@ -176,6 +178,7 @@ static sgkc_tc_gemm_args tc_args(const sgkc_gemm_args &p)
     g.residual = p.residual;
     g.scale_cols = p.scale_cols;
     g.scale = p.scale;
+    g.ln_stats = p.ln_stats;
     return g;
 }
 

@@ -61,7 +61,12 @@ struct sgkc_tc_gemm_args {
     int scale_cols;        /* columns n < scale_cols are multiplied by scale */
     float scale;
     int ksplit; /* blocks of a cluster that share an output tile's k range (>= 1) */
+    /* wg_gemm.cuh with LayerNorm: sgkc_ln_stats_floats(M) floats of
+     * scratch where a pass of its own takes the rows' statistics once,
+     * instead of every column block taking its rows' again (null: they do) */
+    float *ln_stats;
 };
+
 
 /* The copy widths and store width the pointers and sizes allow. */
 struct sgkc_tc_flags {

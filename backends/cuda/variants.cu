@@ -430,7 +430,10 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgk_backend_plan *p
 {
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    SGKC_RETURN_IF(launch_qkv(L, f->stream, qkv_args(L, f, qkv)));
+    sgkc_gemm_args gq = qkv_args(L, f, qkv);
+    if (sgkc_ln_stats_floats(gq.M) <= (size_t)gq.M * (size_t)L->D)
+        gq.ln_stats = ctx; /* free until the attention writes it */
+    SGKC_RETURN_IF(launch_qkv(L, f->stream, gq));
     sgkc_gen_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.KC = sgkc_plan_get<int>(plan);
@@ -787,7 +790,10 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    const sgkc_gemm_args gq = qkv_args(L, f, qkv), go = out_args(L, f, ctx);
+    sgkc_gemm_args gq = qkv_args(L, f, qkv);
+    const sgkc_gemm_args go = out_args(L, f, ctx);
+    if (sgkc_ln_stats_floats(gq.M) <= (size_t)gq.M * (size_t)L->D)
+        gq.ln_stats = ctx; /* free until the attention writes it */
     SGKC_RETURN_IF(dm && !sgkc_tc_project_wg(L, gq) ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
                                                   : launch_qkv(L, f->stream, gq));
     sgkc_attn_args a;

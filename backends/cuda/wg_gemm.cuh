@@ -15,7 +15,9 @@
  *   gamma folded in: LN(x) W^T = ((x - mean) rstd) (W o gamma)^T + W beta,
  *   W beta being where the accumulators start. The mean is still taken off
  *   x itself, in two passes about the row's first element, so rows with a
- *   mean of 1e4 and a spread of 1e-2 keep their digits.
+ *   mean of 1e4 and a spread of 1e-2 keep their digits; given scratch
+ *   (ln_stats), a pass of its own takes them once a row
+ *   (sgkc_wg_stats_kernel), else every column block takes its rows'.
  * - A goes to wgmma from registers in m16n8k8's fragment layout (warp w of
  *   a warpgroup holding rows 16 w .. 16 w + 15), normalised and split
  *   there. W's columns are permuted within each k-tile (a sum does not
@@ -266,12 +268,21 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     const int ra = 64 * wg + 16 * w4 + g, rb = ra + 8; /* the rows of this thread's A fragments */
     float sh_a = 0.0f, mu_a = 0.0f, rs_a = 0.0f, sh_b = 0.0f, mu_b = 0.0f, rs_b = 0.0f;
     if constexpr (LN) {
+        if (a.ln_stats) {
+            /* sgkc_wg_stats_kernel's, rows past M read as row M - 1's */
+            const float *st = a.ln_stats;
+            const int64_t Mp = sgkc_ln_stats_rows(M);
+            const int64_t pa = m0 + ra < M ? m0 + ra : M - 1, pb = m0 + rb < M ? m0 + rb : M - 1;
+            sh_a = st[pa], mu_a = st[Mp + pa], rs_a = st[2 * Mp + pa];
+            sh_b = st[pb], mu_b = st[Mp + pb], rs_b = st[2 * Mp + pb];
+        } else {
 #pragma unroll 1
-        for (int q = warp; q < BM / 4; q += 8)
-            sgkc_tc_row_stats<4>(a, m0 + 4 * q, f.vec_a, lane, s_shift + 4 * q, s_mean + 4 * q, s_rstd + 4 * q);
-        __syncthreads();
-        sh_a = s_shift[ra], mu_a = s_mean[ra], rs_a = s_rstd[ra];
-        sh_b = s_shift[rb], mu_b = s_mean[rb], rs_b = s_rstd[rb];
+            for (int q = warp; q < BM / 4; q += 8)
+                sgkc_tc_row_stats<4>(a, m0 + 4 * q, f.vec_a, lane, s_shift + 4 * q, s_mean + 4 * q, s_rstd + 4 * q);
+            __syncthreads();
+            sh_a = s_shift[ra], mu_a = s_mean[ra], rs_a = s_rstd[ra];
+            sh_b = s_shift[rb], mu_b = s_mean[rb], rs_b = s_rstd[rb];
+        }
     }
 
     /* acc[4j + 2s + e]: row 16 w4 + 8 s + g of the warpgroup's 64, column
@@ -380,6 +391,21 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     (void)f;
     __trap();
 #endif
+}
+
+/* The LayerNorm statistics of a.A's rows into a.ln_stats (shift, then
+ * mean, then rstd, sgkc_ln_stats_rows(M) floats each), four rows a warp,
+ * as the GEMM's blocks would take them (the same function, so the same
+ * bits). */
+__global__ void __launch_bounds__(256) sgkc_wg_stats_kernel(sgkc_tc_gemm_args a, int vec)
+{
+    sgkc_grid_wait(); /* A may be the previous kernel's output */
+    const int lane = (int)threadIdx.x & 31;
+    const int64_t m = 4 * (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    if (m < a.M)
+        sgkc_tc_row_stats<4>(a, m, vec != 0, lane, a.ln_stats + m, a.ln_stats + sgkc_ln_stats_rows(a.M) + m,
+                             a.ln_stats + 2 * sgkc_ln_stats_rows(a.M) + m);
+    sgkc_grid_trigger();
 }
 
 __global__ void sgkc_wg_prep_kernel(const float *__restrict__ W, const float *__restrict__ gamma,
@@ -515,6 +541,15 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
     lc.attrs = &attr;
     lc.numAttrs = pdl ? 1 : 0;
     const sgkc_tc_flags f = sgkc_tc_flags_of(g);
+    if (g.gamma && g.ln_stats) {
+        cudaLaunchConfig_t ls = lc;
+        ls.gridDim = dim3((unsigned)((g.M + 31) / 32));
+        ls.dynamicSmemBytes = 0;
+        e = cudaLaunchKernelEx(&ls, sgkc_wg_stats_kernel, g, f.vec_a);
+        if (e != cudaSuccess)
+            return e;
+        lc.numAttrs = 1; /* after the statistics */
+    }
     if (g.gamma)
         return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false>, m, g, w.bias, f);
     return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true>, m, g, w.bias, f);
