@@ -359,6 +359,9 @@ static void test_set_weights(void **state)
         {"repack_odd_sizes", 3, 13, 30, 5, 7, SGKT_MASK_EMPTY_ROWS, 0.5, SGK_MASK_F32, 0},
         {"repack_pair_dim_128", 1, 24, 64, 4, 128, SGKT_MASK_RANDOM, 0.5, SGK_MASK_F32, 0},
         {"repack_head_dim_1", 2, 9, 8, 8, 3, SGKT_MASK_DENSE, 1.0, SGK_MASK_U8, 0},
+        /* rows enough that CUDA's projections run on the split copy of
+         * the weights it keeps on compute capability 9.0 (wg_gemm.cuh) */
+        {"repack_many_rows", 64, 70, 64, 4, 8, SGKT_MASK_RANDOM, 0.6, SGK_MASK_F32, 0},
     };
     static const float host_eps[] = {1e-3f, 0.0f, 0.25f};
     int all_ok = 1;
