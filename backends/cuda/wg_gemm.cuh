@@ -487,7 +487,11 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 sgkc_wg_encoder()
     static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
         void *p = nullptr;
         cudaDriverEntryPointQueryResult q;
+#if CUDART_VERSION >= 12050
         const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+#else /* CUDA 12.0-12.4, which have only the unversioned lookup (deprecated later) */
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q);
+#endif
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             return (PFN_cuTensorMapEncodeTiled_v12000) nullptr;
