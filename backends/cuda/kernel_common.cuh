@@ -315,6 +315,11 @@ static inline bool sgkc_aligned16(const void *p)
  * rounded up to the four rows a warp takes. */
 __host__ __device__ static inline int64_t sgkc_ln_stats_rows(int64_t M) { return (M + 3) / 4 * 4; }
 static inline size_t sgkc_ln_stats_floats(int64_t M) { return 3 * (size_t)sgkc_ln_stats_rows(M); }
+/* buf (floats of it) as that scratch for M rows where it is large enough, else null */
+static inline float *sgkc_ln_stats_in(float *buf, size_t floats, int64_t M)
+{
+    return sgkc_ln_stats_floats(M) <= floats ? buf : nullptr;
+}
 
 /* Programmatic dependent launch (Hopper). A kernel launched with
  * cudaLaunchAttributeProgrammaticStreamSerialization may start while the

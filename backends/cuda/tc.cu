@@ -125,8 +125,7 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     g.eps = L->eps;
     g.scale_cols = D;
     g.scale = 1.0f / sqrtf((float)L->hd);
-    if (sgkc_ln_stats_floats(M) <= (size_t)M * (size_t)D)
-        g.ln_stats = ctx; /* free until the attention writes it */
+    g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)M * (size_t)D, M); /* free until the attention writes it */
     cudaError_t e = tc_gemm_any(L, g, f->stream);
     if (e != cudaSuccess)
         return e;

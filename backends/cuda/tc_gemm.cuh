@@ -62,11 +62,10 @@ struct sgkc_tc_gemm_args {
     float scale;
     int ksplit; /* blocks of a cluster that share an output tile's k range (>= 1) */
     /* wg_gemm.cuh with LayerNorm: sgkc_ln_stats_floats(M) floats of
-     * scratch where a pass of its own takes the rows' statistics once,
-     * instead of every column block taking its rows' again (null: they do) */
+     * scratch where a pass of its own takes the rows' statistics once for
+     * every column block (null: that kernel does not take the call) */
     float *ln_stats;
 };
-
 
 /* The copy widths and store width the pointers and sizes allow. */
 struct sgkc_tc_flags {

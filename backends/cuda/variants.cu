@@ -215,8 +215,10 @@ static bool panel_fits(const sgkc_layer *L, const sgkc_gemm_args &g, bool one_wa
 #define SGKC_GP_OUT false, true, 32, 64, 4, 4, 3, 3, 1
 #define SGKC_GP_OUT2 false, true, 32, 64, 4, 4, 3, 2, 2
 
-/* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. */
-static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qkv)
+/* LayerNorm + Q/K/V projection into qkv; q columns pre-scaled. ctx (B N x
+ * D floats), free until the attention writes it, holds the LayerNorm
+ * statistics where wg_gemm.cuh takes the projection. */
+static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qkv, float *ctx)
 {
     sgkc_gemm_args g;
     memset(&g, 0, sizeof g);
@@ -235,6 +237,7 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
     g.vec_out = g.vec; /* qkv is workspace */
+    g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)g.M * (size_t)D, g.M);
     return g;
 }
 
@@ -301,8 +304,9 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 
 static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
-    /* wg_gemm.cuh where it takes g, as for Q/K/V. Else: D = 256 and the grid in one wave of three blocks an SM, with a block
-     * for every SM: gemm_panel.cuh. Past one wave its three blocks an SM
+    /* wg_gemm.cuh where it takes g, as for Q/K/V. Else: D = 256 and the
+     * grid in one wave of three blocks an SM, with a block for every SM:
+     * gemm_panel.cuh. Past one wave its three blocks an SM
      * take more waves than sgemm.cuh's four (DESIGN.md). Otherwise
      * tc_gemm.cuh where tc_wins, else sgemm.cuh's 32x64
      * tiles (4x4 a thread): Nc = D gives few column blocks, so shorter row
@@ -430,10 +434,7 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgk_backend_plan *p
 {
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    sgkc_gemm_args gq = qkv_args(L, f, qkv);
-    if (sgkc_ln_stats_floats(gq.M) <= (size_t)gq.M * (size_t)L->D)
-        gq.ln_stats = ctx; /* free until the attention writes it */
-    SGKC_RETURN_IF(launch_qkv(L, f->stream, gq));
+    SGKC_RETURN_IF(launch_qkv(L, f->stream, qkv_args(L, f, qkv, ctx)));
     sgkc_gen_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.KC = sgkc_plan_get<int>(plan);
@@ -790,10 +791,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    sgkc_gemm_args gq = qkv_args(L, f, qkv);
-    const sgkc_gemm_args go = out_args(L, f, ctx);
-    if (sgkc_ln_stats_floats(gq.M) <= (size_t)gq.M * (size_t)L->D)
-        gq.ln_stats = ctx; /* free until the attention writes it */
+    const sgkc_gemm_args gq = qkv_args(L, f, qkv, ctx), go = out_args(L, f, ctx);
     SGKC_RETURN_IF(dm && !sgkc_tc_project_wg(L, gq) ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
                                                   : launch_qkv(L, f->stream, gq));
     sgkc_attn_args a;

@@ -15,9 +15,9 @@
  *   gamma folded in: LN(x) W^T = ((x - mean) rstd) (W o gamma)^T + W beta,
  *   W beta being where the accumulators start. The mean is still taken off
  *   x itself, in two passes about the row's first element, so rows with a
- *   mean of 1e4 and a spread of 1e-2 keep their digits; given scratch
- *   (ln_stats), a pass of its own takes them once a row
- *   (sgkc_wg_stats_kernel), else every column block takes its rows'.
+ *   mean of 1e4 and a spread of 1e-2 keep their digits. A pass of its own
+ *   (sgkc_wg_stats_kernel) takes them once a row into the caller's scratch
+ *   (ln_stats), which every column block then reads.
  * - A goes to wgmma from registers in m16n8k8's fragment layout (warp w of
  *   a warpgroup holding rows 16 w .. 16 w + 15), normalised and split
  *   there. W's columns are permuted within each k-tile (a sum does not
@@ -50,8 +50,8 @@ struct sgkc_wg_cfg {
     static constexpr int A_FL = SGKC_WG_BM * SGKC_WG_BK, W_FL = BN * SGKC_WG_BK;
     static constexpr int STAGE_FL = A_FL + 2 * W_FL;
     static constexpr uint32_t BYTES = (uint32_t)STAGE_FL * 4u; /* a stage's TMA bytes */
-    /* stages (1 KB aligned), LayerNorm statistics, 2 S mbarriers, alignment slack */
-    static constexpr size_t SMEM = (size_t)S * STAGE_FL * 4 + 3 * SGKC_WG_BM * 4 + 2 * S * 8 + 1024;
+    /* stages (1 KB aligned), 2 S mbarriers, alignment slack */
+    static constexpr size_t SMEM = (size_t)S * STAGE_FL * 4 + 2 * S * 8 + 1024;
 };
 /* The instances: as many stages as fit 192 KB beside each other's tiles */
 #define SGKC_WG_128 128, 4
@@ -218,8 +218,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     constexpr int BM = SGKC_WG_BM, BK = SGKC_WG_BK, R = BN / 2;
     extern __shared__ float4 wg_smem4[];
     float *ring = reinterpret_cast<float *>(((uintptr_t)wg_smem4 + 1023) & ~(uintptr_t)1023);
-    float *s_shift = ring + S * cfg::STAGE_FL, *s_mean = s_shift + BM, *s_rstd = s_mean + BM;
-    uint64_t *bars = reinterpret_cast<uint64_t *>(s_rstd + BM); /* full[S], then empty[S] */
+    uint64_t *bars = reinterpret_cast<uint64_t *>(ring + S * cfg::STAGE_FL); /* full[S], then empty[S] */
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
     auto full = [&](int s) { return bar0 + 8u * (uint32_t)s; };
     auto empty = [&](int s) { return bar0 + 8u * (uint32_t)(S + s); };
@@ -268,21 +267,12 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     const int ra = 64 * wg + 16 * w4 + g, rb = ra + 8; /* the rows of this thread's A fragments */
     float sh_a = 0.0f, mu_a = 0.0f, rs_a = 0.0f, sh_b = 0.0f, mu_b = 0.0f, rs_b = 0.0f;
     if constexpr (LN) {
-        if (a.ln_stats) {
-            /* sgkc_wg_stats_kernel's, rows past M read as row M - 1's */
-            const float *st = a.ln_stats;
-            const int64_t Mp = sgkc_ln_stats_rows(M);
-            const int64_t pa = m0 + ra < M ? m0 + ra : M - 1, pb = m0 + rb < M ? m0 + rb : M - 1;
-            sh_a = st[pa], mu_a = st[Mp + pa], rs_a = st[2 * Mp + pa];
-            sh_b = st[pb], mu_b = st[Mp + pb], rs_b = st[2 * Mp + pb];
-        } else {
-#pragma unroll 1
-            for (int q = warp; q < BM / 4; q += 8)
-                sgkc_tc_row_stats<4>(a, m0 + 4 * q, f.vec_a, lane, s_shift + 4 * q, s_mean + 4 * q, s_rstd + 4 * q);
-            __syncthreads();
-            sh_a = s_shift[ra], mu_a = s_mean[ra], rs_a = s_rstd[ra];
-            sh_b = s_shift[rb], mu_b = s_mean[rb], rs_b = s_rstd[rb];
-        }
+        /* sgkc_wg_stats_kernel's, rows past M read as row M - 1's */
+        const float *st = a.ln_stats;
+        const int64_t Mp = sgkc_ln_stats_rows(M);
+        const int64_t pa = m0 + ra < M ? m0 + ra : M - 1, pb = m0 + rb < M ? m0 + rb : M - 1;
+        sh_a = st[pa], mu_a = st[Mp + pa], rs_a = st[2 * Mp + pa];
+        sh_b = st[pb], mu_b = st[Mp + pb], rs_b = st[2 * Mp + pb];
     }
 
     /* acc[4j + 2s + e]: row 16 w4 + 8 s + g of the warpgroup's 64, column
@@ -473,11 +463,11 @@ static inline cudaError_t sgkc_wg_prep(const float *W, const float *gamma, const
 }
 
 /* Whether the kernel takes g: TMA needs A's rows and base 16-byte aligned;
- * the instances are LayerNorm without a residual and a residual without
- * LayerNorm. */
+ * the instances are LayerNorm without a residual (with scratch for its
+ * statistics) and a residual without LayerNorm. */
 static inline bool sgkc_wg_takes(const sgkc_tc_gemm_args &g)
 {
-    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 && (g.gamma != nullptr) != (g.residual != nullptr);
+    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 && (g.gamma ? g.ln_stats && !g.residual : g.residual != nullptr);
 }
 
 /* The driver's tensor-map encoder, looked up once; null where the driver
@@ -545,7 +535,7 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
     lc.attrs = &attr;
     lc.numAttrs = pdl ? 1 : 0;
     const sgkc_tc_flags f = sgkc_tc_flags_of(g);
-    if (g.gamma && g.ln_stats) {
+    if (g.gamma) {
         cudaLaunchConfig_t ls = lc;
         ls.gridDim = dim3((unsigned)((g.M + 31) / 32));
         ls.dynamicSmemBytes = 0;
@@ -553,9 +543,8 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
         if (e != cudaSuccess)
             return e;
         lc.numAttrs = 1; /* after the statistics */
-    }
-    if (g.gamma)
         return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false>, m, g, w.bias, f);
+    }
     return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true>, m, g, w.bias, f);
 }
 

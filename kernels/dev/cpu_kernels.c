@@ -89,15 +89,15 @@ int main(int argc, char **argv)
         sgk_cpu_norm(threads, (int)p.groups_norm, 1, pm, pool, nodes, pk + o.gamma, pk + o.beta, 1e-5f, ws, ctx0,
                      p.ldc, nrows, p.D, p.rt);
         t[1] = now();
-        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pm, pool, ws, ctx0, p.ldc, pk + o.wqkv, sgk_gen_ldw(&o, p.ldk), 0,
-                     ws, ws, 0, p.ldk, nrows, p.D, p.ldk, p.mt, p.nt);
+        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_qkv, pm, pool, ws, ctx0, p.ldc, pk + o.wqkv,
+                     sgk_gen_ldw(&o, p.ldk), 0, ws, ws, 0, p.ldk, nrows, p.D, p.ldk, p.mt, p.nt);
         t[2] = now();
         sgk_cpu_attn(threads, (int)p.groups_attn, 1, pm, pool, ws, p.ldk, pair, 0, mask, 1, pk + o.w1, p.ldp,
                      pk + o.b1, pk + o.w2, p.ldh, pk + o.b2, ws, ctx0, p.ldc, p.N, p.D, p.H, p.P, p.tq, p.tqp, p.tk,
                      p.qc, (int)p.groups_q, p.scale, 1, 0, nrows, ws, 0);
         t[3] = now();
-        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pm, pool, ws, ctx0, p.ldc, pk + o.wo, sgk_gen_ldw(&o, p.ldo), 1,
-                     nodes, out, 0, p.D, nrows, p.D, p.D, p.mt, p.nt);
+        sgk_cpu_proj(threads, (int)p.groups_rows, (int)p.groups_out, pm, pool, ws, ctx0, p.ldc, pk + o.wo,
+                     sgk_gen_ldw(&o, p.ldo), 1, nodes, out, 0, p.D, nrows, p.D, p.D, p.mt, p.nt);
         t[4] = now();
         if (rep == 0) { /* validate before timing anything */
             const sgk_ref_layer rl = {D, H, P, 1e-5, w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9]};
