@@ -10,12 +10,12 @@
  * statistics in a pass of their own, as the layer runs it) at the block
  * width sgkc_wg_bn picks ("wg") and at each of its three ("wg128",
  * "wg192", "wg256"; "n/a" where it does not take the case, with its
- * weights prepared once a case): C is poisoned with NaN first, then every element must be
- * written and finite, and the checked rows (all of them, or the first and
- * last tiles' rows plus 64 random ones when M is large) must be within
- * relative L2 1e-5 and max abs 1e-4 of a double reference. Then each is
- * timed with events around 20 launches back to back (3 warm-ups, median of
- * 15). Exit status 1 on any failure. */
+ * weights prepared once a case): C is poisoned with NaN first, then every
+ * element must be written and finite, and the checked rows (all of them,
+ * or the first and last tiles' rows plus 64 random ones when M is large)
+ * must be within relative L2 1e-5 and max abs 1e-4 of a double reference.
+ * Then each is timed with events around 20 launches back to back (3
+ * warm-ups, median of 15). Exit status 1 on any failure. */
 #include "tc_gemm.cuh"
 #include "wg_gemm.cuh"
 #include "dev_common.h"
