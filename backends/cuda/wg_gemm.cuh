@@ -228,6 +228,10 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
     const int Nc = a.Nc, K = a.K, n0 = (int)blockIdx.y * BN;
     const int KT = (K + BK - 1) / BK;
+    /* split over k: the gridDim.z blocks of one output tile are a cluster,
+     * block rank z taking k-tiles kt0 .. kt0 + KTL - 1 */
+    const int nsplit = (int)gridDim.z, rank = (int)blockIdx.z;
+    const int kt0 = (int)((int64_t)KT * rank / nsplit), KTL = (int)((int64_t)KT * (rank + 1) / nsplit) - kt0;
 
     if (tid == 0) {
         for (int s = 0; s < S; s++) {
@@ -240,18 +244,19 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
 
     /* thread 0 issues every load: the first S k-tiles here (W before the
      * grid wait, A, maybe the previous kernel's output, after it), k-tile
-     * kt - 1 + S once both warpgroups have given k-tile kt - 1's stage back */
+     * kt - 1 + S once both warpgroups have given k-tile kt - 1's stage back
+     * (kt counts this block's k-tiles) */
     auto load = [&](int kt, bool w, bool x) {
-        const int s = kt % S;
+        const int s = kt % S, k = (kt0 + kt) * BK;
         const uint32_t dst = (uint32_t)__cvta_generic_to_shared(stage(s));
         if (w) {
-            sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.wb, kt * BK, n0, full(s));
-            sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, kt * BK, n0, full(s));
+            sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.wb, k, n0, full(s));
+            sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, k, n0, full(s));
         }
         if (x)
-            sgkc_tma_2d(dst, &maps.a, kt * BK, (int)m0, full(s));
+            sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
     };
-    const int pro = KT < S ? KT : S;
+    const int pro = KTL < S ? KTL : S;
     if (tid == 0)
         for (int kt = 0; kt < pro; kt++) {
             sgkc_mbar_expect(full(kt), cfg::BYTES);
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int n = n0 + 8 * j + 2 * t + e;
-            const float b0 = LN && n < Nc ? __ldg(bias + n) : 0.0f;
+            const float b0 = LN && rank == 0 && n < Nc ? __ldg(bias + n) : 0.0f;
             acc[4 * j + e] = b0;
             acc[4 * j + 2 + e] = b0;
         }
@@ -317,7 +322,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
      * The warp-synchronous wgmma instructions follow only after __syncwarp,
      * since thread 0 alone may have waited for a stage. */
 #pragma unroll 1
-    for (int kt = 0; kt < KT; kt++) {
+    for (int kt = 0; kt < KTL; kt++) {
         const int s = kt % S;
         sgkc_mbar_wait(full(s), (uint32_t)((kt / S) & 1));
         __syncwarp();
@@ -341,7 +346,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); /* the whole warpgroup has waited */
                 if ((tid & 127) == 0)
                     sgkc_mbar_arrive(empty((kt - 1) % S));
-                if (tid == 0 && kt - 1 + S < KT) {
+                if (tid == 0 && kt - 1 + S < KTL) {
                     const int sp = (kt - 1) % S;
                     sgkc_mbar_wait(empty(sp), (uint32_t)(((kt - 1) / S) & 1));
                     sgkc_mbar_expect(full(sp), cfg::BYTES);
@@ -365,15 +370,48 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     sgkc_wg_hold(acc);
     sgkc_grid_trigger();
 
+    if (nsplit == 1) {
 #pragma unroll
-    for (int sr = 0; sr < 2; sr++) {
-        const int64_t m = m0 + (sr ? rb : ra);
-        if (m >= M)
-            continue;
+        for (int sr = 0; sr < 2; sr++) {
+            const int64_t m = m0 + (sr ? rb : ra);
+            if (m >= M)
+                continue;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++)
+                sgkc_tc_store2<RES>(a, f, m, n0 + 8 * j + 2 * t, acc[4 * j + 2 * sr], acc[4 * j + 2 * sr + 1]);
+        }
+        return;
+    }
+    /* Split over k: each block leaves its partial tile in its ring (rows
+     * LDR floats apart, so that a warp's float2 stores of eight rows fall
+     * on distinct banks), then block rank sums its share of the tile's
+     * rows over the cluster's blocks in rank order (the same order every
+     * call, so the same bits) and writes them with the epilogue. */
+    constexpr int LDR = BN + 8;
+    static_assert(SGKC_WG_BM * LDR <= S * cfg::STAGE_FL, "the partial tile fits in the ring");
+    __syncthreads(); /* both warpgroups' MMAs, which read the ring, are done */
+#pragma unroll
+    for (int sr = 0; sr < 2; sr++)
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
-            sgkc_tc_store2<RES>(a, f, m, n0 + 8 * j + 2 * t, acc[4 * j + 2 * sr], acc[4 * j + 2 * sr + 1]);
+            *reinterpret_cast<float2 *>(ring + (sr ? rb : ra) * LDR + 8 * j + 2 * t) =
+                make_float2(acc[4 * j + 2 * sr], acc[4 * j + 2 * sr + 1]);
+    sgkc_cluster_sync(nsplit);
+    const int rows = BM / nsplit, r0 = rank * rows; /* nsplit divides 128 */
+#pragma unroll 1
+    for (int i = tid; i < rows * (BN / 2); i += SGKC_WG_NT) {
+        const int r = r0 + i / (BN / 2), c = 2 * (i % (BN / 2));
+        const int64_t m = m0 + r;
+        float2 v = make_float2(0.0f, 0.0f);
+        for (int p = 0; p < nsplit; p++) {
+            const float2 u = *sgkc_cluster_peer(reinterpret_cast<const float2 *>(ring + r * LDR + c), p, nsplit);
+            v.x += u.x;
+            v.y += u.y;
+        }
+        if (m < M)
+            sgkc_tc_store2<RES>(a, f, m, n0 + c, v.x, v.y);
     }
+    sgkc_cluster_sync(nsplit); /* every peer has read this block's tile */
 #else
     (void)maps;
     (void)a;
@@ -510,7 +548,7 @@ static inline cudaError_t sgkc_wg_map(CUtensorMap *m, const float *p, int inner,
 
 /* One instance on g, with w's maps, after the previous kernel where pdl */
 template <int BN, int S>
-static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, bool pdl,
+static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, bool pdl,
                                          cudaStream_t s)
 {
     sgkc_wg_maps m;
@@ -524,28 +562,48 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
         return e;
     cudaLaunchConfig_t lc;
     memset(&lc, 0, sizeof lc);
-    lc.gridDim = dim3((unsigned)((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM), (unsigned)((g.Nc + BN - 1) / BN));
     lc.blockDim = dim3(SGKC_WG_NT);
-    lc.dynamicSmemBytes = sgkc_wg_cfg<BN, S>::SMEM;
     lc.stream = s;
-    cudaLaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = &attr;
+    cudaLaunchAttribute attr[2];
+    memset(attr, 0, sizeof attr);
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = attr;
     lc.numAttrs = pdl ? 1 : 0;
     const sgkc_tc_flags f = sgkc_tc_flags_of(g);
     if (g.gamma) {
-        cudaLaunchConfig_t ls = lc;
-        ls.gridDim = dim3((unsigned)((g.M + 31) / 32));
-        ls.dynamicSmemBytes = 0;
-        e = cudaLaunchKernelEx(&ls, sgkc_wg_stats_kernel, g, f.vec_a);
+        lc.gridDim = dim3((unsigned)((g.M + 31) / 32));
+        e = cudaLaunchKernelEx(&lc, sgkc_wg_stats_kernel, g, f.vec_a);
         if (e != cudaSuccess)
             return e;
         lc.numAttrs = 1; /* after the statistics */
-        return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false>, m, g, w.bias, f);
     }
+    lc.gridDim = dim3((unsigned)((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM), (unsigned)((g.Nc + BN - 1) / BN), (unsigned)ks);
+    lc.dynamicSmemBytes = sgkc_wg_cfg<BN, S>::SMEM;
+    if (ks > 1) {
+        attr[lc.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[lc.numAttrs].val.clusterDim.x = 1;
+        attr[lc.numAttrs].val.clusterDim.y = 1;
+        attr[lc.numAttrs].val.clusterDim.z = (unsigned)ks;
+        lc.numAttrs++;
+    }
+    if (g.gamma)
+        return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false>, m, g, w.bias, f);
     return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true>, m, g, w.bias, f);
+}
+
+/* The blocks of a cluster that split each 128 x 128 output tile's k
+ * range (1: none) where the tiles alone leave most SMs idle: doubled while
+ * the grid stays within the SMs and each block keeps four k-tiles or more,
+ * up to the portable cluster size. */
+static inline int sgkc_wg_ks(int64_t M, int Nc, int K, int sms)
+{
+    const int64_t tiles = ((M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)Nc + 127) / 128);
+    const int kt = (K + SGKC_WG_BK - 1) / SGKC_WG_BK;
+    int ks = 1;
+    while (ks < 8 && tiles * 2 * ks <= sms && kt / (2 * ks) >= 4)
+        ks *= 2;
+    return ks;
 }
 
 /* The block width for (M, Nc) on sms SMs (one block an SM): the least
@@ -570,19 +628,20 @@ static inline int sgkc_wg_bn(int64_t M, int Nc, int sms)
 }
 
 /* C = op(A) W^T (+ residual) with g's LayerNorm, scaling and residual, W
- * as w holds it, in blocks of 128 x bn (sgkc_wg_bn) */
-static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, bool pdl,
+ * as w holds it, in blocks of 128 x bn (sgkc_wg_bn), each output tile's k
+ * range split over ks blocks (1, 2, 4 or 8: sgkc_wg_ks) */
+static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, int ks, bool pdl,
                                        cudaStream_t s)
 {
-    if (!sgkc_wg_takes(g))
+    if (!sgkc_wg_takes(g) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + SGKC_WG_BK - 1) / SGKC_WG_BK)
         return cudaErrorInvalidValue;
     switch (bn) {
     case 128:
-        return sgkc_wg_launch<SGKC_WG_128>(g, w, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_128>(g, w, ks, pdl, s);
     case 192:
-        return sgkc_wg_launch<SGKC_WG_192>(g, w, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_192>(g, w, ks, pdl, s);
     case 256:
-        return sgkc_wg_launch<SGKC_WG_256>(g, w, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_256>(g, w, ks, pdl, s);
     default:
         return cudaErrorInvalidValue;
     }

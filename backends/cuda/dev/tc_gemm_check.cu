@@ -8,14 +8,15 @@
  * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
  * instances and its dispatcher ("auto"), and wg_gemm.cuh (LayerNorm
  * statistics in a pass of their own, as the layer runs it) at the block
- * width sgkc_wg_bn picks ("wg") and at each of its three ("wg128",
- * "wg192", "wg256"; "n/a" where it does not take the case, with its
- * weights prepared once a case): C is poisoned with NaN first, then every
- * element must be written and finite, and the checked rows (all of them,
- * or the first and last tiles' rows plus 64 random ones when M is large)
- * must be within relative L2 1e-5 and max abs 1e-4 of a double reference.
- * Then each is timed with events around 20 launches back to back (3
- * warm-ups, median of 15). Exit status 1 on any failure. */
+ * width and split over k the layer picks ("wg"), at each of its three
+ * widths ("wg128", "wg192", "wg256") and split over k in clusters of 2, 4
+ * and 8 ("wgk2", "wgk4", "wgk8"; "n/a" where it does not take the case,
+ * with its weights prepared once a case): C is poisoned with NaN first,
+ * then every element must be written and finite, and the checked rows (all
+ * of them, or the first and last tiles' rows plus 64 random ones when M is
+ * large) must be within relative L2 1e-5 and max abs 1e-4 of a double
+ * reference. Then each is timed with events around 20 launches back to
+ * back (3 warm-ups, median of 15). Exit status 1 on any failure. */
 #include "tc_gemm.cuh"
 #include "wg_gemm.cuh"
 #include "dev_common.h"
@@ -85,13 +86,25 @@ static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { ret
 static float *g_wprep;
 static sgkc_wg_weights g_w;
 static bool g_wg_takes;
-static cudaError_t launch_wg_bn(const sgkc_tc_gemm_args &g, int bn, cudaStream_t s)
+static cudaError_t launch_wg_bn(const sgkc_tc_gemm_args &g, int bn, cudaStream_t s, int ks = 1)
 {
-    return g_wg_takes ? sgkc_wg_gemm(g, g_w, bn, false, s) : cudaErrorNotSupported;
+    return g_wg_takes ? sgkc_wg_gemm(g, g_w, bn, ks, false, s) : cudaErrorNotSupported;
 }
+/* the layer's choice of block width and split over k */
 static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s)
 {
-    return launch_wg_bn(g, sgkc_wg_bn(g.M, g.Nc, g_sms), s);
+    const int ks = sgkc_wg_ks(g.M, g.Nc, g.K, g_sms);
+    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms), s, ks);
+}
+/* 128 x 128 tiles split over k in clusters of 2, 4, 8 where k-tiles allow */
+static cudaError_t launch_wg_k2(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s, 2); }
+static cudaError_t launch_wg_k4(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g.K > 3 * SGKC_WG_BK ? launch_wg_bn(g, 128, s, 4) : cudaErrorNotSupported;
+}
+static cudaError_t launch_wg_k8(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g.K > 7 * SGKC_WG_BK ? launch_wg_bn(g, 128, s, 8) : cudaErrorNotSupported;
 }
 static cudaError_t launch_wg128(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s); }
 static cudaError_t launch_wg192(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 192, s); }
@@ -108,7 +121,8 @@ int main(int argc, char **argv)
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
         {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wg"},
-        {launch_wg128, "wg128"}, {launch_wg192, "wg192"}, {launch_wg256, "wg256"}};
+        {launch_wg128, "wg128"}, {launch_wg192, "wg192"}, {launch_wg256, "wg256"},
+        {launch_wg_k2, "wgk2"},   {launch_wg_k4, "wgk4"},     {launch_wg_k8, "wgk8"}};
     int fails = 0;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
