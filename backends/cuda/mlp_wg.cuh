@@ -1,6 +1,11 @@
-/* A candidate for mlp_tc.cuh, validated and timed beside it by
- * dev/mlp_check.cu ("wgmma"): the relation MLP pass on Hopper's warpgroup
- * MMA in 3xTF32, as wg_gemm.cuh runs the projections.
+/* The relation MLP pass of mlp_tc.cuh (the same arguments and output: the
+ * bias (B*N*N, H) from the pair features, in 3xTF32) on Hopper's warpgroup
+ * MMA, as wg_gemm.cuh runs the projections. The layer runs it on compute
+ * capability 9.0 where the build has sm_90a code (variants.cu, launch_mlp),
+ * mlp_tc.cuh's mma.sync kernel elsewhere: wgmma reaches the tensor cores'
+ * full TF32 rate, which mma.sync does not, and one m64nN product reads its
+ * B tile from shared memory for 64 pairs, where each warp of mlp_tc.cuh
+ * loads its fragments for every 16 (DESIGN.md has what it measured).
  *
  * A warpgroup takes 64 pairs at a time (persistent: warpgroups stride over
  * the call's 64-pair tiles), warp w of it pairs 16 w .. 16 w + 15:
@@ -19,12 +24,25 @@
  *   holds hidden unit 8 ks + 2 (s % 4) + s / 4 of it), m64n(8 HT)k8 into
  *   accumulators that start at b2.
  * Fragments alternate between two register sets so that one k-step's are
- * made while the previous k-step's products run. Needs sm_90a. */
-#ifndef SGK_CUDA_DEV_MLP_WG_CUH
-#define SGK_CUDA_DEV_MLP_WG_CUH
+ * made while the previous k-step's products run.
+ *
+ * As in mlp_tc.cuh, the weights are staged before the grid wait (they are
+ * inputs; DESIGN.md says why a device repack of them cannot race this) and
+ * the features are read and the bias written only after it; a block lets
+ * the next kernel launch once its last tile is written (mlp_tc.cuh leaves
+ * that to its exit), which changes nothing the next kernel's grid wait
+ * sees. Features load as float4 where pvec says so (P % 4 == 0, 16-byte
+ * aligned), else one float at a time. Instances:
+ * PCAP 32, 64, 128 (whole 32-wide k-tiles) and HT 1, 2, for P <= PCAP and
+ * H <= 8 HT, 256 threads and sgkc_mw_smem_floats of dynamic shared memory.
+ * The body exists only in sm_90a code (__CUDA_ARCH_FEAT_SM90_ALL); launched
+ * elsewhere, or outside what the instance takes, the kernel traps, which
+ * the launch's stream reports as an error. */
+#ifndef SGK_CUDA_MLP_WG_CUH
+#define SGK_CUDA_MLP_WG_CUH
 
 #include "mlp_tc.cuh"
-#include "wg_gemm.cuh"
+#include "wg_mma.cuh"
 
 #define SGKC_MW_NT 256 /* two warpgroups */
 
@@ -34,54 +52,6 @@ __host__ __device__ constexpr size_t sgkc_mw_smem_floats(int pcap, int ht)
 {
     return 2 * (size_t)pcap * pcap + 2 * (size_t)8 * ht * pcap + pcap + 8 * ht + 256;
 }
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ void sgkc_mw_mma_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, 1, 1, 1;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
-__device__ __forceinline__ void sgkc_mw_mma_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
-__device__ __forceinline__ void sgkc_mw_mma_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
-__device__ __forceinline__ void sgkc_mw_mma_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-template <int R>
-__device__ __forceinline__ void sgkc_mw_mma(float (&d)[R], const uint32_t (&a)[4], uint64_t db)
-{
-    if constexpr (R == 4)
-        sgkc_mw_mma_n8(d, a, db);
-    else if constexpr (R == 8)
-        sgkc_mw_mma_n16(d, a, db);
-    else if constexpr (R == 16)
-        sgkc_mw_mma_n32(d, a, db);
-    else if constexpr (R == 32)
-        sgkc_mw_mma_n64(d, a, db);
-    else
-        sgkc_wg_mma_n128(d, a, db);
-}
-#endif
 
 template <int PCAP, int HT>
 __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_args a)
@@ -99,6 +69,10 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
     float *W1l = W1h + KT * W1T, *W2h = W1l + KT * W1T, *W2l = W2h + KT * W2T;
     float *b1s = W2l + KT * W2T, *b2s = b1s + PCAP;
     const int P = a.P, H = a.H, tid = (int)threadIdx.x;
+    uint32_t dyn_smem;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dyn_smem));
+    if (blockDim.x != SGKC_MW_NT || P > PCAP || H > 8 * HT || dyn_smem < sgkc_mw_smem_floats(PCAP, HT) * sizeof(float))
+        __trap(); /* not what this instance takes: an error, not a wrong bias */
 
     /* the weights, split and permuted, before the grid wait (they are inputs) */
     auto put = [&](float *hi, float *lo, int row, int q, float v) {
@@ -180,9 +154,9 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
             sgkc_wg_hold4(ah[set]);
             sgkc_wg_hold4(al[set]);
             const uint64_t dh = sgkc_wg_desc(W1h + kt * W1T + 8 * ks), dl = sgkc_wg_desc(W1l + kt * W1T + 8 * ks);
-            sgkc_mw_mma<R1>(acc, al[set], dh);
-            sgkc_mw_mma<R1>(acc, ah[set], dl);
-            sgkc_mw_mma<R1>(acc, ah[set], dh);
+            sgkc_wg_mma<R1>(acc, al[set], dh);
+            sgkc_wg_mma<R1>(acc, ah[set], dl);
+            sgkc_wg_mma<R1>(acc, ah[set], dh);
             sgkc_wg_commit();
         }
         sgkc_wg_wait<0>();
@@ -215,9 +189,9 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
             sgkc_wg_hold4(al[set]);
             const int kt = j >> 2, ks = j & 3;
             const uint64_t dh = sgkc_wg_desc(W2h + kt * W2T + 8 * ks), dl = sgkc_wg_desc(W2l + kt * W2T + 8 * ks);
-            sgkc_mw_mma<R2>(o, al[set], dh);
-            sgkc_mw_mma<R2>(o, ah[set], dl);
-            sgkc_mw_mma<R2>(o, ah[set], dh);
+            sgkc_wg_mma<R2>(o, al[set], dh);
+            sgkc_wg_mma<R2>(o, ah[set], dl);
+            sgkc_wg_mma<R2>(o, ah[set], dh);
             sgkc_wg_commit();
         }
         sgkc_wg_wait<0>();
