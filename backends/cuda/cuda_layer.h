@@ -76,7 +76,9 @@ struct sgkc_layer {
     /* blocks an SM of the attn_tiled.cuh and attn_tiled16.cuh instances this
      * layer runs (their occupancy, at creation): what their key split plans with */
     int at_per_sm, at16_per_sm;
-    /* and of the relation MLP pass (mlp_tc.cuh) where tuned-tiled runs one */
+    /* and of the relation MLP pass (mlp_wg.cuh or mlp_tc.cuh, whichever
+     * variants.cu's mlp_pass_of takes on this device) where tuned-tiled
+     * runs one */
     int mt_per_sm, am_per_sm; /* and attn_mma.cuh's after it */
     /* shared memory of an SM, and what the device keeps back per block */
     size_t smem_sm, smem_rsv;

@@ -16,6 +16,7 @@
 #include "gemm_dmma.cuh"
 #include "gemm_panel.cuh"
 #include "mlp_tc.cuh"
+#include "mlp_wg.cuh"
 #include "sgemm.cuh"
 
 #include <cuda_fp16.h>
@@ -450,7 +451,7 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgk_backend_plan *p
 
 struct tiled_cfg {
     int pcap, hmax, HG, G, ld;
-    int mpcap;    /* the MLP pass's padded P (mlp_tc.cuh), then pcap = 0; 0: the MLP runs in the attention */
+    int mpcap;    /* the MLP pass's padded P (mlp_wg.cuh or mlp_tc.cuh), then pcap = 0; 0: the MLP runs in the attention */
     int hdp;      /* where the pass runs, attn_mma.cuh's padded head dim; 0: attn_tiled(16).cuh */
     size_t smem_mma;
     size_t smem;
@@ -462,7 +463,8 @@ struct tiled_cfg {
 };
 
 /* Whether tuned-tiled runs the relation MLP as a pass of its own on the
- * tensor cores (mlp_tc.cuh), writing the bias for the attention to read,
+ * tensor cores (mlp_wg.cuh or mlp_tc.cuh: mlp_pass), writing the bias for
+ * the attention to read,
  * instead of on FFMA inside the attention (attn_rows' shapes keep theirs):
  * at P > 16, where the MLP's 2P^2 FLOPs a pair outweigh the bias's round
  * trip through memory; at P <= 16 the FFMA MLP staged once a block is the
@@ -670,17 +672,13 @@ static void tiled_occupancy(sgkc_layer *L, const tiled_cfg &c)
             L->at16_per_sm = n;
 }
 
-/* The MLP pass's instances: W1 and W2 split into their TF32 halves once a
+/* mlp_tc.cuh's instances: W1 and W2 split into their TF32 halves once a
  * block (each warp re-splitting its B fragments cost more than the shared
  * memory the halves take), and eight warps a block at P > 64, where a
  * block's weights allow one an SM. */
 static constexpr int mlp_warps_of(int pcap)
 {
     return pcap > 64 ? 8 : 4;
-}
-static int mlp_warps(const tiled_cfg &c)
-{
-    return mlp_warps_of(c.mpcap);
 }
 typedef void (*mlp_fn)(sgkc_mlp_args);
 template <int PCAP, int HT>
@@ -689,9 +687,9 @@ static mlp_fn mlp_inst()
     return sgkc_mlp_tc_kernel<PCAP, HT, mlp_warps_of(PCAP), true>;
 }
 /* the instance for the plan's P and heads */
-static mlp_fn mlp_kernel(const tiled_cfg &c, int H)
+static mlp_fn mlp_tc_kernel(int mpcap, int H)
 {
-    switch (c.mpcap * 10 + (H <= 8 ? 1 : 2)) {
+    switch (mpcap * 10 + (H <= 8 ? 1 : 2)) {
     case 161: return mlp_inst<16, 1>();
     case 162: return mlp_inst<16, 2>();
     case 321: return mlp_inst<32, 1>();
@@ -702,6 +700,52 @@ static mlp_fn mlp_kernel(const tiled_cfg &c, int H)
     default: return mlp_inst<128, 2>();
     }
 }
+
+/* mlp_wg.cuh's instances (PCAP 32, 64, 128; HT 1, 2), which run only where
+ * mlp_wg_device: its kernel exists in the build's sm_90a code alone (it
+ * traps elsewhere), which runs on compute capability 9.0 only. */
+static const mlp_fn mlp_wg_fns[] = {
+    sgkc_mlp_wg_kernel<32, 1>,  sgkc_mlp_wg_kernel<32, 2>,  sgkc_mlp_wg_kernel<64, 1>,
+    sgkc_mlp_wg_kernel<64, 2>,  sgkc_mlp_wg_kernel<128, 1>, sgkc_mlp_wg_kernel<128, 2>,
+};
+static bool mlp_wg_device(const sgkc_layer *L)
+{
+#if defined(SGKC_HAVE_SM90A)
+    return L->cc_major == 9 && L->cc_minor == 0;
+#else
+    (void)L;
+    return false;
+#endif
+}
+
+/* The MLP pass of a plan: its kernel, threads and shared memory a block,
+ * and the pairs a block takes a step (its warps' tiles). mlp_wg.cuh on
+ * mlp_wg_device for every PCAP the pass runs at (P > 16: 32, 64, 128) and
+ * H <= 16, where its shared memory fits the opt-in limit; its features load
+ * as mlp_tc.cuh's do (float4 only where pvec), so alignment and P % 4 do
+ * not matter. mlp_tc.cuh otherwise: at compute capability 8.x and 9.x
+ * other than 9.0, in builds without sm_90a, and at PCAP 16 (which the pass
+ * does not run at). */
+struct mlp_pass {
+    mlp_fn fn;
+    unsigned nt;
+    size_t smem;
+    int64_t pairs;
+};
+static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
+{
+    const int ht = L->H <= 8 ? 1 : 2;
+    const size_t wg_smem = sgkc_mw_smem_floats(c.mpcap, ht) * sizeof(float);
+    if (mlp_wg_device(L) && (c.mpcap == 32 || c.mpcap == 64 || c.mpcap == 128) && L->H <= 16 &&
+        wg_smem <= L->smem_optin) {
+        const mlp_fn fn = mlp_wg_fns[(c.mpcap == 32 ? 0 : c.mpcap == 64 ? 2 : 4) + (ht - 1)];
+        return {fn, SGKC_MW_NT, wg_smem, 2 * 64}; /* two warpgroups of 64 pairs */
+    }
+    const int nw = mlp_warps_of(c.mpcap);
+    return {mlp_tc_kernel(c.mpcap, L->H), (unsigned)(32 * nw),
+            sgkc_mt_smem_floats(c.mpcap, ht, true) * sizeof(float), 16 * (int64_t)nw};
+}
+
 typedef void (*attn_fn)(sgkc_attn_args);
 static attn_fn mma_kernel(int hdp)
 {
@@ -714,11 +758,6 @@ static attn_fn mma_kernel(int hdp)
     }
 }
 
-static size_t mlp_smem(const tiled_cfg &c, int H)
-{
-    return sgkc_mt_smem_floats(c.mpcap, H <= 8 ? 1 : 2, true) * sizeof(float);
-}
-
 static void tiled_occupancy_of(sgkc_layer *L)
 {
     tiled_cfg c;
@@ -726,10 +765,9 @@ static void tiled_occupancy_of(sgkc_layer *L)
     if (!tiled_plan(L, 1, 1, false, &c))
         return;
     int n = 0;
+    const mlp_pass mp = c.mpcap ? mlp_pass_of(L, c) : mlp_pass{};
     if (c.mpcap &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mlp_kernel(c, L->H), 32 * mlp_warps(c),
-                                                      mlp_smem(c, L->H)) ==
-            cudaSuccess &&
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mp.fn, (int)mp.nt, mp.smem) == cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
     /* attn_mma.cuh's, whichever grids it will take */
@@ -763,8 +801,9 @@ static size_t tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N, const s
     return ws_qkv_ctx(L, B, N, plan) + bias;
 }
 
-/* The MLP pass into bias: a grid of what fits on the SMs at once (its
- * warps stride over the pairs), launched early behind the Q/K/V GEMM. */
+/* The MLP pass into bias (mlp_pass_of's kernel): a grid of what fits on
+ * the SMs at once (its warps or warpgroups stride over the pairs), launched
+ * early behind the Q/K/V GEMM. */
 static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgkc_fwd *f, float *bias)
 {
     sgkc_mlp_args m;
@@ -778,12 +817,12 @@ static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgk
     m.P = L->P;
     m.H = L->H;
     m.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
-    const int64_t tiles = (m.M + 15) / 16, nw = mlp_warps(c);
+    const mlp_pass mp = mlp_pass_of(L, c);
     int64_t grid = (int64_t)L->sm_count * L->mt_per_sm;
-    if (grid > (tiles + nw - 1) / nw)
-        grid = (tiles + nw - 1) / nw;
-    const size_t smem = spread_smem(L, mlp_smem(c, L->H), grid, L->mt_per_sm);
-    return launch_after(L, mlp_kernel(c, L->H), dim3((unsigned)grid), (unsigned)(32 * nw), smem, f->stream, 0, m);
+    if (grid > (m.M + mp.pairs - 1) / mp.pairs)
+        grid = (m.M + mp.pairs - 1) / mp.pairs;
+    const size_t smem = spread_smem(L, mp.smem, grid, L->mt_per_sm);
+    return launch_after(L, mp.fn, dim3((unsigned)grid), mp.nt, smem, f->stream, 0, m);
 }
 
 static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f, bool dm)
@@ -1060,6 +1099,18 @@ static cudaError_t raise_smem_limits(int limit)
     return sgkc_generic_prepare(limit);
 }
 
+/* The same for mlp_wg.cuh's instances, where the device runs them
+ * (mlp_wg_device). */
+static cudaError_t mlp_wg_prepare(const sgkc_layer *L)
+{
+    if (!mlp_wg_device(L))
+        return cudaSuccess;
+    for (mlp_fn fn : mlp_wg_fns)
+        SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)L->smem_optin));
+    return cudaSuccess;
+}
+
 /* How many clusters of 16 tuned-fused-small blocks the device runs at once (one
  * block an SM: the H200's GPCs hold 7), after allowing every tuned-fused-small
  * instance clusters past the portable 8. 0 before Hopper, or where the
@@ -1278,6 +1329,7 @@ static cudaError_t pack_float(sgkc_layer *L, int device, const sgk_layer_desc *d
     L->smem_sm = prop.sharedMemPerMultiprocessor;
     L->smem_rsv = prop.reservedSharedMemPerBlock;
     SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
+    SGKC_RETURN_IF(mlp_wg_prepare(L));
     SGKC_RETURN_IF(sgkc_tc_prepare(L));
     L->clusters16 = fused_clusters16(L);
     tiled_occupancy_of(L);

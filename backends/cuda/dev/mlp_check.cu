@@ -1,20 +1,24 @@
 /* Validate-then-time harness for the relation MLP pass (standalone, needs a
  * GPU):
  *
- *   nvcc -O3 -std=c++17 -arch=sm_90 -I backends/cuda backends/cuda/dev/mlp_check.cu -o /tmp/mlp_check
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I backends/cuda backends/cuda/dev/mlp_check.cu \
+ *       -o /tmp/mlp_check
  *   /tmp/mlp_check [seed]
  *
  * Versions: "unsplit" is mlp_tc.cuh with four warps a block and W1 in
  * shared memory as floats, split into its TF32 halves by each warp for
  * each 16 pairs; "presplit" takes W1 and W2 split once per block into
- * shared memory, "nw8" eight warps a block; the library runs presplit (at
- * P <= 64) and presplit-nw8 (at P > 64), DESIGN.md says why. Each runs on a grid of what
- * fits on the SMs, as the library's launch does. The bias is poisoned
+ * shared memory, "nw8" eight warps a block; "wgmma" is mlp_wg.cuh
+ * (warpgroup MMA, at P > 16). The library runs wgmma on compute capability
+ * 9.0 with sm_90a code, elsewhere presplit (at P <= 64) and presplit-nw8
+ * (at P > 64); DESIGN.md says why. Each runs on a grid of what fits on the
+ * SMs, as the library's launch does. The bias is poisoned
  * with NaN first; every element must come out within relative L2 1e-5 and
  * max abs 1e-4 (scaled to the bias's largest) of a double reference. Then
  * each is timed with events (3 warm-ups, median of 15). Exit status 1 on
  * any failure. */
 #include "mlp_tc.cuh"
+#include "mlp_wg.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -128,6 +132,8 @@ static void versions(const shape &s, const problem &p)
                    sgkc_mt_smem_floats(PCAP, HT, true) * 4, p);
     check_and_time(s.name, "presplit-nw8", sgkc_mlp_tc_kernel<PCAP, HT, 8, true>, 256,
                    sgkc_mt_smem_floats(PCAP, HT, true) * 4, p);
+    if constexpr (PCAP >= 32)
+        check_and_time(s.name, "wgmma", sgkc_mlp_wg_kernel<PCAP, HT>, SGKC_MW_NT, sgkc_mw_smem_floats(PCAP, HT) * 4, p);
 }
 
 int main(int argc, char **argv)
