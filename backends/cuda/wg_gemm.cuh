@@ -250,15 +250,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 __syncwarp();
             }
             frag(set, ks, xa, xb);
-            sgkc_wg_fence();
-            sgkc_wg_hold(acc);
-            sgkc_wg_hold4(ah[set]);
-            sgkc_wg_hold4(al[set]);
-            const uint64_t wb = sgkc_wg_desc(Wb + 8 * ks), wl = sgkc_wg_desc(Wl + 8 * ks);
-            sgkc_wg_mma<R>(acc, al[set], wb);
-            sgkc_wg_mma<R>(acc, ah[set], wl);
-            sgkc_wg_mma<R>(acc, ah[set], wb);
-            sgkc_wg_commit();
+            sgkc_wg_step3(acc, ah[set], al[set], Wb + 8 * ks, Wl + 8 * ks);
         }
     }
     sgkc_wg_wait<0>();

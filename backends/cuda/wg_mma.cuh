@@ -156,6 +156,24 @@ __device__ __forceinline__ void sgkc_wg_hold4(uint32_t (&a)[4])
     for (int i = 0; i < 4; i++)
         asm volatile("" : "+r"(a[i])::"memory");
 }
+
+/* One k-step in 3xTF32, issued as a group: d += small(a) big(B) +
+ * big(a) small(B) + big(a) big(B), with B's halves in shared memory at big
+ * and small and a's in ah, al (made since the last fence). */
+template <int R>
+__device__ __forceinline__ void sgkc_wg_step3(float (&d)[R], uint32_t (&ah)[4], uint32_t (&al)[4], const float *big,
+                                              const float *small)
+{
+    sgkc_wg_fence();
+    sgkc_wg_hold(d);
+    sgkc_wg_hold4(ah);
+    sgkc_wg_hold4(al);
+    const uint64_t bb = sgkc_wg_desc(big), bl = sgkc_wg_desc(small);
+    sgkc_wg_mma<R>(d, al, bb);
+    sgkc_wg_mma<R>(d, ah, bl);
+    sgkc_wg_mma<R>(d, ah, bb);
+    sgkc_wg_commit();
+}
 #endif
 
 #endif
