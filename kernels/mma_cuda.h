@@ -16,10 +16,20 @@
  * fragment elements through the strides, from global or shared memory
  * alike; rows past M repeat row M - 1 (read, not written), and k past K
  * and columns past NC read as zero, so nothing past the operands is read.
- * A non-finite operand keeps small = 0, so that inf * w gives inf rather
- * than inf - inf (where w's own small part is zero it still gives NaN: the
- * callers that must skip zero weights against a non-finite operand, ZSKIP,
- * take the FMA tile instead).
+ *
+ * NaN and Inf: an output that comes out NaN or +-Inf is computed again on
+ * FMA, summed over k as tile_mm sums it, so that it is what the other
+ * targets give. The split cannot carry them itself: an Inf in big meets
+ * the other operand's small part (inf * 0, or inf * -w where w's small part
+ * has the other sign, is NaN where the product is +-inf). What it must do
+ * is keep them non-finite, so that every output they reach is redone: a
+ * NaN or Inf goes whole into small, since rounding the GPU's NaN,
+ * 0x7fffffff, carries into the sign and leaves big = small = -0, and the
+ * NaN vanished from the product (its rows came out finite). A finite
+ * operand that rounds to Inf (|x| >= 0x7f7ff000) gives a non-finite output
+ * too, redone alike. The finite path pays a check of the block's outputs
+ * before it stores them. Zero weights that must be skipped against a
+ * non-finite operand (ZSKIP: 0 * inf is NaN on FMA too) take the FMA tile.
  *
  * small is rounded to TF32 here (the tensor core would truncate it, which
  * doubles its error), and the MMA accumulator, whose additions do not round
@@ -31,12 +41,15 @@
 #define SGK_TC_CHUNK 128
 #define SGK_TC_MAX_K 2048
 #if SGK_TC_MMA
+/* big = x rounded to TF32, small = x - big rounded to TF32; a NaN or an
+ * Inf whole in small (big may have lost a NaN to the rounding's carry). */
 __device__ __forceinline__ void sgk_tc_split(float x, unsigned &big, unsigned &small)
 {
-    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    const unsigned u = __float_as_uint(x);
+    big = (u + 0x1000u) & 0xffffe000u;
     small = (__float_as_uint(x - __uint_as_float(big)) + 0x1000u) & 0xffffe000u;
-    if ((big & 0x7f800000u) == 0x7f800000u)
-        small = 0u;
+    if ((u & 0x7f800000u) == 0x7f800000u)
+        small = u;
 }
 
 __device__ __forceinline__ void sgk_tc_mma(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1)
@@ -94,17 +107,55 @@ __device__ __forceinline__ void sgk_tc_mm_nt(int NB, int M, int NC, int K, const
                 sgk_tc_mma(acc[n], ah, bh0, bh1);
             }
         }
+        // v * 0 is 0 where v is finite, NaN where it is NaN or +-Inf
+        float chk = 0.0f;
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                if (i < M && j < NC) {
+            for (int e = 0; e < 4; e++)
+                chk = fmaf(sum[n][e] + acc[n][e], 0.0f, chk);
+        if (chk == 0.0f) {
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    if (i < M && j < NC) {
+                        const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
+                        const float v = sum[n][e] + acc[n][e];
+                        C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
+                    }
+                }
+        } else {
+            unsigned redo = 0u;
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    if (i < M && j < NC) {
+                        const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
+                        const float v = sum[n][e] + acc[n][e];
+                        if (fabsf(v) < CUDART_INF_F)
+                            C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
+                        else
+                            redo |= 1u << (n * 4 + e);
+                    }
+                }
+            // outputs that came out NaN or +-Inf: again on FMA, summed over k
+            // as tile_mm sums them (R not yet written where it is C)
+#pragma unroll 1
+            for (int q = 0; redo != 0u; q++, redo >>= 1)
+                if (redo & 1u) {
+                    const int i = i0 + g + (q & 3) / 2 * 8, j = j0 + q / 4 * 8 + 2 * t + (q & 1);
+                    const float *ai = A + (sgk_off)b * ABS + (sgk_off)i * ARS;
+                    float v = 0.0f;
+                    for (int k = 0; k < K; k++)
+                        v = fmaf(ai[(sgk_off)k * ASK], bb[(sgk_off)k * LDB + j], v);
                     const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
-                    const float v = sum[n][e] + acc[n][e];
                     C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
                 }
-            }
+        }
     }
 }
 
