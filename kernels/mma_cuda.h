@@ -114,35 +114,48 @@ __device__ __forceinline__ void sgk_tc_mm_nt(int NB, int M, int NC, int K, const
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 chk = fmaf(sum[n][e] + acc[n][e], 0.0f, chk);
-        const bool finite = chk == 0.0f;
-        unsigned redo = 0u;
+        if (chk == 0.0f) {
 #pragma unroll
-        for (int n = 0; n < NT; n++)
+            for (int n = 0; n < NT; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                if (i < M && j < NC) {
-                    const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
-                    const float v = sum[n][e] + acc[n][e];
-                    if (finite || fabsf(v) < CUDART_INF_F)
+                for (int e = 0; e < 4; e++) {
+                    const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    if (i < M && j < NC) {
+                        const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
+                        const float v = sum[n][e] + acc[n][e];
                         C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
-                    else
-                        redo |= 1u << (n * 4 + e);
+                    }
                 }
-            }
-        // outputs that came out NaN or +-Inf: again on FMA, summed over k
-        // as tile_mm sums them (R not yet written where it is C)
+        } else {
+            unsigned redo = 0u;
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
+                    if (i < M && j < NC) {
+                        const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
+                        const float v = sum[n][e] + acc[n][e];
+                        if (fabsf(v) < CUDART_INF_F)
+                            C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
+                        else
+                            redo |= 1u << (n * 4 + e);
+                    }
+                }
+            // outputs that came out NaN or +-Inf: again on FMA, summed over k
+            // as tile_mm sums them (R not yet written where it is C)
 #pragma unroll 1
-        for (int q = 0; redo != 0u; q++, redo >>= 1)
-            if (redo & 1u) {
-                const int i = i0 + g + (q & 3) / 2 * 8, j = j0 + q / 4 * 8 + 2 * t + (q & 1);
-                const float *ai = A + (sgk_off)b * ABS + (sgk_off)i * ARS;
-                float v = 0.0f;
-                for (int k = 0; k < K; k++)
-                    v = fmaf(ai[(sgk_off)k * ASK], bb[(sgk_off)k * LDB + j], v);
-                const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
-                C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
-            }
+            for (int q = 0; redo != 0u; q++, redo >>= 1)
+                if (redo & 1u) {
+                    const int i = i0 + g + (q & 3) / 2 * 8, j = j0 + q / 4 * 8 + 2 * t + (q & 1);
+                    const float *ai = A + (sgk_off)b * ABS + (sgk_off)i * ARS;
+                    float v = 0.0f;
+                    for (int k = 0; k < K; k++)
+                        v = fmaf(ai[(sgk_off)k * ASK], bb[(sgk_off)k * LDB + j], v);
+                    const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
+                    C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
+                }
+        }
     }
 }
 
