@@ -482,10 +482,9 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
 /* The blocks of a cluster that split each 128 x 128 output tile's k
  * range (1: none) where the tiles alone leave most SMs idle: doubled while
  * the grid stays within the SMs and each block keeps four k-tiles or more,
- * up to the portable cluster size. Below K = 512 a split gains nothing the
- * merge does not take back (mid's and s05's output GEMMs, K 256 and 320,
- * ran slower split than on tc_gemm.cuh's 64 x 64 tiles), so such grids stay
- * there. */
+ * up to the portable cluster size. Below K = 512 a block's share of k is
+ * too short to pay for the merge, so such grids stay on tc_gemm.cuh's
+ * 64 x 64 tiles (DESIGN.md, "Split over k"). */
 static inline int sgkc_wg_ks(int64_t M, int Nc, int K, int sms)
 {
     if (K < 512)
