@@ -20,6 +20,7 @@
  * and max abs 1e-4 of a double reference. Then each is timed with events
  * (3 warm-ups, median of 15). Exit status 1 on any failure. */
 #include "attn_mma.cuh"
+#include "attn_mma2.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -46,7 +47,7 @@ static const shape shapes[] = {
 
 struct problem {
     int B, N, D, H, hd;
-    float *qkv, *bias, *ctx;
+    float *qkv, *bias, *bias_hm, *ctx; /* bias (B*N*N, H); bias_hm the same, (B, H, N, N) */
     unsigned char *mask;
     std::vector<double> ref;
 };
@@ -102,6 +103,14 @@ static problem make_problem(const shape &s)
     CK(cudaMalloc(&p.mask, mask.size()));
     CK(cudaMemcpy(p.qkv, qkv.data(), qkv.size() * sizeof(float), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.bias, bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice));
+    std::vector<float> hm(bias.size());
+    for (size_t pi = 0; pi < pairs; pi++)
+        for (int h = 0; h < s.H; h++) {
+            const size_t b = pi / ((size_t)s.N * s.N), ij = pi % ((size_t)s.N * s.N);
+            hm[(b * s.H + h) * s.N * s.N + ij] = bias[pi * s.H + h];
+        }
+    CK(cudaMalloc(&p.bias_hm, hm.size() * sizeof(float)));
+    CK(cudaMemcpy(p.bias_hm, hm.data(), hm.size() * sizeof(float), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.mask, mask.data(), mask.size(), cudaMemcpyHostToDevice));
     return p;
 }
@@ -226,10 +235,46 @@ static void versions(const shape &s, const problem &p)
         L.bk = BK;
         check_and_time(s.name, name, L, p);
     };
-    candidate(std::integral_constant<int, 1>{}, std::integral_constant<int, 32>{}, "mma1");
-    candidate(std::integral_constant<int, 2>{}, std::integral_constant<int, 32>{}, "mma2");
-    candidate(std::integral_constant<int, 4>{}, std::integral_constant<int, 16>{}, "mma4bk16");
     candidate(std::integral_constant<int, 2>{}, std::integral_constant<int, 16>{}, "mma2bk16");
+    /* attn_mma2.cuh: WQ x WD warps, BK-key tiles, on the head-major bias */
+    auto v2 = [&](auto wq, auto wd, auto bk) {
+        constexpr int WQ = decltype(wq)::value, WD = decltype(wd)::value, BK = decltype(bk)::value;
+        launch L;
+        L.a = base;
+        L.a.bias = p.bias_hm;
+        L.a.qtiles = (p.N + 16 * WQ - 1) / (16 * WQ);
+        L.kernel = sgkc_attn_mma2_kernel<HDP, WQ, WD, BK>;
+        L.blocks = (unsigned)(p.B * L.a.qtiles * p.H);
+        L.nt = 32 * WQ * WD;
+        L.smem = sgkc_a2_smem_floats(HDP, WQ, WD, BK) * sizeof(float);
+        L.bk = BK;
+        char name[32];
+        snprintf(name, sizeof name, "v2_%dx%d_%d", WQ, WD, BK);
+        check_and_time(s.name, name, L, p);
+    };
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    using I4 = std::integral_constant<int, 4>;
+    using I16 = std::integral_constant<int, 16>;
+    using I32 = std::integral_constant<int, 32>;
+    if constexpr (HDP <= 64) {
+        v2(I4{}, I1{}, I32{});
+        v2(I2{}, I1{}, I32{});
+        v2(I4{}, I1{}, I16{});
+        v2(I2{}, I2{}, I32{});
+    } else if constexpr (HDP == 128) {
+        v2(I4{}, I1{}, I32{});
+        v2(I2{}, I2{}, I32{});
+        v2(I1{}, I4{}, I32{});
+        v2(I2{}, I4{}, I32{});
+        v2(I2{}, I2{}, I16{});
+    } else {
+        v2(I1{}, I4{}, I32{});
+        v2(I2{}, I4{}, I32{});
+        v2(I1{}, I4{}, I16{});
+        v2(I2{}, I4{}, I16{});
+        v2(I2{}, I2{}, I16{});
+    }
 }
 
 int main(int argc, char **argv)
@@ -248,7 +293,7 @@ int main(int argc, char **argv)
         case 128: versions<128>(s, p); break;
         default: versions<256>(s, p); break;
         }
-        cudaFree(p.qkv); cudaFree(p.bias); cudaFree(p.ctx); cudaFree(p.mask);
+        cudaFree(p.qkv); cudaFree(p.bias); cudaFree(p.bias_hm); cudaFree(p.ctx); cudaFree(p.mask);
     }
     printf("attn_check: %d failures\n", g_fail);
     return g_fail ? 1 : 0;
