@@ -1,21 +1,30 @@
 /* Attention on the tensor cores in 3xTF32 (tc_mma.cuh), for calls whose
- * relation MLP ran as its own pass (mlp_tc.cuh): the bias is read per edge,
- * so what is left is masked softmax attention, the flash-attention way.
- * One block owns (batch b, BQ = 64 query rows, one head h); each of its
- * four warps owns 16 of the rows and keeps its scores, softmax state and
- * O in registers. Per tile of BK = 32 keys:
- *   the block stages the tile's K and V rows of the head in shared memory
- *   (rows past N zero); after a barrier each warp computes S = Q.K^T (16 x 32, Q pre-scaled, Q in shared
- *   memory since the prologue), adds the bias of each edge and gives
- *   non-edges -inf, folds the tile into its online softmax (row max and
- *   sums over the four lanes of a quad); a second barrier ORs a scan of the
- *   V tile for NaN/Inf; each warp adds P.V to O: the score
- *   accumulators become the A operand without a shuffle, as in
- *   mlp_tc.cuh (columns 2t, 2t + 1 of key tile j are fed as k = t, t + 4,
- *   with V's rows read in that order). A tile whose V holds a NaN or Inf
- *   takes P.V on FFMA instead, skipping keys of weight 0 (sgkc_pv), since
- *   an MMA would give 0 * inf = NaN to rows that do not attend to that key.
- * Head dims are padded to HDP (zero columns in Q, K and V). Grids too small
+ * relation MLP ran as its own pass: the bias is read per edge from the
+ * pass's head-major output (B, H, N, N), so what is left is masked softmax
+ * attention, the flash-attention way.
+ *
+ * One block owns (batch b, BQ = 16 WQ query rows, one head h) and has
+ * WQ x WD warps: warp (wq, wd) owns rows 16 wq .. 16 wq + 15 and head
+ * columns [wd DW, (wd + 1) DW), DW = HDP / WD. Splitting the head dim over
+ * WD warps keeps a warp's O at DW / 2 registers a lane and its Q.K chains
+ * short where heads are wide; the WD partial score tiles are summed through
+ * shared memory in wd order, so every warp of a row group holds the same
+ * scores and runs the same online softmax. Per tile of BK keys:
+ *   K and V of tile kt + 1 are copied (cp.async) into the other of two
+ *   stages while tile kt is computed; the barrier that opens a tile also
+ *   ORs each thread's check of the V chunks it copied for NaN/Inf;
+ *   each lane's bias and mask values for the tile were loaded during the
+ *   previous tile's P.V (two adjacent keys a load where N is even);
+ *   S = Q.K^T (16 x BK, Q pre-scaled), edges get their bias, non-edges
+ *   -inf; the tile folds into the online softmax (row max and sums over
+ *   the four lanes of a quad); O += P.V with the score accumulators as
+ *   the A operand without a shuffle (columns 2t, 2t + 1 of key tile j are
+ *   fed as k = t, t + 4, V's rows read in that order). A tile whose V
+ *   holds a NaN or Inf takes P.V on FFMA instead, skipping keys of weight
+ *   0 (sgkc_pv), since an MMA would give 0 * inf = NaN to rows that do not
+ *   attend to that key.
+ * Head dims are padded to HDP (zero columns in Q, K and V); MINB caps the
+ * registers at what MINB blocks an SM leave. Grids too small
  * for the GPU split their keys over the ks blocks of a cluster and merge
  * as attn_tiled.cuh does (sgkc_attn_merge). */
 #ifndef SGK_CUDA_ATTN_MMA_CUH
@@ -24,34 +33,87 @@
 #include "attn_tiled.cuh"
 #include "tc_mma.cuh"
 
-#define SGKC_AM_NT 128
-#define SGKC_AM_BQ 64
-#define SGKC_AM_BK 32
-
 /* Row stride of Q, K and V in shared memory: the fragment reads of a warp
  * (rows g at columns t, or rows 2t at columns g) fall on distinct banks. */
 __host__ __device__ constexpr int sgkc_am_ld(int hdp)
 {
     return hdp + 4;
 }
-/* Shared memory of a block of nw warps (16 nw queries) and bk-key tiles,
- * in floats. The library runs nw = 4, bk = 32; dev/attn_check.cu times
- * other instances. */
-__host__ __device__ constexpr size_t sgkc_am_smem_floats(int hdp, int nw = SGKC_AM_NT / 32, int bk = SGKC_AM_BK)
+/* Shared memory of a block, in floats: Q, two stages of K and V, the
+ * partial scores where WD > 1, the softmax state for the cluster merge. */
+__host__ __device__ constexpr size_t sgkc_am_smem_floats(int hdp, int wq, int wd, int bk)
 {
-    return (size_t)(16 * nw + 2 * bk) * sgkc_am_ld(hdp) + 2 * 16 * nw;
+    return (size_t)(16 * wq + 4 * bk) * sgkc_am_ld(hdp) + (wd > 1 ? (size_t)wq * wd * 4 * bk * 4 : 0) + 2 * 16 * wq;
 }
 
-template <int HDP, int NW = SGKC_AM_NT / 32, int BK = SGKC_AM_BK>
-__global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a)
+/* One lane's bias and mask values of a key tile: rows r and r + 8 (e >> 1),
+ * keys 8 j + 2 t + (e & 1). */
+template <int NK>
+struct sgkc_am_edges {
+    float bias[NK][4];
+    unsigned mask[NK][4];
+};
+
+template <int NK>
+__device__ __forceinline__ void sgkc_am_load_edges(sgkc_am_edges<NK> &E, const sgkc_attn_args &a, const float *bias_bh,
+                                                   size_t mrow0, int qg0, int k0, int t, bool pair_vec)
 {
-    constexpr int NT = 32 * NW, BQ = 16 * NW, LD = sgkc_am_ld(HDP);
-    constexpr int NK = BK / 8;   /* key tiles of 8: S's n-tiles, P.V's k-steps */
-    constexpr int ND = HDP / 8;  /* head-dim tiles of 8: Q.K's k-steps, O's n-tiles */
-    static_assert(HDP % 8 == 0 && BK % 8 == 0, "whole tiles of 8");
+    const int N = a.N;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int qg = qg0 + 8 * r;
+        const bool row_in = qg < N;
+        const float *brow = bias_bh + (size_t)qg * N;
+        const size_t mrow = mrow0 + (size_t)qg * N;
+#pragma unroll
+        for (int j = 0; j < NK; j++) {
+            const int kg = k0 + 8 * j + 2 * t;
+            float b0 = 0.0f, b1 = 0.0f;
+            unsigned m0 = 0u, m1 = 0u;
+            if (row_in && kg < N) {
+                if (pair_vec) { /* N even: kg + 1 < N and both are one aligned load */
+                    const float2 bv = __ldg(reinterpret_cast<const float2 *>(brow + kg));
+                    b0 = bv.x;
+                    b1 = bv.y;
+                    if (a.mask_u8) {
+                        const unsigned short mv = __ldg(reinterpret_cast<const unsigned short *>(
+                            (const unsigned char *)a.mask + mrow + kg));
+                        m0 = mv & 0xffu;
+                        m1 = mv >> 8;
+                    } else {
+                        const float2 mv = __ldg(reinterpret_cast<const float2 *>((const float *)a.mask + mrow + kg));
+                        m0 = __float_as_uint(mv.x);
+                        m1 = __float_as_uint(mv.y);
+                    }
+                } else {
+                    b0 = __ldg(brow + kg);
+                    m0 = sgkc_mask_bits(a.mask, a.mask_u8, mrow + kg);
+                    if (kg + 1 < N) {
+                        b1 = __ldg(brow + kg + 1);
+                        m1 = sgkc_mask_bits(a.mask, a.mask_u8, mrow + kg + 1);
+                    }
+                }
+            }
+            E.bias[j][2 * r] = b0;
+            E.bias[j][2 * r + 1] = b1;
+            E.mask[j][2 * r] = m0;
+            E.mask[j][2 * r + 1] = m1;
+        }
+    }
+}
+
+template <int HDP, int WQ, int WD, int BK, int MINB = 1>
+__global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_attn_args a)
+{
+    constexpr int NW = WQ * WD, NT = 32 * NW, BQ = 16 * WQ, LD = sgkc_am_ld(HDP), DW = HDP / WD;
+    constexpr int NK = BK / 8;  /* key tiles of 8: S's n-tiles, P.V's k-steps */
+    constexpr int ND = DW / 8;  /* a warp's head-dim tiles of 8: Q.K's k-steps, O's n-tiles */
+    static_assert(DW % 8 == 0 && BK % 8 == 0, "whole tiles of 8");
 
     extern __shared__ __align__(16) float smem[];
-    float *Qs = smem, *Ks = Qs + BQ * LD, *Vs = Ks + BK * LD, *Ms = Vs + BK * LD, *Ls = Ms + BQ;
+    float *Qs = smem, *Ks = Qs + BQ * LD, *Vs = Ks + 2 * BK * LD;
+    float *Ps = Vs + 2 * BK * LD;                               /* [warp][j][e][lane] where WD > 1 */
+    float *Ms = Ps + (WD > 1 ? NW * NK * 4 * 32 : 0), *Ls = Ms + BQ;
 
     const int N = a.N, D = a.D, H = a.H, hd = a.hd;
     const int rank = (int)(blockIdx.x % (unsigned)a.ks);
@@ -62,12 +124,17 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
     const int64_t b = rest / a.qtiles;
     const int q0 = qt * BQ, d0 = h * hd;
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wq = warp / WD, wd = warp % WD, c0 = wd * DW;
     const size_t row3 = 3 * (size_t)D;
     const float *qkv_b = a.qkv + (size_t)b * N * row3;
     const bool v4 = a.qvec && (d0 % 4 == 0) && (hd % 4 == 0);
+    const float *bias_bh = a.bias + ((size_t)b * H + h) * N * N;
+    const size_t mrow0 = (size_t)b * N * N;
+    const bool pair_vec = (N % 2 == 0) && ((reinterpret_cast<uintptr_t>(a.bias) & 7u) == 0) &&
+                          ((reinterpret_cast<uintptr_t>(a.mask) & (a.mask_u8 ? 1u : 7u)) == 0);
 
     /* zero padding: columns past hd stay zero in every tile */
-    for (int i = tid; i < (BQ + 2 * BK) * LD; i += NT)
+    for (int i = tid; i < (BQ + 4 * BK) * LD; i += NT)
         smem[i] = 0.0f;
     __syncthreads();
     sgkc_grid_wait(); /* qkv and the bias are earlier kernels' */
@@ -77,7 +144,53 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
             Qs[q * LD + d] = __ldg(qkv_b + (size_t)(q0 + q) * row3 + d0 + d);
     }
 
-    const int r0 = 16 * warp + g; /* this lane's rows r0, r0 + 8 of the block */
+    /* K and V of the tile at k0 into stage st (rows past N zero: 0 * garbage
+     * could be NaN); cp.async where rows are 16-byte aligned */
+    auto load_kv = [&](int k0, int st) {
+        float *Kd = Ks + st * BK * LD, *Vd = Vs + st * BK * LD;
+        if (v4) {
+            const int c4 = hd / 4;
+            for (int i = tid; i < BK * c4; i += NT) {
+                const int k = i / c4, c = (i % c4) * 4;
+                if (k0 + k < N) {
+                    const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + c;
+                    sgkc_cp_async16(Kd + k * LD + c, src);
+                    sgkc_cp_async16(Vd + k * LD + c, src + D);
+                } else {
+                    *reinterpret_cast<float4 *>(Kd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+                    *reinterpret_cast<float4 *>(Vd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+            }
+            sgkc_cp_commit();
+        } else {
+            for (int i = tid; i < BK * hd; i += NT) {
+                const int k = i / hd, d = i % hd;
+                const bool in = k0 + k < N;
+                const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + d;
+                Kd[k * LD + d] = in ? __ldg(src) : 0.0f;
+                Vd[k * LD + d] = in ? __ldg(src + D) : 0.0f;
+            }
+        }
+    };
+    /* does any V value this thread copied into stage st hold a NaN or Inf? */
+    auto own_v_nonfinite = [&](int st) {
+        const float *Vd = Vs + st * BK * LD;
+        bool finite = true;
+        if (v4) {
+            const int c4 = hd / 4;
+            for (int i = tid; i < BK * c4; i += NT) {
+                const float4 v = *reinterpret_cast<const float4 *>(Vd + (i / c4) * LD + (i % c4) * 4);
+                finite &= (fabsf(v.x) < INFINITY) & (fabsf(v.y) < INFINITY) & (fabsf(v.z) < INFINITY) &
+                          (fabsf(v.w) < INFINITY); /* false for NaN too */
+            }
+        } else {
+            for (int i = tid; i < BK * hd; i += NT)
+                finite &= fabsf(Vd[(i / hd) * LD + i % hd]) < INFINITY;
+        }
+        return !finite;
+    };
+
+    const int r0 = 16 * wq + g; /* this lane's rows r0, r0 + 8 of the block */
     float O[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -86,37 +199,22 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
 
     int kb, ke;
     sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
+    sgkc_am_edges<NK> E; /* the bias and mask values of the lane's tile */
+    if (kb < ke) {
+        load_kv(kb * BK, 0);
+        sgkc_am_load_edges<NK>(E, a, bias_bh, mrow0, q0 + r0, kb * BK, t, pair_vec);
+    }
     for (int kt = kb; kt < ke; kt++) {
-        const int k0 = kt * BK;
-        __syncthreads(); /* every warp is done with the previous tile (and Q is in) */
-        if (v4) {
-            const int c4 = hd / 4;
-            for (int i = tid; i < BK * c4; i += NT) {
-                const int k = i / c4, c = (i % c4) * 4;
-                if (k0 + k < N) {
-                    const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + c;
-                    sgkc_cp_async16(Ks + k * LD + c, src);
-                    sgkc_cp_async16(Vs + k * LD + c, src + D);
-                } else {
-                    /* rows past N must be zero in V: 0 * garbage could be NaN */
-                    *reinterpret_cast<float4 *>(Ks + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-                    *reinterpret_cast<float4 *>(Vs + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-                }
-            }
-            sgkc_cp_commit();
-            sgkc_cp_wait<0>();
-        } else {
-            for (int i = tid; i < BK * hd; i += NT) {
-                const int k = i / hd, d = i % hd;
-                const bool in = k0 + k < N;
-                const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + d;
-                Ks[k * LD + d] = in ? __ldg(src) : 0.0f;
-                Vs[k * LD + d] = in ? __ldg(src + D) : 0.0f;
-            }
-        }
-        __syncthreads(); /* the tile is in (every thread's copies and stores) */
+        const int k0 = kt * BK, st = (kt - kb) & 1;
+        sgkc_cp_wait<0>();
+        /* every warp is done with tile kt - 1 (its stage is free) and tile
+         * kt is in; the OR says whether its V holds a NaN or Inf */
+        const bool v_nonfinite = __syncthreads_or(own_v_nonfinite(st));
+        if (kt + 1 < ke)
+            load_kv(k0 + BK, st ^ 1);
+        const float *Kc = Ks + st * BK * LD, *Vc = Vs + st * BK * LD;
 
-        /* ---- S = Q.K^T: s[j] = {[r0][8j+2t], [r0][8j+2t+1], [r0+8][8j+2t], [r0+8][8j+2t+1]} ---- */
+        /* ---- S = Q.K^T over this warp's columns: s[j] = {[r0][8j+2t], [r0][8j+2t+1], [r0+8][8j+2t], [r0+8][8j+2t+1]} ---- */
         float s[NK][4];
 #pragma unroll
         for (int j = 0; j < NK; j++)
@@ -124,19 +222,40 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
 #pragma unroll 4
         for (int kk = 0; kk < ND; kk++) {
             uint32_t ah[4], al[4];
-            const float *qa = Qs + r0 * LD + 8 * kk + t;
+            const float *qa = Qs + r0 * LD + c0 + 8 * kk + t;
             sgkc_split_tf32_inf(qa[0], ah[0], al[0]);
             sgkc_split_tf32_inf(qa[8 * LD], ah[1], al[1]);
             sgkc_split_tf32_inf(qa[4], ah[2], al[2]);
             sgkc_split_tf32_inf(qa[8 * LD + 4], ah[3], al[3]);
 #pragma unroll
             for (int j = 0; j < NK; j++) {
-                const float *kp = Ks + (8 * j + g) * LD + 8 * kk + t;
+                const float *kp = Kc + (8 * j + g) * LD + c0 + 8 * kk + t;
                 uint32_t bh[2], bl[2];
                 sgkc_split_tf32_inf(kp[0], bh[0], bl[0]);
                 sgkc_split_tf32_inf(kp[4], bh[1], bl[1]);
                 sgkc_mma3_tf32(s[j], ah, al, bh, bl);
             }
+        }
+        if constexpr (WD > 1) {
+            /* the row group's partial scores, summed in wd order */
+            float *mine = Ps + warp * NK * 4 * 32 + lane;
+#pragma unroll
+            for (int j = 0; j < NK; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    mine[(4 * j + e) * 32] = s[j][e];
+            __syncthreads();
+            const float *grp = Ps + wq * WD * NK * 4 * 32 + lane;
+#pragma unroll
+            for (int j = 0; j < NK; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float v = grp[(4 * j + e) * 32];
+#pragma unroll
+                    for (int p = 1; p < WD; p++)
+                        v += grp[(p * NK * 4 + 4 * j + e) * 32];
+                    s[j][e] = v;
+                }
         }
 
         /* ---- bias of each edge, -inf elsewhere; online softmax ---- */
@@ -145,12 +264,13 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
         for (int j = 0; j < NK; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int qg = q0 + r0 + (e >> 1) * 8, kg = k0 + 8 * j + 2 * t + (e & 1);
-                const size_t pi = ((size_t)b * N + qg) * N + kg;
-                const bool edge = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
-                s[j][e] = edge ? sgkc_add_score(__ldg(a.bias + pi * H + h), s[j][e]) : SGKC_NEG_INF;
+                /* a non-edge, or a key or row past N (mask value 0) */
+                s[j][e] = sgkc_bits_edge(E.mask[j][e]) ? sgkc_add_score(E.bias[j][e], s[j][e]) : SGKC_NEG_INF;
                 tmax[e >> 1] = fmaxf(tmax[e >> 1], s[j][e]);
             }
+        /* the next tile's, in flight through this tile's P.V and the next Q.K */
+        if (kt + 1 < ke)
+            sgkc_am_load_edges<NK>(E, a, bias_bh, mrow0, q0 + r0, k0 + BK, t, pair_vec);
         float alpha[2], m_use[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -177,8 +297,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
             O[n][3] *= alpha[1];
         }
 
-        /* ---- O += P.V: does this tile's V hold a NaN or Inf (padding is zero)? ---- */
-        const bool v_nonfinite = __syncthreads_or(sgkc_nonfinite_share(Vs, BK * LD, tid, NT));
+        /* ---- O += P.V over this warp's columns ---- */
         if (!v_nonfinite) {
 #pragma unroll
             for (int j = 0; j < NK; j++) {
@@ -187,7 +306,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
                 sgkc_split_tf32(s[j][2], ph[1], pl[1]);
                 sgkc_split_tf32(s[j][1], ph[2], pl[2]);
                 sgkc_split_tf32(s[j][3], ph[3], pl[3]);
-                const float *vp = Vs + (8 * j + 2 * t) * LD + g;
+                const float *vp = Vc + (8 * j + 2 * t) * LD + c0 + g;
 #pragma unroll
                 for (int n = 0; n < ND; n++) {
                     uint32_t bh[2], bl[2];
@@ -205,7 +324,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
                     const int src = (lane & ~3) | (w >> 1);
                     const float pa = __shfl_sync(0xffffffffu, s[j][w & 1], src);
                     const float pb = __shfl_sync(0xffffffffu, s[j][2 + (w & 1)], src);
-                    const float *vr = Vs + (8 * j + w) * LD + 2 * t;
+                    const float *vr = Vc + (8 * j + w) * LD + c0 + 2 * t;
 #pragma unroll
                     for (int n = 0; n < ND; n++) {
                         const float v0 = vr[8 * n], v1 = vr[8 * n + 1];
@@ -225,19 +344,19 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
     }
 
     if (a.ks > 1) {
-        /* O, m and l of the warp's own rows into Q's space, once every
-         * thread is past its Q loads (a block without key tiles has had no
-         * barrier since), then the cluster's merge */
+        /* O, m and l of the warp's rows and columns into Q's space, once
+         * every thread is past its Q loads (a block without key tiles has
+         * had no barrier since), then the cluster's merge */
         __syncthreads();
 #pragma unroll
         for (int n = 0; n < ND; n++) {
-            const int c = 8 * n + 2 * t;
+            const int c = c0 + 8 * n + 2 * t;
             Qs[r0 * LD + c] = O[n][0];
             Qs[r0 * LD + c + 1] = O[n][1];
             Qs[(r0 + 8) * LD + c] = O[n][2];
             Qs[(r0 + 8) * LD + c + 1] = O[n][3];
         }
-        if (t == 0) {
+        if (wd == 0 && t == 0) {
             Ms[r0] = m[0];
             Ls[r0] = l[0];
             Ms[r0 + 8] = m[1];
@@ -256,7 +375,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_attn_mma_kernel(sgkc_attn_args a
         float *dst = a.ctx + ((size_t)b * N + qg) * D + d0;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
-            const int c = 8 * n + 2 * t;
+            const int c = c0 + 8 * n + 2 * t;
             if (c < hd)
                 dst[c] = l[r] == 0.0f ? 0.0f : O[n][2 * r] / l[r];
             if (c + 1 < hd)

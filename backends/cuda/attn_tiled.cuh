@@ -30,7 +30,7 @@ struct sgkc_attn_args {
     const void *mask;
     int mask_u8;
     const float *w1, *b1, *w2t, *b2;
-    const float *bias; /* PCAP 0 instances: the relation MLP's output, (B*N*N, H) (mlp_tc.cuh) */
+    const float *bias; /* PCAP 0 instances and attn_mma.cuh: the relation MLP's output, (B, H, N*N) (mlp_tc.cuh) */
     float *ctx; /* (B*N, D) */
     int N, D, H, P, hd;
     int HG, G, qtiles; /* heads per block, head groups, query tiles per batch */
@@ -194,27 +194,14 @@ __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], c
 }
 
 /* A pair's bias for the block's heads h0 .. h0 + nh (zero past nh), from
- * the MLP pass's (B*N*N, H) output, for the PCAP = 0 instances of the
- * attention kernels; vec: H, h0 and nh multiples of 4 (the buffer is
- * 16-byte aligned). */
+ * the MLP pass's head-major (B, H, N*N) output, for the PCAP = 0 instances
+ * of the attention kernels: src is head h0's value, heads nn apart. */
 template <int HMAX>
-__device__ __forceinline__ void sgkc_ld_bias(float (&v)[HMAX], const float *src, int nh, bool vec, bool load)
+__device__ __forceinline__ void sgkc_ld_bias(float (&v)[HMAX], const float *src, int nh, size_t nn, bool load)
 {
 #pragma unroll
-    for (int h4 = 0; h4 < HMAX / 4; h4++) {
-        float4 w = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (load && 4 * h4 < nh) {
-            if (vec) {
-                w = sgkc_ld4(src + 4 * h4);
-            } else {
-                w.x = __ldg(src + 4 * h4);
-                if (4 * h4 + 1 < nh) w.y = __ldg(src + 4 * h4 + 1);
-                if (4 * h4 + 2 < nh) w.z = __ldg(src + 4 * h4 + 2);
-                if (4 * h4 + 3 < nh) w.w = __ldg(src + 4 * h4 + 3);
-            }
-        }
-        v[4 * h4 + 0] = w.x; v[4 * h4 + 1] = w.y; v[4 * h4 + 2] = w.z; v[4 * h4 + 3] = w.w;
-    }
+    for (int h = 0; h < HMAX; h++)
+        v[h] = load && h < nh ? __ldg(src + h * nn) : 0.0f;
 }
 
 /* Shared memory of one block, in floats; ld is the padded row of Q/K/V. */
@@ -317,7 +304,6 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
     float4 x[PPT][PRE ? 1 : R4];
     float bx[PPT][PRE ? HMAX : 1];
     bool edge[PPT];
-    const bool bvec = (a.H & 3) == 0 && (h0 & 3) == 0;
     auto load_pairs = [&](int k0) {
 #pragma unroll
         for (int s = 0; s < PPT; s++) {
@@ -326,7 +312,8 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
             const size_t pi = ((size_t)b * N + qg) * N + kg;
             edge[s] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
             if constexpr (PRE)
-                sgkc_ld_bias<HMAX>(bx[s], a.bias + pi * a.H + h0, nh, bvec, edge[s]);
+                sgkc_ld_bias<HMAX>(bx[s], a.bias + ((size_t)b * a.H + h0) * N * N + (pi - (size_t)b * N * N), nh,
+                                  (size_t)N * N, edge[s]);
             else
                 sgkc_ld_feats<R4>(x[s], a.pair + pi * P, P, a.pvec, edge[s]);
         }

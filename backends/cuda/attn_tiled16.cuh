@@ -103,7 +103,6 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
     }
     __syncthreads(); /* zero fill before the loads below overwrite it */
     sgkc_grid_wait(); /* qkv (and the bias) are earlier kernels' */
-    const bool bvec = (a.H & 3) == 0 && (h0 & 3) == 0;
     for (int i = tid; i < BQ * DG; i += NT) {
         const int q = i / DG, d = i % DG;
         if (q0 + q < N)
@@ -159,7 +158,8 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                         Ss[(h * BQ + q) * LDS_ + k] = SGKC_NEG_INF;
                 } else if constexpr (PRE) {
                     float bv[HMAX];
-                    sgkc_ld_bias<HMAX>(bv, a.bias + pi * a.H + h0, nh, bvec, true);
+                    sgkc_ld_bias<HMAX>(bv, a.bias + ((size_t)b * a.H + h0) * N * N + (pi - (size_t)b * N * N), nh,
+                                      (size_t)N * N, true);
 #pragma unroll
                     for (int h = 0; h < HMAX; h++)
                         if (h < nh)

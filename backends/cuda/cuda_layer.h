@@ -15,6 +15,9 @@
 #include "plan.h"
 #include "sgk_backend.h"
 
+/* attn_mma.cuh's instances in variants.cu's table (am_insts) */
+#define SGKC_AM_INSTS 6
+
 struct sgkc_layer {
     int device;
     int D, H, P, hd;
@@ -79,7 +82,8 @@ struct sgkc_layer {
     /* and of the relation MLP pass (mlp_wg.cuh or mlp_tc.cuh, whichever
      * variants.cu's mlp_pass_of takes on this device) where tuned-tiled
      * runs one */
-    int mt_per_sm, am_per_sm; /* and attn_mma.cuh's after it */
+    int mt_per_sm;                 /* and attn_mma.cuh's instances' (variants.cu, am_insts) after it */
+    int am_per_sm[SGKC_AM_INSTS];
     /* shared memory of an SM, and what the device keeps back per block */
     size_t smem_sm, smem_rsv;
 };

@@ -1,8 +1,10 @@
 /* The relation MLP as a pass of its own, on the tensor cores in 3xTF32
  * (tc_mma.cuh): for every pair m = (b, i, j) of the call,
  *   bias[m][h] = b2[h] + sum_p w2[h][p] silu(b1[p] + sum_r w1[p][r] pair[m][r]),
- * into the workspace as (B*N*N, H), which the attention kernels then read
- * in place of running the MLP per pair on FFMA (their PCAP = 0 instances).
+ * into the workspace head-major, (B, H, N*N), which the attention kernels
+ * then read in place of running the MLP per pair (attn_mma.cuh, a head's
+ * query row of keys contiguous, and attn_tiled(16).cuh's PCAP = 0
+ * instances).
  * The pair features are read once either way; the pass adds H floats a
  * pair written and read back, which is why the plan takes it only where P
  * is larger than H and the MLP's 2P^2 FLOPs a pair are a large share.
@@ -36,11 +38,20 @@ struct sgkc_mlp_args {
     const float *pair;          /* (M, P) */
     const float *w1, *b1;       /* (P, P) as given, (P) */
     const float *w2t, *b2;      /* (P, H): w2t[p][h] = w2[h][p]; (H) */
-    float *bias;                /* (M, H) */
-    int64_t M;
+    float *bias;                /* (B, H, N*N): head-major, as the attention reads it */
+    int64_t M;                  /* B*N*N pairs */
+    int64_t NN;                 /* N*N */
     int P, H;
     int pvec; /* P % 4 == 0 and pair 16-byte aligned */
 };
+
+/* Where pair m's bias of head 0 goes in the head-major bias (heads NN
+ * apart): pair m is (batch m / NN, query-key ij = m % NN). */
+__device__ __forceinline__ size_t sgkc_bias_at(int64_t m, int H, int64_t NN)
+{
+    const int64_t b = m / NN;
+    return (size_t)(b * H * NN + (m - b * NN));
+}
 
 /* Row strides of W1 and W2 in shared memory, in floats: a quarter warp's
  * float4 reads of W1 (rows g, g + 1 at columns 4t) and a half warp's
@@ -206,20 +217,21 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
 
         /* o[ht] = {[g][h], [g][h+1], [g+8][h], [g+8][h+1]}, h = 8 ht + 2t */
         const int64_t r0 = tile * 16 + g, r1 = r0 + 8;
+        float *const d0 = a.bias + sgkc_bias_at(r0, H, a.NN), *const d1 = a.bias + sgkc_bias_at(r1, H, a.NN);
 #pragma unroll
         for (int ht = 0; ht < HT; ht++) {
             const int h = 8 * ht + 2 * t;
             if (h < H) {
                 if (r0 < M)
-                    a.bias[(size_t)r0 * H + h] = o[ht][0] + b2s[h];
+                    d0[(size_t)h * a.NN] = o[ht][0] + b2s[h];
                 if (r1 < M)
-                    a.bias[(size_t)r1 * H + h] = o[ht][2] + b2s[h];
+                    d1[(size_t)h * a.NN] = o[ht][2] + b2s[h];
             }
             if (h + 1 < H) {
                 if (r0 < M)
-                    a.bias[(size_t)r0 * H + h + 1] = o[ht][1] + b2s[h + 1];
+                    d0[(size_t)(h + 1) * a.NN] = o[ht][1] + b2s[h + 1];
                 if (r1 < M)
-                    a.bias[(size_t)r1 * H + h + 1] = o[ht][3] + b2s[h + 1];
+                    d1[(size_t)(h + 1) * a.NN] = o[ht][3] + b2s[h + 1];
             }
         }
 

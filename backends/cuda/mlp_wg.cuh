@@ -1,5 +1,5 @@
 /* The relation MLP pass of mlp_tc.cuh (the same arguments and output: the
- * bias (B*N*N, H) from the pair features, in 3xTF32) on Hopper's warpgroup
+ * head-major bias (B, H, N*N) from the pair features, in 3xTF32) on Hopper's warpgroup
  * MMA, as wg_gemm.cuh runs the projections. The layer runs it on compute
  * capability 9.0 where the build has sm_90a code (variants.cu, launch_mlp),
  * mlp_tc.cuh's mma.sync kernel elsewhere: wgmma reaches the tensor cores'
@@ -203,13 +203,14 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
             const int64_t m = tile * 64 + 16 * w4 + 8 * s + g;
             if (m >= M)
                 continue;
+            float *const dst = a.bias + sgkc_bias_at(m, H, a.NN);
 #pragma unroll
             for (int j = 0; j < HT; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int h = 8 * j + 2 * t + e;
                     if (h < H)
-                        a.bias[(size_t)m * H + h] = o[4 * j + 2 * s + e];
+                        dst[(size_t)h * a.NN] = o[4 * j + 2 * s + e];
                 }
         }
 

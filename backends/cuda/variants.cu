@@ -452,7 +452,7 @@ static cudaError_t general_launch(const sgkc_layer *L, const sgk_backend_plan *p
 struct tiled_cfg {
     int pcap, hmax, HG, G, ld;
     int mpcap;    /* the MLP pass's padded P (mlp_wg.cuh or mlp_tc.cuh), then pcap = 0; 0: the MLP runs in the attention */
-    int hdp;      /* where the pass runs, attn_mma.cuh's padded head dim; 0: attn_tiled(16).cuh */
+    int am;       /* where the pass runs, attn_mma.cuh's instance (am_insts); -1: attn_tiled(16).cuh */
     size_t smem_mma;
     size_t smem;
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
@@ -476,14 +476,34 @@ static bool mlp_pass_pays(const sgkc_layer *L)
     return L->cc_major >= 8 && L->P > 16 && L->H <= 16 && L->H <= L->P;
 }
 
-/* attn_mma.cuh's padded head dim (its instances), and its block's shared memory */
-static int mma_hdp(int hd)
+/* attn_mma.cuh's instances: the padded head dim, the warps of a block as
+ * row groups of 16 queries x parts of the head dim, the key tile. One per
+ * padded head dim, and at 64 a second of twice the blocks for grids that
+ * leave SMs idle (DESIGN.md has the measurements). */
+typedef void (*attn_fn)(sgkc_attn_args);
+struct am_inst {
+    int hdp, wq, wd, bk;
+    attn_fn fn;
+};
+static const am_inst am_insts[SGKC_AM_INSTS] = {
+    {16, 4, 1, 32, sgkc_attn_mma_kernel<16, 4, 1, 32>},   {32, 4, 1, 32, sgkc_attn_mma_kernel<32, 4, 1, 32>},
+    {64, 4, 1, 32, sgkc_attn_mma_kernel<64, 4, 1, 32>},   {64, 2, 2, 32, sgkc_attn_mma_kernel<64, 2, 2, 32>},
+    {128, 4, 1, 32, sgkc_attn_mma_kernel<128, 4, 1, 32>}, {256, 2, 4, 16, sgkc_attn_mma_kernel<256, 2, 4, 16>},
+};
+static size_t am_smem(int am)
 {
-    return hd <= 16 ? 16 : hd <= 32 ? 32 : hd <= 64 ? 64 : hd <= 128 ? 128 : 256;
+    const am_inst &i = am_insts[am];
+    return sgkc_am_smem_floats(i.hdp, i.wq, i.wd, i.bk) * sizeof(float);
 }
-static size_t mma_smem(const sgkc_layer *L)
+/* The instance for head dim hd: at 64, the one of 32-query blocks where
+ * 64-query ones would give fewer than two blocks an SM. */
+static int am_pick(const sgkc_layer *L, int64_t B, int64_t N)
 {
-    return sgkc_am_smem_floats(mma_hdp(L->hd)) * sizeof(float);
+    const int hd = L->hd;
+    if (hd <= 16) return 0;
+    if (hd <= 32) return 1;
+    if (hd <= 64) return B * ((N + 63) / 64) * L->H < 2 * (int64_t)L->sm_count ? 3 : 2;
+    return hd <= 128 ? 4 : 5;
 }
 
 /* dm: tuned-tiled-dmma, which is attn_rows with its MLP on DMMA and the
@@ -522,7 +542,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
     if (c->ks == 2)
         c->smem_rows = smem_ks2;
     c->mpcap = 0;
-    c->hdp = 0;
+    c->am = -1;
     c->smem_mma = 0;
     if (dm) /* rows' D = 256 is gemm_dmma.cuh's K, and 3D and D are whole column tiles */
         return c->rows;
@@ -538,11 +558,12 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
      * keys in clusters as attn_ksplit prices it, it is at least as fast as
      * attn_tiled(16).cuh on small grids as well as full ones (DESIGN.md). */
     if (c->mpcap) {
-        c->smem_mma = mma_smem(L);
+        const int am = am_pick(L, B, N);
+        c->smem_mma = am_smem(am);
         if (c->smem_mma <= L->smem_optin)
-            c->hdp = mma_hdp(L->hd);
+            c->am = am;
     }
-    return c->smem <= L->smem_optin || c->rows || c->hdp;
+    return c->smem <= L->smem_optin || c->rows || c->am >= 0;
 }
 
 static int tiled_supports_dm(const sgkc_layer *L, int64_t B, int64_t N, bool dm, sgk_backend_plan *plan)
@@ -746,22 +767,13 @@ static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
             sgkc_mt_smem_floats(c.mpcap, ht, true) * sizeof(float), 16 * (int64_t)nw};
 }
 
-typedef void (*attn_fn)(sgkc_attn_args);
-static attn_fn mma_kernel(int hdp)
-{
-    switch (hdp) {
-    case 16: return sgkc_attn_mma_kernel<16>;
-    case 32: return sgkc_attn_mma_kernel<32>;
-    case 64: return sgkc_attn_mma_kernel<64>;
-    case 128: return sgkc_attn_mma_kernel<128>;
-    default: return sgkc_attn_mma_kernel<256>;
-    }
-}
 
 static void tiled_occupancy_of(sgkc_layer *L)
 {
     tiled_cfg c;
-    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = L->am_per_sm = 1;
+    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = 1;
+    for (int i = 0; i < SGKC_AM_INSTS; i++)
+        L->am_per_sm[i] = 1;
     if (!tiled_plan(L, 1, 1, false, &c))
         return;
     int n = 0;
@@ -770,13 +782,14 @@ static void tiled_occupancy_of(sgkc_layer *L)
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mp.fn, (int)mp.nt, mp.smem) == cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
-    /* attn_mma.cuh's, whichever grids it will take */
-    const size_t smem_mma = mma_smem(L);
-    if (c.mpcap && smem_mma <= L->smem_optin &&
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mma_kernel(mma_hdp(L->hd)), SGKC_AM_NT,
-                                                      smem_mma) == cudaSuccess &&
-        n > 0)
-        L->am_per_sm = n;
+    /* attn_mma.cuh's instances */
+    for (int i = 0; c.mpcap && i < SGKC_AM_INSTS; i++)
+        if (am_smem(i) <= L->smem_optin &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)am_insts[i].fn,
+                                                          32 * am_insts[i].wq * am_insts[i].wd,
+                                                          am_smem(i)) == cudaSuccess &&
+            n > 0)
+            L->am_per_sm[i] = n;
     switch (c.pcap * 100 + c.hmax) {
     case 8: tiled_occupancy<0, 8>(L, c); break;
     case 16: tiled_occupancy<0, 16>(L, c); break;
@@ -792,7 +805,7 @@ static void tiled_occupancy_of(sgkc_layer *L)
     (void)cudaGetLastError(); /* a query that failed leaves 1 */
 }
 
-/* The workspace: qkv and ctx, then the MLP pass's bias (B*N*N, H) where
+/* The workspace: qkv and ctx, then the MLP pass's bias (B, H, N*N) where
  * the plan runs one. */
 static size_t tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan)
 {
@@ -814,6 +827,7 @@ static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgk
     m.b2 = L->b2;
     m.bias = bias;
     m.M = f->B * f->N * f->N;
+    m.NN = f->N * f->N;
     m.P = L->P;
     m.H = L->H;
     m.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
@@ -853,10 +867,11 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
         const size_t smem = spread_smem(L, c.smem_rows, blocks, 2 / c.ks);
         e = dm ? rows_dispatch<true>(L, c, a, blocks, smem, f->stream)
                : rows_dispatch<false>(L, c, a, blocks, smem, f->stream);
-    } else if (c.hdp) {
-        a.qtiles = (a.N + SGKC_AM_BQ - 1) / SGKC_AM_BQ;
+    } else if (c.am >= 0) {
+        const am_inst &i = am_insts[c.am];
+        a.qtiles = (a.N + 16 * i.wq - 1) / (16 * i.wq);
         const unsigned blocks = (unsigned)(f->B * a.qtiles * L->H);
-        e = split_attn(L, mma_kernel(c.hdp), a, blocks, SGKC_AM_BK, L->am_per_sm, SGKC_AM_NT, c.smem_mma, f->stream);
+        e = split_attn(L, i.fn, a, blocks, i.bk, L->am_per_sm[c.am], 32u * i.wq * i.wd, c.smem_mma, f->stream);
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);
@@ -1072,9 +1087,6 @@ static cudaError_t raise_smem_limits(int limit)
         (const void *)sgkc_attn_general_kernel,
         (const void *)sgkc_attn_tiled_kernel<0, 8>,   (const void *)sgkc_attn_tiled_kernel<0, 16>,
         (const void *)sgkc_attn_tiled16_kernel<0, 8>, (const void *)sgkc_attn_tiled16_kernel<0, 16>,
-        (const void *)sgkc_attn_mma_kernel<16>,   (const void *)sgkc_attn_mma_kernel<32>,
-        (const void *)sgkc_attn_mma_kernel<64>,   (const void *)sgkc_attn_mma_kernel<128>,
-        (const void *)sgkc_attn_mma_kernel<256>,
         (const void *)mlp_inst<16, 1>(),  (const void *)mlp_inst<16, 2>(),
         (const void *)mlp_inst<32, 1>(),  (const void *)mlp_inst<32, 2>(),
         (const void *)mlp_inst<64, 1>(),  (const void *)mlp_inst<64, 2>(),
@@ -1096,6 +1108,8 @@ static cudaError_t raise_smem_limits(int limit)
     };
     SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     SGKC_RETURN_IF(set_func_attr(fused_fns, SGKC_NFNS(fused_fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    for (const am_inst &i : am_insts)
+        SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)i.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     return sgkc_generic_prepare(limit);
 }
 

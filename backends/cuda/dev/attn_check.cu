@@ -10,17 +10,15 @@
  * block):
  *   tiled   attn_tiled.cuh's PCAP 0 instance (32 queries of a head group a
  *           block, FFMA), what tuned-tiled runs on grids attn_mma takes not;
- *   mma     attn_mma.cuh as the library runs it (64 queries of one head);
- *   mmaNW   attn_mma.cuh's other instances: NW warps (16 NW queries) a
- *           block, BK keys a tile, for the small grids that 64-query
- *           blocks leave under one an SM.
- * Inputs: Q/K/V rows (q pre-scaled), a bias (B*N*N, H), a uint8 mask of
+ *   mmaWQxWD_BK[_mM]  attn_mma.cuh's instances: WQ row groups of 16
+ *           queries x WD parts of the head dim, BK-key tiles, registers
+ *           capped for M blocks an SM; the library's come first.
+ * Inputs: Q/K/V rows (q pre-scaled), a head-major bias (B, H, N*N), a uint8 mask of
  * density 0.5 with every seventh row fully masked. ctx is poisoned with NaN
  * before each run; every element must come out within relative L2 1e-5
  * and max abs 1e-4 of a double reference. Then each is timed with events
  * (3 warm-ups, median of 15). Exit status 1 on any failure. */
 #include "attn_mma.cuh"
-#include "attn_mma2.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -47,7 +45,7 @@ static const shape shapes[] = {
 
 struct problem {
     int B, N, D, H, hd;
-    float *qkv, *bias, *bias_hm, *ctx; /* bias (B*N*N, H); bias_hm the same, (B, H, N, N) */
+    float *qkv, *bias, *ctx; /* bias head-major, (B, H, N*N), as the MLP pass writes it */
     unsigned char *mask;
     std::vector<double> ref;
 };
@@ -98,19 +96,17 @@ static problem make_problem(const shape &s)
                 }
             }
     CK(cudaMalloc(&p.qkv, qkv.size() * sizeof(float)));
-    CK(cudaMalloc(&p.bias, bias.size() * sizeof(float)));
     CK(cudaMalloc(&p.ctx, rows * s.D * sizeof(float)));
     CK(cudaMalloc(&p.mask, mask.size()));
     CK(cudaMemcpy(p.qkv, qkv.data(), qkv.size() * sizeof(float), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(p.bias, bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice));
     std::vector<float> hm(bias.size());
     for (size_t pi = 0; pi < pairs; pi++)
         for (int h = 0; h < s.H; h++) {
             const size_t b = pi / ((size_t)s.N * s.N), ij = pi % ((size_t)s.N * s.N);
             hm[(b * s.H + h) * s.N * s.N + ij] = bias[pi * s.H + h];
         }
-    CK(cudaMalloc(&p.bias_hm, hm.size() * sizeof(float)));
-    CK(cudaMemcpy(p.bias_hm, hm.data(), hm.size() * sizeof(float), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&p.bias, hm.size() * sizeof(float)));
+    CK(cudaMemcpy(p.bias, hm.data(), hm.size() * sizeof(float), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.mask, mask.data(), mask.size(), cudaMemcpyHostToDevice));
     return p;
 }
@@ -212,68 +208,49 @@ static void versions(const shape &s, const problem &p)
         L.bk = sgkc_at_bk(0);
         check_and_time(s.name, "tiled", L, p);
     }
-    { /* attn_mma.cuh */
-        launch L;
-        L.a = base;
-        L.a.qtiles = (p.N + SGKC_AM_BQ - 1) / SGKC_AM_BQ;
-        L.kernel = sgkc_attn_mma_kernel<HDP>;
-        L.blocks = (unsigned)(p.B * L.a.qtiles * p.H);
-        L.nt = SGKC_AM_NT;
-        L.smem = sgkc_am_smem_floats(HDP) * sizeof(float);
-        L.bk = SGKC_AM_BK;
-        check_and_time(s.name, "mma", L, p);
-    }
-    auto candidate = [&](auto nw, auto bk, const char *name) {
-        constexpr int NW = decltype(nw)::value, BK = decltype(bk)::value;
-        launch L;
-        L.a = base;
-        L.a.qtiles = (p.N + 16 * NW - 1) / (16 * NW);
-        L.kernel = sgkc_attn_mma_kernel<HDP, NW, BK>;
-        L.blocks = (unsigned)(p.B * L.a.qtiles * p.H);
-        L.nt = 32 * NW;
-        L.smem = sgkc_am_smem_floats(HDP, NW, BK) * sizeof(float);
-        L.bk = BK;
-        check_and_time(s.name, name, L, p);
-    };
-    candidate(std::integral_constant<int, 2>{}, std::integral_constant<int, 16>{}, "mma2bk16");
-    /* attn_mma2.cuh: WQ x WD warps, BK-key tiles, on the head-major bias */
-    auto v2 = [&](auto wq, auto wd, auto bk) {
+    /* attn_mma.cuh: WQ x WD warps, BK-key tiles, registers for MINB blocks an SM */
+    auto v2 = [&](auto wq, auto wd, auto bk, auto minb) {
         constexpr int WQ = decltype(wq)::value, WD = decltype(wd)::value, BK = decltype(bk)::value;
+        constexpr int MINB = decltype(minb)::value;
         launch L;
         L.a = base;
-        L.a.bias = p.bias_hm;
         L.a.qtiles = (p.N + 16 * WQ - 1) / (16 * WQ);
-        L.kernel = sgkc_attn_mma2_kernel<HDP, WQ, WD, BK>;
+        L.kernel = sgkc_attn_mma_kernel<HDP, WQ, WD, BK, MINB>;
         L.blocks = (unsigned)(p.B * L.a.qtiles * p.H);
         L.nt = 32 * WQ * WD;
-        L.smem = sgkc_a2_smem_floats(HDP, WQ, WD, BK) * sizeof(float);
+        L.smem = sgkc_am_smem_floats(HDP, WQ, WD, BK) * sizeof(float);
         L.bk = BK;
         char name[32];
-        snprintf(name, sizeof name, "v2_%dx%d_%d", WQ, WD, BK);
+        snprintf(name, sizeof name, "mma%dx%d_%d%s", WQ, WD, BK, MINB > 1 ? (MINB > 2 ? "_m3" : "_m2") : "");
         check_and_time(s.name, name, L, p);
     };
     using I1 = std::integral_constant<int, 1>;
     using I2 = std::integral_constant<int, 2>;
+    using I3 = std::integral_constant<int, 3>;
     using I4 = std::integral_constant<int, 4>;
     using I16 = std::integral_constant<int, 16>;
     using I32 = std::integral_constant<int, 32>;
-    if constexpr (HDP <= 64) {
-        v2(I4{}, I1{}, I32{});
-        v2(I2{}, I1{}, I32{});
-        v2(I4{}, I1{}, I16{});
-        v2(I2{}, I2{}, I32{});
+    /* the library's instances for the head dim (variants.cu, am_insts) first */
+    if constexpr (HDP <= 32) {
+        v2(I4{}, I1{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I3{});
+        v2(I2{}, I2{}, I32{}, I1{});
+    } else if constexpr (HDP == 64) {
+        v2(I4{}, I1{}, I32{}, I1{});
+        v2(I2{}, I2{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I2{});
+        v2(I2{}, I2{}, I32{}, I3{});
     } else if constexpr (HDP == 128) {
-        v2(I4{}, I1{}, I32{});
-        v2(I2{}, I2{}, I32{});
-        v2(I1{}, I4{}, I32{});
-        v2(I2{}, I4{}, I32{});
-        v2(I2{}, I2{}, I16{});
+        v2(I4{}, I1{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I2{});
+        v2(I2{}, I2{}, I32{}, I2{});
+        v2(I2{}, I4{}, I16{}, I1{});
+        v2(I1{}, I4{}, I32{}, I2{});
     } else {
-        v2(I1{}, I4{}, I32{});
-        v2(I2{}, I4{}, I32{});
-        v2(I1{}, I4{}, I16{});
-        v2(I2{}, I4{}, I16{});
-        v2(I2{}, I2{}, I16{});
+        v2(I2{}, I4{}, I16{}, I1{});
+        v2(I2{}, I4{}, I32{}, I1{});
+        v2(I1{}, I4{}, I16{}, I2{});
+        v2(I2{}, I4{}, I16{}, I2{});
     }
 }
 
@@ -293,7 +270,7 @@ int main(int argc, char **argv)
         case 128: versions<128>(s, p); break;
         default: versions<256>(s, p); break;
         }
-        cudaFree(p.qkv); cudaFree(p.bias); cudaFree(p.bias_hm); cudaFree(p.ctx); cudaFree(p.mask);
+        cudaFree(p.qkv); cudaFree(p.bias); cudaFree(p.ctx); cudaFree(p.mask);
     }
     printf("attn_check: %d failures\n", g_fail);
     return g_fail ? 1 : 0;

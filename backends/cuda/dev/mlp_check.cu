@@ -45,7 +45,7 @@ static const shape shapes[] = {
 static int g_sms, g_fail;
 
 struct problem {
-    int64_t M;
+    int64_t M, NN; /* pairs, N*N; the bias is head-major, (B, H, N*N) */
     int P, H;
     float *pair, *w1, *b1, *w2t, *b2, *bias;
     std::vector<double> ref;
@@ -56,6 +56,7 @@ static problem make_problem(const shape &s)
 {
     problem p;
     p.M = (int64_t)s.B * s.N * s.N;
+    p.NN = (int64_t)s.N * s.N;
     p.P = s.P;
     p.H = s.H;
     std::vector<float> pair((size_t)p.M * s.P), w1((size_t)s.P * s.P), b1(s.P), w2t((size_t)s.P * s.H), b2(s.H);
@@ -77,7 +78,7 @@ static problem make_problem(const shape &s)
         for (int h = 0; h < s.H; h++) {
             double o = b2[h];
             for (int j = 0; j < s.P; j++) o += (double)w2t[(size_t)j * s.H + h] * hid[j];
-            p.ref[(size_t)m * s.H + h] = o;
+            p.ref[(size_t)((m / p.NN) * s.H + h) * p.NN + m % p.NN] = o;
             p.scale = std::max(p.scale, fabs(o));
         }
     }
@@ -101,7 +102,7 @@ static void check_and_time(const char *sname, const char *vname, void (*kernel)(
     grid = std::min(grid, (tiles + nw - 1) / nw);
     sgkc_mlp_args a;
     a.pair = p.pair; a.w1 = p.w1; a.b1 = p.b1; a.w2t = p.w2t; a.b2 = p.b2; a.bias = p.bias;
-    a.M = p.M; a.P = p.P; a.H = p.H;
+    a.M = p.M; a.NN = p.NN; a.P = p.P; a.H = p.H;
     a.pvec = p.P % 4 == 0;
     const size_t n = p.ref.size();
     CK(cudaMemset(p.bias, 0xff, n * sizeof(float)));
