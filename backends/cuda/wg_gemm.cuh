@@ -4,8 +4,8 @@
  * does not reach. The two the layer runs: LayerNorm'd A without a residual
  * (Q/K/V) and plain A with one (the output projection).
  *
- * A block of two warpgroups computes 128 x BN outputs (BN 128, 192 or 256:
- * m64nBNk8 a warpgroup, so one A fragment feeds BN columns). Per k-tile of
+ * A block of two warpgroups computes 128 x BN outputs (BN 64, 128, 192 or
+ * 256: m64nBNk8 a warpgroup, so one A fragment feeds BN columns). Per k-tile of
  * 32:
  * - Thread 0 issues one TMA load a tile (A; W's TF32 big parts; its small
  *   parts) into a ring of S 128-byte-swizzled stages, each with an
@@ -54,7 +54,9 @@ struct sgkc_wg_cfg {
     /* stages (1 KB aligned), 2 S mbarriers, alignment slack */
     static constexpr size_t SMEM = (size_t)S * STAGE_FL * 4 + 2 * S * 8 + 1024;
 };
-/* The instances: as many stages as fit 192 KB beside each other's tiles */
+/* The instances: as many stages as fit 192 KB beside each other's tiles;
+ * at 64, what lets two blocks share an SM where registers allow */
+#define SGKC_WG_64 64, 3
 #define SGKC_WG_128 128, 4
 #define SGKC_WG_192 192, 3
 #define SGKC_WG_256 256, 2
@@ -501,25 +503,27 @@ static inline int sgkc_wg_ks(int64_t M, int Nc, int K, int sms)
  * waves x BN x a column's cost at that width, which falls as BN grows
  * (m64n256 makes one A fragment feed twice the columns m64n128 does): at
  * 1, 0.84 and 0.75 for 128, 192 and 256 it takes what ran fastest at the
- * Q/K/V and output shapes of the presets and the sweep. */
+ * Q/K/V and output shapes of the presets and the sweep. 64 (at 1.3) is for
+ * grids whose 128-wide tiles leave SMs idle: half the columns a block, twice
+ * the blocks. */
 static inline int sgkc_wg_bn(int64_t M, int Nc, int sms)
 {
-    const int bn[3] = {128, 192, 256};
-    const double per[3] = {1.0, 0.84, 0.75};
+    const int bn[4] = {64, 128, 192, 256};
+    const double per[4] = {1.3, 1.0, 0.84, 0.75};
     const int64_t rows = (M + SGKC_WG_BM - 1) / SGKC_WG_BM;
     int best = 128;
     double best_cost = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         const int64_t blocks = rows * ((Nc + bn[i] - 1) / bn[i]), waves = (blocks + sms - 1) / sms;
         const double c = (double)waves * bn[i] * per[i];
-        if (i == 0 || c < best_cost)
+        if (best_cost == 0 || c < best_cost)
             best = bn[i], best_cost = c;
     }
     return best;
 }
 
 /* C = op(A) W^T (+ residual) with g's LayerNorm, scaling and residual, W
- * as w holds it, in blocks of 128 x bn (sgkc_wg_bn), each output tile's k
+ * as w holds it, in blocks of 128 x bn (64, 128, 192, 256: sgkc_wg_bn), each output tile's k
  * range split over ks blocks (1, 2, 4 or 8: sgkc_wg_ks) */
 static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, int ks, bool pdl,
                                        cudaStream_t s)
@@ -527,6 +531,8 @@ static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg
     if (!sgkc_wg_takes(g) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + SGKC_WG_BK - 1) / SGKC_WG_BK)
         return cudaErrorInvalidValue;
     switch (bn) {
+    case 64:
+        return sgkc_wg_launch<SGKC_WG_64>(g, w, ks, pdl, s);
     case 128:
         return sgkc_wg_launch<SGKC_WG_128>(g, w, ks, pdl, s);
     case 192:
@@ -550,7 +556,9 @@ static inline cudaError_t sgkc_wg_prepare_inst()
 
 static inline cudaError_t sgkc_wg_gemm_prepare()
 {
-    cudaError_t e = sgkc_wg_prepare_inst<SGKC_WG_128>();
+    cudaError_t e = sgkc_wg_prepare_inst<SGKC_WG_64>();
+    if (e == cudaSuccess)
+        e = sgkc_wg_prepare_inst<SGKC_WG_128>();
     if (e == cudaSuccess)
         e = sgkc_wg_prepare_inst<SGKC_WG_192>();
     if (e == cudaSuccess)

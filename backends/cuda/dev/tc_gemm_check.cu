@@ -8,8 +8,8 @@
  * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
  * instances and its dispatcher ("auto"), and wg_gemm.cuh (LayerNorm
  * statistics in a pass of their own, as the layer runs it) at the block
- * width and split over k the layer picks ("wg"), at each of its three
- * widths ("wg128", "wg192", "wg256") and split over k in clusters of 2, 4
+ * width and split over k the layer picks ("wg"), at each of its four
+ * widths ("wg64", "wg128", "wg192", "wg256") and split over k in clusters of 2, 4
  * and 8 ("wgk2", "wgk4", "wgk8"; "n/a" where it does not take the case,
  * with its weights prepared once a case): C is poisoned with NaN first,
  * then every element must be written and finite, and the checked rows (all
@@ -39,6 +39,9 @@ static const tc_case cases[] = {
     {2048, 768, 256, true, false, false, 0, "mid qkv"},
     {4096, 768, 256, true, false, false, 0, "qkv M=4096"},
     {2048, 256, 256, false, true, false, 0, "mid out"},
+    {4096, 256, 256, false, true, false, 0, "large out"},
+    {1400, 1152, 384, true, false, false, 0, "s08 qkv"},
+    {1400, 384, 384, false, true, false, 0, "s08 out"},
     {1536, 2304, 768, true, false, false, 0, "s13 qkv"},
     {1536, 768, 768, false, true, false, 0, "s13 out"},
     {600, 3072, 1024, true, false, false, 0, "s12 qkv"},
@@ -106,6 +109,7 @@ static cudaError_t launch_wg_k8(const sgkc_tc_gemm_args &g, cudaStream_t s)
 {
     return g.K > 7 * SGKC_WG_BK ? launch_wg_bn(g, 128, s, 8) : cudaErrorNotSupported;
 }
+static cudaError_t launch_wg64(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 64, s); }
 static cudaError_t launch_wg128(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s); }
 static cudaError_t launch_wg192(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 192, s); }
 static cudaError_t launch_wg256(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 256, s); }
@@ -121,7 +125,7 @@ int main(int argc, char **argv)
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
     const struct { launch_fn fn; const char *name; } insts[] = {
         {launch_large, "128x128"}, {launch_small, "64x64"}, {launch_auto, "auto"}, {launch_wg, "wg"},
-        {launch_wg128, "wg128"}, {launch_wg192, "wg192"}, {launch_wg256, "wg256"},
+        {launch_wg64, "wg64"}, {launch_wg128, "wg128"}, {launch_wg192, "wg192"}, {launch_wg256, "wg256"},
         {launch_wg_k2, "wgk2"},   {launch_wg_k4, "wgk4"},     {launch_wg_k8, "wgk8"}};
     int fails = 0;
     cudaEvent_t e0, e1;
