@@ -504,16 +504,18 @@ static inline int sgkc_wg_ks(int64_t M, int Nc, int K, int sms)
  * (m64n256 makes one A fragment feed twice the columns m64n128 does): at
  * 1, 0.84 and 0.75 for 128, 192 and 256 it takes what ran fastest at the
  * Q/K/V and output shapes of the presets and the sweep. 64 (at 1.3) is for
- * grids whose 128-wide tiles leave SMs idle: half the columns a block, twice
- * the blocks. */
-static inline int sgkc_wg_bn(int64_t M, int Nc, int sms)
+ * output projections whose 128-wide tiles leave SMs idle: half the columns
+ * a block, twice the blocks. With LayerNorm (ln) every block normalises and
+ * splits its A fragments again, which at 64 columns cost more than the
+ * second wave of blocks saved (the Q/K/V GEMM at 1200 x 768 x 256). */
+static inline int sgkc_wg_bn(int64_t M, int Nc, int sms, bool ln)
 {
     const int bn[4] = {64, 128, 192, 256};
     const double per[4] = {1.3, 1.0, 0.84, 0.75};
     const int64_t rows = (M + SGKC_WG_BM - 1) / SGKC_WG_BM;
     int best = 128;
     double best_cost = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = ln ? 1 : 0; i < 4; i++) {
         const int64_t blocks = rows * ((Nc + bn[i] - 1) / bn[i]), waves = (blocks + sms - 1) / sms;
         const double c = (double)waves * bn[i] * per[i];
         if (best_cost == 0 || c < best_cost)

@@ -97,7 +97,7 @@ static cudaError_t launch_wg_bn(const sgkc_tc_gemm_args &g, int bn, cudaStream_t
 static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s)
 {
     const int ks = sgkc_wg_ks(g.M, g.Nc, g.K, g_sms);
-    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms), s, ks);
+    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms, g.gamma != nullptr), s, ks);
 }
 /* 128 x 128 tiles split over k in clusters of 2, 4, 8 where k-tiles allow */
 static cudaError_t launch_wg_k2(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s, 2); }
