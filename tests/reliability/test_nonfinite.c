@@ -121,13 +121,16 @@ static void test_tiled_graph(void **state)
 /* Wide pair features, where a backend may run the relation MLP as a pass
  * of its own and read back its bias (CUDA's tuned-tiled at P > 16): the
  * non-finite bias of one pair, and a non-finite V row under tensor-core
- * attention, must stay where they belong too. */
+ * attention, must stay where they belong too. An odd N as well, whose
+ * rows of bias and mask a kernel cannot read two keys a load. */
 static void test_tiled_graph_wide_pairs(void **state)
 {
     (void)state;
     int bad = 0;
-    for (size_t i = 0; i < sizeof k_poisons / sizeof k_poisons[0]; i++)
+    for (size_t i = 0; i < sizeof k_poisons / sizeof k_poisons[0]; i++) {
         bad += run(70, 24, &k_poisons[i]);
+        bad += run(69, 24, &k_poisons[i]);
+    }
     assert_int_equal(bad, 0);
 }
 
