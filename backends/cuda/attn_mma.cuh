@@ -23,8 +23,11 @@
  *   holds a NaN or Inf takes P.V on FFMA instead, skipping keys of weight
  *   0 (sgkc_pv), since an MMA would give 0 * inf = NaN to rows that do not
  *   attend to that key.
- * Head dims are padded to HDP (zero columns in Q, K and V); MINB caps the
- * registers at what MINB blocks an SM leave. Grids too small
+ * Head dims are padded to HDP (zero columns in Q, K and V). MINB > 0 caps
+ * the registers at what MINB blocks an SM leave; 0 leaves ptxas its own
+ * choice, which is far fewer registers than a stated minimum of 1 block
+ * gives (128 against 212 at head dim 32, 168 against 242 at 64: two
+ * blocks an SM more), and was the faster wherever both ran. Grids too small
  * for the GPU split their keys over the ks blocks of a cluster and merge
  * as attn_tiled.cuh does (sgkc_attn_merge). */
 #ifndef SGK_CUDA_ATTN_MMA_CUH
@@ -102,7 +105,7 @@ __device__ __forceinline__ void sgkc_am_load_edges(sgkc_am_edges<NK> &E, const s
     }
 }
 
-template <int HDP, int WQ, int WD, int BK, int MINB = 1>
+template <int HDP, int WQ, int WD, int BK, int MINB = 0>
 __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_attn_args a)
 {
     constexpr int NW = WQ * WD, NT = 32 * NW, BQ = 16 * WQ, LD = sgkc_am_ld(HDP), DW = HDP / WD;

@@ -12,7 +12,8 @@
  *           block, FFMA), what tuned-tiled runs on grids attn_mma takes not;
  *   mmaWQxWD_BK[_mM]  attn_mma.cuh's instances: WQ row groups of 16
  *           queries x WD parts of the head dim, BK-key tiles, registers
- *           capped for M blocks an SM; the library's come first.
+ *           left to ptxas or (_mM) capped for M blocks an SM; the
+ *           library's come first.
  * Inputs: Q/K/V rows (q pre-scaled), a head-major bias (B, H, N*N), a uint8 mask of
  * density 0.5 with every seventh row fully masked. ctx is poisoned with NaN
  * before each run; every element must come out within relative L2 1e-5
@@ -221,9 +222,10 @@ static void versions(const shape &s, const problem &p)
         L.smem = sgkc_am_smem_floats(HDP, WQ, WD, BK) * sizeof(float);
         L.bk = BK;
         char name[32];
-        snprintf(name, sizeof name, "mma%dx%d_%d%s", WQ, WD, BK, MINB > 1 ? (MINB > 2 ? "_m3" : "_m2") : "");
+        snprintf(name, sizeof name, "mma%dx%d_%d%s", WQ, WD, BK, MINB == 0 ? "" : MINB == 1 ? "_m1" : MINB == 2 ? "_m2" : "_m3");
         check_and_time(s.name, name, L, p);
     };
+    using I0 = std::integral_constant<int, 0>;
     using I1 = std::integral_constant<int, 1>;
     using I2 = std::integral_constant<int, 2>;
     using I3 = std::integral_constant<int, 3>;
@@ -232,23 +234,23 @@ static void versions(const shape &s, const problem &p)
     using I32 = std::integral_constant<int, 32>;
     /* the library's instances for the head dim (variants.cu, am_insts) first */
     if constexpr (HDP <= 32) {
-        v2(I4{}, I1{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I0{});
         v2(I4{}, I1{}, I32{}, I3{});
-        v2(I2{}, I2{}, I32{}, I1{});
+        v2(I2{}, I2{}, I32{}, I0{});
     } else if constexpr (HDP == 64) {
-        v2(I4{}, I1{}, I32{}, I1{});
-        v2(I2{}, I2{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I0{});
+        v2(I2{}, I2{}, I32{}, I0{});
         v2(I4{}, I1{}, I32{}, I2{});
         v2(I2{}, I2{}, I32{}, I3{});
     } else if constexpr (HDP == 128) {
-        v2(I4{}, I1{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I0{});
         v2(I4{}, I1{}, I32{}, I2{});
         v2(I2{}, I2{}, I32{}, I2{});
-        v2(I2{}, I4{}, I16{}, I1{});
+        v2(I2{}, I4{}, I16{}, I0{});
         v2(I1{}, I4{}, I32{}, I2{});
     } else {
-        v2(I2{}, I4{}, I16{}, I1{});
-        v2(I2{}, I4{}, I32{}, I1{});
+        v2(I2{}, I4{}, I16{}, I0{});
+        v2(I2{}, I4{}, I32{}, I0{});
         v2(I1{}, I4{}, I16{}, I2{});
         v2(I2{}, I4{}, I16{}, I2{});
     }
