@@ -74,6 +74,11 @@ __device__ __forceinline__ void sgk_tc_mm_nt(int NB, int M, int NC, int K, const
         const float *a0 = A + (sgk_off)b * ABS + (sgk_off)min(i0 + g, M - 1) * ARS;
         const float *a1 = A + (sgk_off)b * ABS + (sgk_off)min(i0 + g + 8, M - 1) * ARS;
         const float *bb = B + (sgk_off)b * BBS;
+        // output (i, j) = v, plus the residual where ACC
+        auto put = [&](int i, int j, float v) {
+            const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
+            C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
+        };
         float acc[NT][4], sum[NT][4];
 #pragma unroll
         for (int n = 0; n < NT; n++)
@@ -120,11 +125,8 @@ __device__ __forceinline__ void sgk_tc_mm_nt(int NB, int M, int NC, int K, const
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
-                    if (i < M && j < NC) {
-                        const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
-                        const float v = sum[n][e] + acc[n][e];
-                        C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
-                    }
+                    if (i < M && j < NC)
+                        put(i, j, sum[n][e] + acc[n][e]);
                 }
         } else {
             unsigned redo = 0u;
@@ -134,10 +136,9 @@ __device__ __forceinline__ void sgk_tc_mm_nt(int NB, int M, int NC, int K, const
                 for (int e = 0; e < 4; e++) {
                     const int i = i0 + g + (e >> 1) * 8, j = j0 + n * 8 + 2 * t + (e & 1);
                     if (i < M && j < NC) {
-                        const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
                         const float v = sum[n][e] + acc[n][e];
                         if (fabsf(v) < CUDART_INF_F)
-                            C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
+                            put(i, j, v);
                         else
                             redo |= 1u << (n * 4 + e);
                     }
@@ -152,8 +153,7 @@ __device__ __forceinline__ void sgk_tc_mm_nt(int NB, int M, int NC, int K, const
                     float v = 0.0f;
                     for (int k = 0; k < K; k++)
                         v = fmaf(ai[(sgk_off)k * ASK], bb[(sgk_off)k * LDB + j], v);
-                    const sgk_off o = (sgk_off)b * CBS + (sgk_off)i * CRS + (sgk_off)j * CCS;
-                    C[o] = ACC ? R[(sgk_off)b * RBS + (sgk_off)i * RRS + (sgk_off)j * CCS] + v : v;
+                    put(i, j, v);
                 }
         }
     }

@@ -25,9 +25,8 @@
  *   attend to that key.
  * Head dims are padded to HDP (zero columns in Q, K and V). MINB > 0 caps
  * the registers at what MINB blocks an SM leave; 0 leaves ptxas its own
- * choice, which is far fewer registers than a stated minimum of 1 block
- * gives (128 against 212 at head dim 32, 168 against 242 at 64: two
- * blocks an SM more), and was the faster wherever both ran. Grids too small
+ * choice, which holds fewer registers than a stated minimum of one block
+ * lets it take, so more blocks share an SM (DESIGN.md). Grids too small
  * for the GPU split their keys over the ks blocks of a cluster and merge
  * as attn_tiled.cuh does (sgkc_attn_merge). */
 #ifndef SGK_CUDA_ATTN_MMA_CUH
@@ -181,11 +180,8 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
         bool finite = true;
         if (v4) {
             const int c4 = hd / 4;
-            for (int i = tid; i < BK * c4; i += NT) {
-                const float4 v = *reinterpret_cast<const float4 *>(Vd + (i / c4) * LD + (i % c4) * 4);
-                finite &= (fabsf(v.x) < INFINITY) & (fabsf(v.y) < INFINITY) & (fabsf(v.z) < INFINITY) &
-                          (fabsf(v.w) < INFINITY); /* false for NaN too */
-            }
+            for (int i = tid; i < BK * c4; i += NT)
+                finite &= sgkc_finite4(*reinterpret_cast<const float4 *>(Vd + (i / c4) * LD + (i % c4) * 4));
         } else {
             for (int i = tid; i < BK * hd; i += NT)
                 finite &= fabsf(Vd[(i / hd) * LD + i % hd]) < INFINITY;

@@ -193,12 +193,15 @@ __device__ __forceinline__ void sgkc_mlp_regs(const float4 (&x)[NP][PCAP / 4], c
     }
 }
 
-/* A pair's bias for the block's heads h0 .. h0 + nh (zero past nh), from
- * the MLP pass's head-major (B, H, N*N) output, for the PCAP = 0 instances
- * of the attention kernels: src is head h0's value, heads nn apart. */
+/* Pair (qg, kg) of batch entry b's bias for the block's heads h0 .. h0 +
+ * nh (zero past nh), from the MLP pass's head-major (B, H, N*N) output,
+ * for the PCAP = 0 instances of the attention kernels. */
 template <int HMAX>
-__device__ __forceinline__ void sgkc_ld_bias(float (&v)[HMAX], const float *src, int nh, size_t nn, bool load)
+__device__ __forceinline__ void sgkc_ld_bias(float (&v)[HMAX], const sgkc_attn_args &a, int64_t b, int h0, int nh,
+                                             int qg, int kg, bool load)
 {
+    const size_t nn = (size_t)a.N * a.N;
+    const float *src = a.bias + ((size_t)b * a.H + h0) * nn + (size_t)qg * a.N + kg;
 #pragma unroll
     for (int h = 0; h < HMAX; h++)
         v[h] = load && h < nh ? __ldg(src + h * nn) : 0.0f;
@@ -312,8 +315,7 @@ __global__ void __launch_bounds__(SGKC_AT_NT, 1) sgkc_attn_tiled_kernel(sgkc_att
             const size_t pi = ((size_t)b * N + qg) * N + kg;
             edge[s] = qg < N && kg < N && sgkc_edge(a.mask, a.mask_u8, pi);
             if constexpr (PRE)
-                sgkc_ld_bias<HMAX>(bx[s], a.bias + ((size_t)b * a.H + h0) * N * N + (pi - (size_t)b * N * N), nh,
-                                  (size_t)N * N, edge[s]);
+                sgkc_ld_bias<HMAX>(bx[s], a, b, h0, nh, qg, kg, edge[s]);
             else
                 sgkc_ld_feats<R4>(x[s], a.pair + pi * P, P, a.pvec, edge[s]);
         }

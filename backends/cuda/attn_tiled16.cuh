@@ -158,8 +158,7 @@ sgkc_attn_tiled16_kernel(sgkc_attn_args a)
                         Ss[(h * BQ + q) * LDS_ + k] = SGKC_NEG_INF;
                 } else if constexpr (PRE) {
                     float bv[HMAX];
-                    sgkc_ld_bias<HMAX>(bv, a.bias + ((size_t)b * a.H + h0) * N * N + (pi - (size_t)b * N * N), nh,
-                                      (size_t)N * N, true);
+                    sgkc_ld_bias<HMAX>(bv, a, b, h0, nh, qg, kg, true);
 #pragma unroll
                     for (int h = 0; h < HMAX; h++)
                         if (h < nh)

@@ -195,17 +195,20 @@ __device__ __forceinline__ float sgkc_pv(float p, float v, float o)
 using sgkc_guarded = std::true_type;
 using sgkc_plain = std::false_type;
 
+/* Whether all four are finite (false for NaN too). */
+__device__ __forceinline__ bool sgkc_finite4(float4 v)
+{
+    return (fabsf(v.x) < INFINITY) & (fabsf(v.y) < INFINITY) & (fabsf(v.z) < INFINITY) & (fabsf(v.w) < INFINITY);
+}
+
 /* This thread's share of "is any of the n floats at p NaN or Inf": p
  * 16-byte aligned, n % 4 == 0, thread tid of nt takes every nt-th 4-vector.
  * OR the shares over the block (__syncthreads_or). */
 __device__ __forceinline__ bool sgkc_nonfinite_share(const float *p, int n, int tid, int nt)
 {
     bool finite = true;
-    for (int i = 4 * tid; i < n; i += 4 * nt) {
-        const float4 v = *reinterpret_cast<const float4 *>(p + i);
-        finite &= (fabsf(v.x) < INFINITY) & (fabsf(v.y) < INFINITY) & (fabsf(v.z) < INFINITY) &
-                  (fabsf(v.w) < INFINITY); /* false for NaN too */
-    }
+    for (int i = 4 * tid; i < n; i += 4 * nt)
+        finite &= sgkc_finite4(*reinterpret_cast<const float4 *>(p + i));
     return !finite;
 }
 

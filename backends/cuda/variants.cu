@@ -453,7 +453,6 @@ struct tiled_cfg {
     int pcap, hmax, HG, G, ld;
     int mpcap;    /* the MLP pass's padded P (mlp_wg.cuh or mlp_tc.cuh), then pcap = 0; 0: the MLP runs in the attention */
     int am;       /* where the pass runs, attn_mma.cuh's instance (am_insts); -1: attn_tiled(16).cuh */
-    size_t smem_mma;
     size_t smem;
     bool q16;     /* 16-query blocks (attn_tiled16.cuh) */
     size_t smem16;
@@ -543,7 +542,6 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
         c->smem_rows = smem_ks2;
     c->mpcap = 0;
     c->am = -1;
-    c->smem_mma = 0;
     if (dm) /* rows' D = 256 is gemm_dmma.cuh's K, and 3D and D are whole column tiles */
         return c->rows;
     if (!c->rows && mlp_pass_pays(L)) {
@@ -559,8 +557,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
      * attn_tiled(16).cuh on small grids as well as full ones (DESIGN.md). */
     if (c->mpcap) {
         const int am = am_pick(L, B, N);
-        c->smem_mma = am_smem(am);
-        if (c->smem_mma <= L->smem_optin)
+        if (am_smem(am) <= L->smem_optin)
             c->am = am;
     }
     return c->smem <= L->smem_optin || c->rows || c->am >= 0;
@@ -871,7 +868,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
         const am_inst &i = am_insts[c.am];
         a.qtiles = (a.N + 16 * i.wq - 1) / (16 * i.wq);
         const unsigned blocks = (unsigned)(f->B * a.qtiles * L->H);
-        e = split_attn(L, i.fn, a, blocks, i.bk, L->am_per_sm[c.am], 32u * i.wq * i.wd, c.smem_mma, f->stream);
+        e = split_attn(L, i.fn, a, blocks, i.bk, L->am_per_sm[c.am], 32u * i.wq * i.wd, am_smem(c.am), f->stream);
     } else if (c.q16) {
         a.qtiles = (a.N + SGKC_AT16_BQ - 1) / SGKC_AT16_BQ;
         const unsigned blocks = (unsigned)(f->B * a.qtiles * a.G);

@@ -506,8 +506,8 @@ static inline int sgkc_wg_ks(int64_t M, int Nc, int K, int sms)
  * Q/K/V and output shapes of the presets and the sweep. 64 (at 1.3) is for
  * output projections whose 128-wide tiles leave SMs idle: half the columns
  * a block, twice the blocks. With LayerNorm (ln) every block normalises and
- * splits its A fragments again, which at 64 columns cost more than the
- * second wave of blocks saved (the Q/K/V GEMM at 1200 x 768 x 256). */
+ * splits its A fragments again, which at 64 columns costs more than the
+ * blocks it adds save, so LayerNorm GEMMs keep 128 and up (DESIGN.md). */
 static inline int sgkc_wg_bn(int64_t M, int Nc, int sms, bool ln)
 {
     const int bn[4] = {64, 128, 192, 256};
