@@ -13,8 +13,8 @@
  *   K and V of tile kt + 1 are copied (cp.async) into the other of two
  *   stages while tile kt is computed; the barrier that opens a tile also
  *   ORs each thread's check of the V chunks it copied for NaN/Inf;
- *   each lane's bias and mask values for the tile were loaded during the
- *   previous tile's P.V (two adjacent keys a load where N is even);
+ *   each lane's bias and mask values for the tile were loaded when the
+ *   previous tile began (two adjacent keys a load where N is even);
  *   S = Q.K^T (16 x BK, Q pre-scaled), edges get their bias, non-edges
  *   -inf; the tile folds into the online softmax (row max and sums over
  *   the four lanes of a quad); O += P.V with the score accumulators as
@@ -198,10 +198,10 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
 
     int kb, ke;
     sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
-    sgkc_am_edges<NK> E; /* the bias and mask values of the lane's tile */
+    sgkc_am_edges<NK> nxt; /* the bias and mask values of the lane's next tile */
     if (kb < ke) {
         load_kv(kb * BK, 0);
-        sgkc_am_load_edges<NK>(E, a, bias_bh, mrow0, q0 + r0, kb * BK, t, pair_vec);
+        sgkc_am_load_edges<NK>(nxt, a, bias_bh, mrow0, q0 + r0, kb * BK, t, pair_vec);
     }
     for (int kt = kb; kt < ke; kt++) {
         const int k0 = kt * BK, st = (kt - kb) & 1;
@@ -211,6 +211,11 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
         const bool v_nonfinite = __syncthreads_or(own_v_nonfinite(st));
         if (kt + 1 < ke)
             load_kv(k0 + BK, st ^ 1);
+        /* this tile's bias and mask, loaded a tile ago; the next tile's go
+         * out now, in flight through this whole tile */
+        const sgkc_am_edges<NK> E = nxt;
+        if (kt + 1 < ke)
+            sgkc_am_load_edges<NK>(nxt, a, bias_bh, mrow0, q0 + r0, k0 + BK, t, pair_vec);
         const float *Kc = Ks + st * BK * LD, *Vc = Vs + st * BK * LD;
 
         /* ---- S = Q.K^T over this warp's columns: s[j] = {[r0][8j+2t], [r0][8j+2t+1], [r0+8][8j+2t], [r0+8][8j+2t+1]} ---- */
@@ -267,9 +272,6 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
                 s[j][e] = sgkc_bits_edge(E.mask[j][e]) ? sgkc_add_score(E.bias[j][e], s[j][e]) : SGKC_NEG_INF;
                 tmax[e >> 1] = fmaxf(tmax[e >> 1], s[j][e]);
             }
-        /* the next tile's, in flight through this tile's P.V and the next Q.K */
-        if (kt + 1 < ke)
-            sgkc_am_load_edges<NK>(E, a, bias_bh, mrow0, q0 + r0, k0 + BK, t, pair_vec);
         float alpha[2], m_use[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {

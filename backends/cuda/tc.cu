@@ -47,17 +47,18 @@ cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
 }
 
 /* Whether g is one of the layer's two projections with its weights in
- * L->wg (*w), on a grid wg_gemm.cuh takes: 128 x 128 tiles, times the
- * blocks its split over k gives each, for at least a quarter of the SMs.
- * On fewer, tc_gemm.cuh's split over k, in smaller tiles, keeps more SMs
- * busy. */
-static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_weights *w)
+ * L->wg (*w), on a grid wg_gemm.cuh takes: its blocks (128 x *bn tiles,
+ * times the blocks its split over k, *ks, gives each) for at least a
+ * quarter of the SMs. On fewer, tc_gemm.cuh's split over k, in smaller
+ * tiles, keeps more SMs busy. */
+static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_weights *w, int *ks, int *bn)
 {
     const int D = L->D;
     if (!L->wg || !sgkc_wg_takes(g) || g.K != D)
         return false;
-    const int ks = sgkc_wg_ks(g.M, g.Nc, g.K, L->sm_count);
-    if (4 * ks * ((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)g.Nc + 127) / 128) < L->sm_count)
+    *ks = sgkc_wg_ks(g.M, g.Nc, g.K, L->sm_count);
+    *bn = *ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, L->sm_count, g.gamma != nullptr);
+    if (4 * *ks * ((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)g.Nc + *bn - 1) / *bn) < L->sm_count)
         return false;
     if (g.W == L->gen + L->gen_off.wqkv && g.Nc == 3 * D && g.gamma == L->gamma && g.beta == L->beta) {
         *w = sgkc_wg_weights_at(L->wg, 3 * D, D);
@@ -73,11 +74,9 @@ static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_
 static cudaError_t tc_gemm_any(const sgkc_layer *L, const sgkc_tc_gemm_args &g, cudaStream_t s)
 {
     sgkc_wg_weights w;
-    if (wg_weights(L, g, &w)) {
-        const int ks = sgkc_wg_ks(g.M, g.Nc, g.K, L->sm_count);
-        return sgkc_wg_gemm(g, w, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, L->sm_count, g.gamma != nullptr), ks, true,
-                            s);
-    }
+    int ks, bn;
+    if (wg_weights(L, g, &w, &ks, &bn))
+        return sgkc_wg_gemm(g, w, bn, ks, true, s);
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 
@@ -194,7 +193,8 @@ cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaSt
 bool sgkc_tc_project_wg(const sgkc_layer *L, const sgkc_gemm_args &p)
 {
     sgkc_wg_weights w;
-    return wg_weights(L, tc_args(p), &w);
+    int ks, bn;
+    return wg_weights(L, tc_args(p), &w, &ks, &bn);
 }
 
 bool sgkc_tc_project_fits(const sgkc_layer *L)

@@ -463,16 +463,15 @@ struct tiled_cfg {
 
 /* Whether tuned-tiled runs the relation MLP as a pass of its own on the
  * tensor cores (mlp_wg.cuh or mlp_tc.cuh: mlp_pass), writing the bias for
- * the attention to read,
- * instead of on FFMA inside the attention (attn_rows' shapes keep theirs):
- * at P > 16, where the MLP's 2P^2 FLOPs a pair outweigh the bias's round
- * trip through memory; at P <= 16 the FFMA MLP staged once a block is the
- * faster (DESIGN.md has the measurements). The
- * H floats a pair it writes and reads back stay no more than the P it
- * reads, and its second layer takes up to 16 heads. */
+ * attn_mma.cuh to read, instead of on FFMA inside the attention
+ * (attn_rows' shapes keep theirs): wherever its second layer takes the
+ * heads (up to 16). With the attention on the tensor cores this is the
+ * faster at every P, also where the bias's round trip through memory
+ * (8H bytes a pair) outweighs the features' 4P (DESIGN.md has the
+ * measurements). */
 static bool mlp_pass_pays(const sgkc_layer *L)
 {
-    return L->cc_major >= 8 && L->P > 16 && L->H <= 16 && L->H <= L->P;
+    return L->cc_major >= 8 && L->H <= 16;
 }
 
 /* attn_mma.cuh's instances: the padded head dim, the warps of a block as
@@ -742,8 +741,7 @@ static bool mlp_wg_device(const sgkc_layer *L)
  * H <= 16, where its shared memory fits the opt-in limit; its features load
  * as mlp_tc.cuh's do (float4 only where pvec), so alignment and P % 4 do
  * not matter. mlp_tc.cuh otherwise: at compute capability 8.x and 9.x
- * other than 9.0, in builds without sm_90a, and at PCAP 16 (which the pass
- * does not run at). */
+ * other than 9.0, in builds without sm_90a, and at PCAP 16. */
 struct mlp_pass {
     mlp_fn fn;
     unsigned nt;
