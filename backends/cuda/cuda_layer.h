@@ -16,7 +16,7 @@
 #include "sgk_backend.h"
 
 /* attn_mma.cuh's instances in variants.cu's table (am_insts) */
-#define SGKC_AM_INSTS 6
+#define SGKC_AM_INSTS 7
 
 struct sgkc_layer {
     int device;

@@ -487,6 +487,7 @@ static const am_inst am_insts[SGKC_AM_INSTS] = {
     {16, 4, 1, 32, sgkc_attn_mma_kernel<16, 4, 1, 32>},   {32, 4, 1, 32, sgkc_attn_mma_kernel<32, 4, 1, 32>},
     {64, 4, 1, 32, sgkc_attn_mma_kernel<64, 4, 1, 32>},   {64, 2, 2, 32, sgkc_attn_mma_kernel<64, 2, 2, 32>},
     {128, 4, 1, 32, sgkc_attn_mma_kernel<128, 4, 1, 32>}, {256, 2, 4, 16, sgkc_attn_mma_kernel<256, 2, 4, 16>},
+    {96, 4, 1, 32, sgkc_attn_mma_kernel<96, 4, 1, 32>},
 };
 static size_t am_smem(int am)
 {
@@ -501,6 +502,7 @@ static int am_pick(const sgkc_layer *L, int64_t B, int64_t N)
     if (hd <= 16) return 0;
     if (hd <= 32) return 1;
     if (hd <= 64) return B * ((N + 63) / 64) * L->H < 2 * (int64_t)L->sm_count ? 3 : 2;
+    if (hd <= 96) return 6;
     return hd <= 128 ? 4 : 5;
 }
 

@@ -41,7 +41,7 @@ struct shape {
 static const shape shapes[] = {
     {"s02", 1, 100, 512, 8},  {"s03", 2, 48, 1024, 16}, {"s05", 16, 80, 320, 5}, {"s07", 4, 300, 256, 16},
     {"s08", 2, 700, 384, 4},  {"s12", 3, 200, 1024, 4}, {"s13", 12, 128, 768, 12}, {"mid", 32, 64, 256, 8},
-    {"large", 8, 512, 256, 8}, {"odd", 3, 37, 30, 5},
+    {"large", 8, 512, 256, 8}, {"hd128", 4, 200, 512, 4}, {"odd", 3, 37, 30, 5},
 };
 
 struct problem {
@@ -242,6 +242,11 @@ static void versions(const shape &s, const problem &p)
         v2(I2{}, I2{}, I32{}, I0{});
         v2(I4{}, I1{}, I32{}, I2{});
         v2(I2{}, I2{}, I32{}, I3{});
+    } else if constexpr (HDP == 96) {
+        v2(I4{}, I1{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I2{});
+        v2(I2{}, I1{}, I32{}, I2{});
+        v2(I2{}, I2{}, I32{}, I2{});
     } else if constexpr (HDP == 128) {
         v2(I4{}, I1{}, I32{}, I0{});
         v2(I4{}, I1{}, I32{}, I2{});
@@ -265,10 +270,11 @@ int main(int argc, char **argv)
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     for (const shape &s : shapes) {
         problem p = make_problem(s);
-        switch (p.hd <= 16 ? 16 : p.hd <= 32 ? 32 : p.hd <= 64 ? 64 : p.hd <= 128 ? 128 : 256) {
+        switch (p.hd <= 16 ? 16 : p.hd <= 32 ? 32 : p.hd <= 64 ? 64 : p.hd <= 96 ? 96 : p.hd <= 128 ? 128 : 256) {
         case 16: versions<16>(s, p); break;
         case 32: versions<32>(s, p); break;
         case 64: versions<64>(s, p); break;
+        case 96: versions<96>(s, p); break;
         case 128: versions<128>(s, p); break;
         default: versions<256>(s, p); break;
         }
