@@ -243,7 +243,7 @@ static void versions(const shape &s, const problem &p)
         v2(I4{}, I1{}, I32{}, I2{});
         v2(I2{}, I2{}, I32{}, I3{});
     } else if constexpr (HDP == 96) {
-        v2(I4{}, I1{}, I32{}, I1{});
+        v2(I4{}, I1{}, I32{}, I0{});
         v2(I4{}, I1{}, I32{}, I2{});
         v2(I2{}, I1{}, I32{}, I2{});
         v2(I2{}, I2{}, I32{}, I2{});
