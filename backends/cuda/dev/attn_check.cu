@@ -268,7 +268,10 @@ int main(int argc, char **argv)
     if (g_rng == 0) g_rng = 7;
     printf("attn_check: seed %llu\n", (unsigned long long)g_rng);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+    const char *only = argc > 2 ? argv[2] : nullptr; /* one shape by name, for a profiler */
     for (const shape &s : shapes) {
+        if (only && strcmp(only, s.name) != 0)
+            continue;
         problem p = make_problem(s);
         switch (p.hd <= 16 ? 16 : p.hd <= 32 ? 32 : p.hd <= 64 ? 64 : p.hd <= 96 ? 96 : p.hd <= 128 ? 128 : 256) {
         case 16: versions<16>(s, p); break;
