@@ -1,7 +1,8 @@
 /* Attention on the tensor cores in 3xTF32 (tc_mma.cuh), for calls whose
  * relation MLP ran as its own pass: the bias is read per edge from the
  * pass's head-major output (B, H, N, N), so what is left is masked softmax
- * attention, the flash-attention way.
+ * attention, the flash-attention way. The pass writes -inf where the mask
+ * has no edge (mlp_tc.cuh), so this kernel reads the bias alone, no mask.
  *
  * One block owns (batch b, BQ = 16 WQ query rows, one head h) and has
  * WQ x WD warps: warp (wq, wd) owns rows 16 wq .. 16 wq + 15 and head
@@ -10,13 +11,13 @@
  * short where heads are wide; the WD partial score tiles are summed through
  * shared memory in wd order, so every warp of a row group holds the same
  * scores and runs the same online softmax. Per tile of BK keys:
- *   K and V of tile kt + 1 are copied (cp.async) into the other of two
- *   stages while tile kt is computed; the barrier that opens a tile also
- *   ORs each thread's check of the V chunks it copied for NaN/Inf;
- *   each lane's bias and mask values for the tile were loaded when the
- *   previous tile began (two adjacent keys a load where N is even);
- *   S = Q.K^T (16 x BK, Q pre-scaled), edges get their bias, non-edges
- *   -inf; the tile folds into the online softmax (row max and sums over
+ *   K, V and the bias (BQ x BK) of tile kt + 1 are copied (cp.async) into
+ *   the other of two stages while tile kt is computed, so the bias is in
+ *   flight a whole tile without holding registers; the barrier that opens
+ *   a tile also ORs each thread's check of the V chunks it copied for
+ *   NaN/Inf;
+ *   S = Q.K^T (16 x BK, Q pre-scaled) plus each pair's bias (-inf for a
+ *   non-edge and for keys past N); the tile folds into the online softmax (row max and sums over
  *   the four lanes of a quad); O += P.V with the score accumulators as
  *   the A operand without a shuffle (columns 2t, 2t + 1 of key tile j are
  *   fed as k = t, t + 4, V's rows read in that order). A tile whose V
@@ -41,80 +42,35 @@ __host__ __device__ constexpr int sgkc_am_ld(int hdp)
 {
     return hdp + 4;
 }
-/* Shared memory of a block, in floats: Q, two stages of K and V, the
- * partial scores where WD > 1, the softmax state for the cluster merge. */
+/* Row stride of a bias stage: a lane's float2 reads (rows g, keys 2t of a
+ * step) fall on distinct banks in each half warp (stride = 8 mod 32
+ * words at BK = 32, 24 at BK = 16). */
+__host__ __device__ constexpr int sgkc_am_ldb(int bk)
+{
+    return bk + 8;
+}
+/* Shared memory of a block, in floats: Q, two stages of K and V, two of
+ * the bias, the partial scores where WD > 1, the softmax state for the
+ * cluster merge. */
 __host__ __device__ constexpr size_t sgkc_am_smem_floats(int hdp, int wq, int wd, int bk)
 {
-    return (size_t)(16 * wq + 4 * bk) * sgkc_am_ld(hdp) + (wd > 1 ? (size_t)wq * wd * 4 * bk * 4 : 0) + 2 * 16 * wq;
-}
-
-/* One lane's bias and mask values of a key tile: rows r and r + 8 (e >> 1),
- * keys 8 j + 2 t + (e & 1). */
-template <int NK>
-struct sgkc_am_edges {
-    float bias[NK][4];
-    unsigned mask[NK][4];
-};
-
-template <int NK>
-__device__ __forceinline__ void sgkc_am_load_edges(sgkc_am_edges<NK> &E, const sgkc_attn_args &a, const float *bias_bh,
-                                                   size_t mrow0, int qg0, int k0, int t, bool pair_vec)
-{
-    const int N = a.N;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int qg = qg0 + 8 * r;
-        const bool row_in = qg < N;
-        const float *brow = bias_bh + (size_t)qg * N;
-        const size_t mrow = mrow0 + (size_t)qg * N;
-#pragma unroll
-        for (int j = 0; j < NK; j++) {
-            const int kg = k0 + 8 * j + 2 * t;
-            float b0 = 0.0f, b1 = 0.0f;
-            unsigned m0 = 0u, m1 = 0u;
-            if (row_in && kg < N) {
-                if (pair_vec) { /* N even: kg + 1 < N and both are one aligned load */
-                    const float2 bv = __ldg(reinterpret_cast<const float2 *>(brow + kg));
-                    b0 = bv.x;
-                    b1 = bv.y;
-                    if (a.mask_u8) {
-                        const unsigned short mv = __ldg(reinterpret_cast<const unsigned short *>(
-                            (const unsigned char *)a.mask + mrow + kg));
-                        m0 = mv & 0xffu;
-                        m1 = mv >> 8;
-                    } else {
-                        const float2 mv = __ldg(reinterpret_cast<const float2 *>((const float *)a.mask + mrow + kg));
-                        m0 = __float_as_uint(mv.x);
-                        m1 = __float_as_uint(mv.y);
-                    }
-                } else {
-                    b0 = __ldg(brow + kg);
-                    m0 = sgkc_mask_bits(a.mask, a.mask_u8, mrow + kg);
-                    if (kg + 1 < N) {
-                        b1 = __ldg(brow + kg + 1);
-                        m1 = sgkc_mask_bits(a.mask, a.mask_u8, mrow + kg + 1);
-                    }
-                }
-            }
-            E.bias[j][2 * r] = b0;
-            E.bias[j][2 * r + 1] = b1;
-            E.mask[j][2 * r] = m0;
-            E.mask[j][2 * r + 1] = m1;
-        }
-    }
+    return (size_t)(16 * wq + 4 * bk) * sgkc_am_ld(hdp) + (size_t)2 * 16 * wq * sgkc_am_ldb(bk) +
+           (wd > 1 ? (size_t)wq * wd * 4 * bk * 4 : 0) + 2 * 16 * wq;
 }
 
 template <int HDP, int WQ, int WD, int BK, int MINB = 0>
 __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_attn_args a)
 {
     constexpr int NW = WQ * WD, NT = 32 * NW, BQ = 16 * WQ, LD = sgkc_am_ld(HDP), DW = HDP / WD;
+    constexpr int LDB = sgkc_am_ldb(BK);
     constexpr int NK = BK / 8;  /* key tiles of 8: S's n-tiles, P.V's k-steps */
     constexpr int ND = DW / 8;  /* a warp's head-dim tiles of 8: Q.K's k-steps, O's n-tiles */
     static_assert(DW % 8 == 0 && BK % 8 == 0, "whole tiles of 8");
 
     extern __shared__ __align__(16) float smem[];
     float *Qs = smem, *Ks = Qs + BQ * LD, *Vs = Ks + 2 * BK * LD;
-    float *Ps = Vs + 2 * BK * LD;                               /* [warp][j][e][lane] where WD > 1 */
+    float *Bs = Vs + 2 * BK * LD;                               /* [stage][row][key] */
+    float *Ps = Bs + 2 * BQ * LDB;                              /* [warp][j][e][lane] where WD > 1 */
     float *Ms = Ps + (WD > 1 ? NW * NK * 4 * 32 : 0), *Ls = Ms + BQ;
 
     const int N = a.N, D = a.D, H = a.H, hd = a.hd;
@@ -131,9 +87,8 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
     const float *qkv_b = a.qkv + (size_t)b * N * row3;
     const bool v4 = a.qvec && (d0 % 4 == 0) && (hd % 4 == 0);
     const float *bias_bh = a.bias + ((size_t)b * H + h) * N * N;
-    const size_t mrow0 = (size_t)b * N * N;
-    const bool pair_vec = (N % 2 == 0) && ((reinterpret_cast<uintptr_t>(a.bias) & 7u) == 0) &&
-                          ((reinterpret_cast<uintptr_t>(a.mask) & (a.mask_u8 ? 1u : 7u)) == 0);
+    /* bias rows are 16-byte aligned where N % 4 == 0 (the workspace is) */
+    const bool b4 = (N % 4 == 0) && ((reinterpret_cast<uintptr_t>(a.bias) & 15u) == 0);
 
     /* zero padding: columns past hd stay zero in every tile */
     for (int i = tid; i < (BQ + 4 * BK) * LD; i += NT)
@@ -163,7 +118,6 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
                     *reinterpret_cast<float4 *>(Vd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
                 }
             }
-            sgkc_cp_commit();
         } else {
             for (int i = tid; i < BK * hd; i += NT) {
                 const int k = i / hd, d = i % hd;
@@ -171,6 +125,33 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
                 const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + d;
                 Kd[k * LD + d] = in ? __ldg(src) : 0.0f;
                 Vd[k * LD + d] = in ? __ldg(src + D) : 0.0f;
+            }
+        }
+    };
+    /* the bias of the block's rows for the tile at k0 into stage st: -inf
+     * for keys and rows past N; 16-byte copies where rows are aligned
+     * (then a chunk is wholly in or past N), else 4-byte ones */
+    auto load_bias = [&](int k0, int st) {
+        float *Bd = Bs + st * BQ * LDB;
+        const int kn = N - k0 < BK ? N - k0 : BK;
+        if (b4) {
+            constexpr int C4 = BK / 4;
+            for (int i = tid; i < BQ * C4; i += NT) {
+                const int r = i / C4, c = (i % C4) * 4;
+                float *dst = Bd + r * LDB + c;
+                if (q0 + r < N && c < kn)
+                    sgkc_cp_async16(dst, bias_bh + (size_t)(q0 + r) * N + k0 + c);
+                else
+                    *reinterpret_cast<float4 *>(dst) = make_float4(SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF);
+            }
+        } else {
+            for (int i = tid; i < BQ * BK; i += NT) {
+                const int r = i / BK, c = i % BK;
+                float *dst = Bd + r * LDB + c;
+                if (q0 + r < N && c < kn)
+                    sgkc_cp_async4(dst, bias_bh + (size_t)(q0 + r) * N + k0 + c);
+                else
+                    *dst = SGKC_NEG_INF;
             }
         }
     };
@@ -198,10 +179,10 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
 
     int kb, ke;
     sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
-    sgkc_am_edges<NK> nxt; /* the bias and mask values of the lane's next tile */
     if (kb < ke) {
         load_kv(kb * BK, 0);
-        sgkc_am_load_edges<NK>(nxt, a, bias_bh, mrow0, q0 + r0, kb * BK, t, pair_vec);
+        load_bias(kb * BK, 0);
+        sgkc_cp_commit();
     }
     for (int kt = kb; kt < ke; kt++) {
         const int k0 = kt * BK, st = (kt - kb) & 1;
@@ -209,14 +190,12 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
         /* every warp is done with tile kt - 1 (its stage is free) and tile
          * kt is in; the OR says whether its V holds a NaN or Inf */
         const bool v_nonfinite = __syncthreads_or(own_v_nonfinite(st));
-        if (kt + 1 < ke)
+        if (kt + 1 < ke) {
             load_kv(k0 + BK, st ^ 1);
-        /* this tile's bias and mask, loaded a tile ago; the next tile's go
-         * out now, in flight through this whole tile */
-        const sgkc_am_edges<NK> E = nxt;
-        if (kt + 1 < ke)
-            sgkc_am_load_edges<NK>(nxt, a, bias_bh, mrow0, q0 + r0, k0 + BK, t, pair_vec);
-        const float *Kc = Ks + st * BK * LD, *Vc = Vs + st * BK * LD;
+            load_bias(k0 + BK, st ^ 1);
+            sgkc_cp_commit();
+        }
+        const float *Kc = Ks + st * BK * LD, *Vc = Vs + st * BK * LD, *Bc = Bs + st * BQ * LDB;
 
         /* ---- S = Q.K^T over this warp's columns: s[j] = {[r0][8j+2t], [r0][8j+2t+1], [r0+8][8j+2t], [r0+8][8j+2t+1]} ---- */
         float s[NK][4];
@@ -262,15 +241,16 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
                 }
         }
 
-        /* ---- bias of each edge, -inf elsewhere; online softmax ---- */
+        /* ---- each pair's bias (-inf: a non-edge, or past N); online softmax ---- */
         float tmax[2] = {SGKC_NEG_INF, SGKC_NEG_INF};
 #pragma unroll
         for (int j = 0; j < NK; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                /* a non-edge, or a key or row past N (mask value 0) */
-                s[j][e] = sgkc_bits_edge(E.mask[j][e]) ? sgkc_add_score(E.bias[j][e], s[j][e]) : SGKC_NEG_INF;
-                tmax[e >> 1] = fmaxf(tmax[e >> 1], s[j][e]);
+            for (int r = 0; r < 2; r++) {
+                const float2 bv = *reinterpret_cast<const float2 *>(Bc + (r0 + 8 * r) * LDB + 8 * j + 2 * t);
+                s[j][2 * r] = sgkc_add_score(bv.x, s[j][2 * r]);
+                s[j][2 * r + 1] = sgkc_add_score(bv.y, s[j][2 * r + 1]);
+                tmax[r] = fmaxf(tmax[r], fmaxf(s[j][2 * r], s[j][2 * r + 1]));
             }
         float alpha[2], m_use[2];
 #pragma unroll

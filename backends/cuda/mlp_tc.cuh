@@ -4,7 +4,9 @@
  * into the workspace head-major, (B, H, N*N), which the attention kernels
  * then read in place of running the MLP per pair (attn_mma.cuh, a head's
  * query row of keys contiguous, and attn_tiled(16).cuh's PCAP = 0
- * instances).
+ * instances). A pair the mask makes no edge gets -inf at every head:
+ * sgkc_add_score(-inf, s) is -inf, what the attention gives a non-edge, so
+ * attn_mma.cuh reads the bias alone and no mask.
  * The pair features are read once either way; the pass adds H floats a
  * pair written and read back, which is why the plan takes it only where P
  * is larger than H and the MLP's 2P^2 FLOPs a pair are a large share.
@@ -38,7 +40,10 @@ struct sgkc_mlp_args {
     const float *pair;          /* (M, P) */
     const float *w1, *b1;       /* (P, P) as given, (P) */
     const float *w2t, *b2;      /* (P, H): w2t[p][h] = w2[h][p]; (H) */
-    float *bias;                /* (B, H, N*N): head-major, as the attention reads it */
+    float *bias;                /* (B, H, N*N): head-major, as the attention reads it;
+                                   -inf at pairs the mask makes no edge */
+    const void *mask;           /* (B, N, N), float or bytes (mask_u8) */
+    int mask_u8;
     int64_t M;                  /* B*N*N pairs */
     int64_t NN;                 /* N*N */
     int P, H;
@@ -218,20 +223,22 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
         /* o[ht] = {[g][h], [g][h+1], [g+8][h], [g+8][h+1]}, h = 8 ht + 2t */
         const int64_t r0 = tile * 16 + g, r1 = r0 + 8;
         float *const d0 = a.bias + sgkc_bias_at(r0, H, a.NN), *const d1 = a.bias + sgkc_bias_at(r1, H, a.NN);
+        const bool e0 = r0 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r0);
+        const bool e1 = r1 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r1);
 #pragma unroll
         for (int ht = 0; ht < HT; ht++) {
             const int h = 8 * ht + 2 * t;
             if (h < H) {
                 if (r0 < M)
-                    d0[(size_t)h * a.NN] = o[ht][0] + b2s[h];
+                    d0[(size_t)h * a.NN] = e0 ? o[ht][0] + b2s[h] : SGKC_NEG_INF;
                 if (r1 < M)
-                    d1[(size_t)h * a.NN] = o[ht][2] + b2s[h];
+                    d1[(size_t)h * a.NN] = e1 ? o[ht][2] + b2s[h] : SGKC_NEG_INF;
             }
             if (h + 1 < H) {
                 if (r0 < M)
-                    d0[(size_t)(h + 1) * a.NN] = o[ht][1] + b2s[h + 1];
+                    d0[(size_t)(h + 1) * a.NN] = e0 ? o[ht][1] + b2s[h + 1] : SGKC_NEG_INF;
                 if (r1 < M)
-                    d1[(size_t)(h + 1) * a.NN] = o[ht][3] + b2s[h + 1];
+                    d1[(size_t)(h + 1) * a.NN] = e1 ? o[ht][3] + b2s[h + 1] : SGKC_NEG_INF;
             }
         }
 

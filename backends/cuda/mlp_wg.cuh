@@ -204,13 +204,14 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
             if (m >= M)
                 continue;
             float *const dst = a.bias + sgkc_bias_at(m, H, a.NN);
+            const bool edge = sgkc_edge(a.mask, a.mask_u8, (size_t)m);
 #pragma unroll
             for (int j = 0; j < HT; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
                     const int h = 8 * j + 2 * t + e;
                     if (h < H)
-                        dst[(size_t)h * a.NN] = o[4 * j + 2 * s + e];
+                        dst[(size_t)h * a.NN] = edge ? o[4 * j + 2 * s + e] : SGKC_NEG_INF;
                 }
         }
 

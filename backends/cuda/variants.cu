@@ -823,6 +823,8 @@ static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgk
     m.w2t = L->w2t;
     m.b2 = L->b2;
     m.bias = bias;
+    m.mask = f->mask;
+    m.mask_u8 = f->mask_u8;
     m.M = f->B * f->N * f->N;
     m.NN = f->N * f->N;
     m.P = L->P;

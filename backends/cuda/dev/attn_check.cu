@@ -46,7 +46,7 @@ static const shape shapes[] = {
 
 struct problem {
     int B, N, D, H, hd;
-    float *qkv, *bias, *ctx; /* bias head-major, (B, H, N*N), as the MLP pass writes it */
+    float *qkv, *bias, *ctx; /* bias head-major, (B, H, N*N), -inf at non-edges, as the MLP pass writes it */
     unsigned char *mask;
     std::vector<double> ref;
 };
@@ -104,7 +104,7 @@ static problem make_problem(const shape &s)
     for (size_t pi = 0; pi < pairs; pi++)
         for (int h = 0; h < s.H; h++) {
             const size_t b = pi / ((size_t)s.N * s.N), ij = pi % ((size_t)s.N * s.N);
-            hm[(b * s.H + h) * s.N * s.N + ij] = bias[pi * s.H + h];
+            hm[(b * s.H + h) * s.N * s.N + ij] = mask[pi] ? bias[pi * s.H + h] : -INFINITY; /* as the pass writes it */
         }
     CK(cudaMalloc(&p.bias, hm.size() * sizeof(float)));
     CK(cudaMemcpy(p.bias, hm.data(), hm.size() * sizeof(float), cudaMemcpyHostToDevice));
