@@ -484,8 +484,8 @@ struct am_inst {
     attn_fn fn;
 };
 static const am_inst am_insts[SGKC_AM_INSTS] = {
-    {16, 4, 1, 32, sgkc_attn_mma_kernel<16, 4, 1, 32>},   {32, 4, 1, 32, sgkc_attn_mma_kernel<32, 4, 1, 32>},
-    {64, 4, 1, 32, sgkc_attn_mma_kernel<64, 4, 1, 32>},   {64, 2, 2, 32, sgkc_attn_mma_kernel<64, 2, 2, 32>},
+    {16, 4, 1, 32, sgkc_attn_mma_kernel<16, 4, 1, 32, 4>}, {32, 4, 1, 32, sgkc_attn_mma_kernel<32, 4, 1, 32, 4>},
+    {64, 4, 1, 32, sgkc_attn_mma_kernel<64, 4, 1, 32, 3>}, {64, 2, 2, 32, sgkc_attn_mma_kernel<64, 2, 2, 32>},
     {128, 4, 1, 32, sgkc_attn_mma_kernel<128, 4, 1, 32>}, {256, 2, 4, 16, sgkc_attn_mma_kernel<256, 2, 4, 16>},
     {96, 4, 1, 32, sgkc_attn_mma_kernel<96, 4, 1, 32>},
 };

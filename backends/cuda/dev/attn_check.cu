@@ -222,7 +222,7 @@ static void versions(const shape &s, const problem &p)
         L.smem = sgkc_am_smem_floats(HDP, WQ, WD, BK) * sizeof(float);
         L.bk = BK;
         char name[32];
-        snprintf(name, sizeof name, "mma%dx%d_%d%s", WQ, WD, BK, MINB == 0 ? "" : MINB == 1 ? "_m1" : MINB == 2 ? "_m2" : "_m3");
+        snprintf(name, sizeof name, "mma%dx%d_%d%s", WQ, WD, BK, MINB == 0 ? "" : MINB == 1 ? "_m1" : MINB == 2 ? "_m2" : MINB == 3 ? "_m3" : "_m4");
         check_and_time(s.name, name, L, p);
     };
     using I0 = std::integral_constant<int, 0>;
@@ -235,12 +235,13 @@ static void versions(const shape &s, const problem &p)
     /* the library's instances for the head dim (variants.cu, am_insts) first */
     if constexpr (HDP <= 32) {
         v2(I4{}, I1{}, I32{}, I0{});
+        v2(I4{}, I1{}, I32{}, I4{});
         v2(I4{}, I1{}, I32{}, I3{});
         v2(I2{}, I2{}, I32{}, I0{});
     } else if constexpr (HDP == 64) {
         v2(I4{}, I1{}, I32{}, I0{});
         v2(I2{}, I2{}, I32{}, I0{});
-        v2(I4{}, I1{}, I32{}, I2{});
+        v2(I4{}, I1{}, I32{}, I3{});
         v2(I2{}, I2{}, I32{}, I3{});
     } else if constexpr (HDP == 96) {
         v2(I4{}, I1{}, I32{}, I0{});
