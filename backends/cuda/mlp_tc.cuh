@@ -38,6 +38,7 @@
 
 struct sgkc_mlp_args {
     const float *pair;          /* (M, P) */
+    const uint16_t *pair16;     /* mlp_h16.cuh: the features of a bf16 or f16 layer, (M, P) */
     const float *w1, *b1;       /* (P, P) as given, (P) */
     const float *w2t, *b2;      /* (P, H): w2t[p][h] = w2[h][p]; (H) */
     float *bias;                /* (B, H, N*N): head-major, as the attention reads it;
@@ -47,7 +48,7 @@ struct sgkc_mlp_args {
     int64_t M;                  /* B*N*N pairs */
     int64_t NN;                 /* N*N */
     int P, H;
-    int pvec; /* P % 4 == 0 and pair 16-byte aligned */
+    int pvec; /* P % 4 == 0 and pair 16-byte aligned (pair16: 8-byte) */
 };
 
 /* Where pair m's bias of head 0 goes in the head-major bias (heads NN

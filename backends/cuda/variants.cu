@@ -818,6 +818,7 @@ static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgk
 {
     sgkc_mlp_args m;
     m.pair = f->pair;
+    m.pair16 = nullptr;
     m.w1 = L->w1;
     m.b1 = L->b1;
     m.w2t = L->w2t;

@@ -11,7 +11,10 @@
  * shared memory, "nw8" eight warps a block; "wgmma" is mlp_wg.cuh
  * (warpgroup MMA, at P > 16). The library runs wgmma on compute capability
  * 9.0 with sm_90a code, elsewhere presplit (at P <= 64) and presplit-nw8
- * (at P > 64); DESIGN.md says why. Each runs on a grid of what fits on the
+ * (at P > 64); DESIGN.md says why. "bf16" and "f16" are mlp_h16.cuh (the
+ * first layer in one 16-bit MMA on 16-bit features) on the same problem
+ * with features and weights rounded to that type, against a double
+ * reference of the rounded values, held to the same tolerance. Each runs on a grid of what fits on the
  * SMs, as the library's launch does. The bias is poisoned
  * with NaN first; every element must come out within relative L2 1e-5 and
  * max abs 1e-4 (scaled to the bias's largest) of a double reference. Then
@@ -19,6 +22,7 @@
  * any failure. */
 #include "mlp_tc.cuh"
 #include "mlp_wg.cuh"
+#include "mlp_h16.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -36,10 +40,11 @@ struct shape {
     int B, N, H, P;
 };
 
-/* the relation MLP of SPEC's sweep shapes where the pass runs, and large */
+/* the relation MLP of SPEC's sweep shapes where the pass runs or may run, and large */
 static const shape shapes[] = {
     {"s12", 3, 200, 4, 128}, {"s07", 4, 300, 16, 64}, {"s05", 16, 80, 5, 48}, {"s13", 12, 128, 12, 32},
-    {"s08", 2, 700, 4, 24},  {"large", 8, 512, 8, 32}, {"odd", 2, 37, 3, 33},
+    {"s08", 2, 700, 4, 24},  {"large", 8, 512, 8, 32}, {"s09", 1, 1500, 1, 16}, {"s14", 6, 512, 8, 4},
+    {"odd", 2, 37, 3, 33},
 };
 
 static int g_sms, g_fail;
@@ -50,11 +55,22 @@ struct problem {
     float *pair, *w1, *b1, *w2t, *b2, *bias;
     unsigned char *mask; /* (B, N, N): the pass writes -inf at a non-edge */
     std::vector<unsigned char> hmask;
+    uint16_t *pair16; /* 16-bit problems: the features as bf16 or f16 bits */
     std::vector<double> ref;
     double scale;
 };
 
-static problem make_problem(const shape &s)
+/* dt: 0 float, 1 bf16, 2 f16 (features and weights rounded to it) */
+static float round16(float x, int dt)
+{
+    return dt == 1 ? __bfloat162float(__float2bfloat16_rn(x)) : dt == 2 ? __half2float(__float2half_rn(x)) : x;
+}
+static uint16_t bits16(float x, int dt)
+{
+    return dt == 1 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+}
+
+static problem make_problem(const shape &s, int dt = 0)
 {
     problem p;
     p.M = (int64_t)s.B * s.N * s.N;
@@ -68,6 +84,8 @@ static problem make_problem(const shape &s)
     for (auto &x : b1) x = 0.5f * nrand();
     for (auto &x : w2t) x = sp * nrand();
     for (auto &x : b2) x = 0.5f * nrand();
+    for (auto *v : {&pair, &w1, &b1, &w2t, &b2})
+        for (auto &x : *v) x = round16(x, dt);
     p.ref.assign((size_t)p.M * s.H, 0.0);
     p.scale = 0;
     std::vector<double> hid(s.P);
@@ -93,6 +111,13 @@ static problem make_problem(const shape &s)
     for (auto &x : p.hmask) x = urand() < 0.25 ? 0 : 1;
     CK(cudaMalloc(&p.mask, p.hmask.size()));
     CK(cudaMemcpy(p.mask, p.hmask.data(), p.hmask.size(), cudaMemcpyHostToDevice));
+    p.pair16 = nullptr;
+    if (dt) {
+        std::vector<uint16_t> h(pair.size());
+        for (size_t i = 0; i < h.size(); i++) h[i] = bits16(pair[i], dt);
+        CK(cudaMalloc(&p.pair16, h.size() * sizeof(uint16_t)));
+        CK(cudaMemcpy(p.pair16, h.data(), h.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    }
     CK(cudaMalloc(&p.bias, p.ref.size() * sizeof(float)));
     return p;
 }
@@ -107,7 +132,7 @@ static void check_and_time(const char *sname, const char *vname, void (*kernel)(
     int64_t grid = (int64_t)g_sms * std::max(per_sm, 1);
     grid = std::min(grid, (tiles + nw - 1) / nw);
     sgkc_mlp_args a;
-    a.pair = p.pair; a.w1 = p.w1; a.b1 = p.b1; a.w2t = p.w2t; a.b2 = p.b2; a.bias = p.bias;
+    a.pair = p.pair; a.pair16 = p.pair16; a.w1 = p.w1; a.b1 = p.b1; a.w2t = p.w2t; a.b2 = p.b2; a.bias = p.bias;
     a.M = p.M; a.NN = p.NN; a.P = p.P; a.H = p.H;
     a.mask = p.mask; a.mask_u8 = 1;
     a.pvec = p.P % 4 == 0;
@@ -153,6 +178,17 @@ static void versions(const shape &s, const problem &p)
         check_and_time(s.name, "wgmma", sgkc_mlp_wg_kernel<PCAP, HT>, SGKC_MW_NT, sgkc_mw_smem_floats(PCAP, HT) * 4, p);
 }
 
+/* mlp_h16.cuh on a problem rounded to bf16 (dt 1) or f16 (dt 2) */
+template <int PCAP, int HT>
+static void versions16(const shape &s, const problem &p, int dt)
+{
+    const size_t smem = sgkc_mh_smem_floats(PCAP, HT) * 4;
+    if (dt == 1)
+        check_and_time(s.name, "bf16", sgkc_mlp_h16_kernel<PCAP, HT, true>, SGKC_MT_NT, smem, p);
+    else
+        check_and_time(s.name, "f16", sgkc_mlp_h16_kernel<PCAP, HT, false>, SGKC_MT_NT, smem, p);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, nullptr, _IOLBF, 0); /* each row kept if the run is stopped */
@@ -174,6 +210,21 @@ int main(int argc, char **argv)
         default: versions<128, 2>(s, p); break;
         }
         cudaFree(p.pair); cudaFree(p.w1); cudaFree(p.b1); cudaFree(p.w2t); cudaFree(p.b2); cudaFree(p.bias); cudaFree(p.mask);
+        for (int dt = 1; dt <= 2; dt++) {
+            problem q = make_problem(s, dt);
+            switch (pcap * 10 + ht) {
+            case 161: versions16<16, 1>(s, q, dt); break;
+            case 162: versions16<16, 2>(s, q, dt); break;
+            case 321: versions16<32, 1>(s, q, dt); break;
+            case 322: versions16<32, 2>(s, q, dt); break;
+            case 641: versions16<64, 1>(s, q, dt); break;
+            case 642: versions16<64, 2>(s, q, dt); break;
+            case 1281: versions16<128, 1>(s, q, dt); break;
+            default: versions16<128, 2>(s, q, dt); break;
+            }
+            cudaFree(q.pair); cudaFree(q.pair16); cudaFree(q.w1); cudaFree(q.b1); cudaFree(q.w2t); cudaFree(q.b2);
+            cudaFree(q.bias); cudaFree(q.mask);
+        }
     }
     printf("mlp_check: %d failures\n", g_fail);
     return g_fail ? 1 : 0;

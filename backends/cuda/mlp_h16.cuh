@@ -1,0 +1,210 @@
+/* The relation MLP pass (mlp_tc.cuh's arguments and head-major output) for
+ * layers whose pair features and weights are bf16 or f16 (BF: bf16): the
+ * features are read as they are, 2 bytes each, instead of from a float
+ * copy, and the first layer (the P^2 of the pass's 2P^2 + 2PH FLOPs a
+ * pair) runs in one m16n8k16 MMA of that type: a product of two 16-bit
+ * values is exact in the fp32 accumulator, so the pass keeps the fp32
+ * contract on the rounded inputs. The second layer stays mlp_tc.cuh's
+ * 3xTF32 product on the fp32 hidden units (rounding them to 16 bits
+ * would cost accuracy, and an f16 hidden unit can overflow).
+ *
+ * A warp takes 16 pairs at a time (persistent, as mlp_tc.cuh). For each
+ * k-step of 16 features, lane (g, t) loads features 16q + 4t .. + 3 of its
+ * rows g and g + 8 (8 bytes each) and feeds them as the MMA's k slots 2t,
+ * 2t + 1 and 2t + 8, 2t + 9; W1 sits in shared memory as 16-bit rows, read
+ * in the same order (a dot product takes its terms in any order). The
+ * hidden tiles then go through b1, silu and the second layer as in
+ * mlp_tc.cuh, W2 split into its TF32 halves once a block.
+ *
+ * Weights arrive as the layer's floats (16-bit values widened, so the
+ * conversion back is exact). */
+#ifndef SGK_CUDA_MLP_H16_CUH
+#define SGK_CUDA_MLP_H16_CUH
+
+#include "mlp_tc.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* c += a b, one m16n8k16 tile of 16-bit operands: lane (g, t) holds
+ * a = {A[g][2t..2t+1], A[g+8][2t..2t+1], A[g][2t+8..2t+9], A[g+8][2t+8..2t+9]},
+ * b = {B[2t..2t+1][g], B[2t+8..2t+9][g]}, the lower index in the lower half. */
+template <bool BF>
+__device__ __forceinline__ void sgkc_mma16_16x8x16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+    if constexpr (BF)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* a float that holds a 16-bit value, as those 16 bits */
+template <bool BF>
+__device__ __forceinline__ uint16_t sgkc_h16_bits(float x)
+{
+    if constexpr (BF)
+        return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+    else
+        return __half_as_ushort(__float2half_rn(x));
+}
+
+/* Row stride of W1's 16-bit rows in shared memory, in halves: a half warp's
+ * 8-byte reads (rows g .. g + 3 at halves 16q + 4t) fall on distinct banks
+ * at PCAP >= 32. */
+__host__ __device__ constexpr int sgkc_mh_ldh(int pcap)
+{
+    return pcap + 16;
+}
+/* Shared memory in floats: W1's 16-bit rows, b1, W2's TF32 halves, b2. */
+__host__ __device__ constexpr size_t sgkc_mh_smem_floats(int pcap, int ht)
+{
+    return (size_t)pcap * sgkc_mh_ldh(pcap) / 2 + pcap + 2 * (size_t)8 * ht * sgkc_mt_ldw2(pcap) + 8 * ht;
+}
+
+template <int PCAP, int HT, bool BF, int NW = SGKC_MT_NT / 32>
+__global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
+{
+    constexpr int NT = 32 * NW;
+    constexpr int LDH = sgkc_mh_ldh(PCAP), LDW2 = sgkc_mt_ldw2(PCAP);
+    constexpr int W2F = 8 * HT * LDW2; /* floats of each TF32 half of W2 */
+    constexpr int NQ = PCAP / 16;      /* k-steps of 16 features */
+    constexpr int NJ = PCAP / 8;       /* hidden units in tiles of 8 */
+    constexpr int JG = NJ < 8 ? NJ : 8;
+    constexpr bool PF = PCAP <= 64;    /* the next tile's features load during this one */
+    static_assert(PCAP % 16 == 0 && NJ % JG == 0, "whole steps");
+
+    extern __shared__ __align__(16) float smem[];
+    uint16_t *W1h = reinterpret_cast<uint16_t *>(smem);
+    float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + 2 * W2F;
+    const int P = a.P, H = a.H, tid = (int)threadIdx.x;
+    for (int i = tid; i < PCAP * PCAP; i += NT) {
+        const int n = i / PCAP, k = i % PCAP;
+        W1h[n * LDH + k] = sgkc_h16_bits<BF>(n < P && k < P ? __ldg(a.w1 + (size_t)n * P + k) : 0.0f);
+    }
+    for (int i = tid; i < PCAP; i += NT)
+        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
+    for (int i = tid; i < 8 * HT * PCAP; i += NT) {
+        const int h = i / PCAP, p = i % PCAP;
+        uint32_t hi, lo;
+        sgkc_mt_split(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f, hi, lo);
+        reinterpret_cast<uint32_t *>(W2s)[h * LDW2 + p] = hi;
+        reinterpret_cast<uint32_t *>(W2s)[W2F + h * LDW2 + p] = lo;
+    }
+    for (int i = tid; i < 8 * HT; i += NT)
+        b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
+    __syncthreads();
+    sgkc_grid_wait();
+
+    const int lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t M = a.M, tiles = (M + 15) / 16;
+    const int64_t stride = (int64_t)gridDim.x * NW;
+    const uint16_t *pair = a.pair16;
+
+    /* rows g and g + 8 of a tile, features 16q + 4t .. + 3 as two 32-bit
+     * words (zero past P or M); vec: P % 4 == 0 and the features 8-byte aligned */
+    auto load = [&](uint2 (&x0)[NQ], uint2 (&x1)[NQ], int64_t tile) {
+        const int64_t r[2] = {tile * 16 + g, tile * 16 + g + 8};
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const bool in = tile < tiles && r[s] < M;
+            const uint16_t *src = pair + (size_t)(in ? r[s] : 0) * P;
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
+                const int f = 16 * q + 4 * t;
+                uint2 v = make_uint2(0u, 0u);
+                if (in && f < P) {
+                    if (a.pvec) {
+                        v = __ldg(reinterpret_cast<const uint2 *>(src + f));
+                    } else {
+                        const uint32_t e0 = __ldg(src + f), e1 = f + 1 < P ? __ldg(src + f + 1) : 0u;
+                        const uint32_t e2 = f + 2 < P ? __ldg(src + f + 2) : 0u;
+                        const uint32_t e3 = f + 3 < P ? __ldg(src + f + 3) : 0u;
+                        v = make_uint2(e0 | e1 << 16, e2 | e3 << 16);
+                    }
+                }
+                (s ? x1 : x0)[q] = v;
+            }
+        }
+    };
+
+    int64_t tile = (int64_t)blockIdx.x * NW + (tid >> 5);
+    uint2 x0[NQ], x1[NQ];
+    load(x0, x1, tile);
+    for (; tile < tiles; tile += stride) {
+        uint2 n0[PF ? NQ : 1], n1[PF ? NQ : 1];
+        if constexpr (PF)
+            load(n0, n1, tile + stride);
+
+        float o[HT][4] = {};
+#pragma unroll
+        for (int jg = 0; jg < NJ; jg += JG) {
+            float acc[JG][4] = {};
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
+                const uint32_t af[4] = {x0[q].x, x1[q].x, x0[q].y, x1[q].y};
+#pragma unroll
+                for (int j = 0; j < JG; j++) {
+                    const uint2 w = *reinterpret_cast<const uint2 *>(W1h + (8 * (jg + j) + g) * LDH + 16 * q + 4 * t);
+                    const uint32_t bf[2] = {w.x, w.y};
+                    sgkc_mma16_16x8x16<BF>(acc[j], af, bf);
+                }
+            }
+            /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second
+             * layer's k = t, t + 4 (mlp_tc.cuh) */
+#pragma unroll
+            for (int j = 0; j < JG; j++) {
+                const int n = 8 * (jg + j) + 2 * t;
+                const float2 bb = *reinterpret_cast<const float2 *>(b1s + n);
+                uint32_t hh[4], hl[4];
+                sgkc_mt_split(sgkc_silu_fast(acc[j][0] + bb.x), hh[0], hl[0]);
+                sgkc_mt_split(sgkc_silu_fast(acc[j][2] + bb.x), hh[1], hl[1]);
+                sgkc_mt_split(sgkc_silu_fast(acc[j][1] + bb.y), hh[2], hl[2]);
+                sgkc_mt_split(sgkc_silu_fast(acc[j][3] + bb.y), hh[3], hl[3]);
+#pragma unroll
+                for (int ht = 0; ht < HT; ht++) {
+                    const int off = (8 * ht + g) * LDW2 + n;
+                    const uint2 uh = *reinterpret_cast<const uint2 *>(W2s + off);
+                    const uint2 ul = *reinterpret_cast<const uint2 *>(W2s + W2F + off);
+                    const uint32_t wh[2] = {uh.x, uh.y}, wl[2] = {ul.x, ul.y};
+                    sgkc_mma3_tf32(o[ht], hh, hl, wh, wl);
+                }
+            }
+        }
+
+        /* o[ht] = {[g][h], [g][h+1], [g+8][h], [g+8][h+1]}, h = 8 ht + 2t */
+        const int64_t r0 = tile * 16 + g, r1 = r0 + 8;
+        float *const d0 = a.bias + sgkc_bias_at(r0, H, a.NN), *const d1 = a.bias + sgkc_bias_at(r1, H, a.NN);
+        const bool e0 = r0 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r0);
+        const bool e1 = r1 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r1);
+#pragma unroll
+        for (int ht = 0; ht < HT; ht++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int h = 8 * ht + 2 * t + e;
+                if (h < H) {
+                    if (r0 < M)
+                        d0[(size_t)h * a.NN] = e0 ? o[ht][e] + b2s[h] : SGKC_NEG_INF;
+                    if (r1 < M)
+                        d1[(size_t)h * a.NN] = e1 ? o[ht][2 + e] + b2s[h] : SGKC_NEG_INF;
+                }
+            }
+
+        if constexpr (PF) {
+#pragma unroll
+            for (int q = 0; q < NQ; q++) {
+                x0[q] = n0[q];
+                x1[q] = n1[q];
+            }
+        } else {
+            load(x0, x1, tile + stride);
+        }
+    }
+}
+
+#endif
