@@ -79,9 +79,9 @@ struct sgkc_layer {
     /* blocks an SM of the attn_tiled.cuh and attn_tiled16.cuh instances this
      * layer runs (their occupancy, at creation): what their key split plans with */
     int at_per_sm, at16_per_sm;
-    /* and of the relation MLP pass (mlp_wg.cuh or mlp_tc.cuh, whichever
-     * variants.cu's mlp_pass_of takes on this device) where tuned-tiled
-     * runs one */
+    /* and of the relation MLP pass (mlp_wg.cuh, mlp_tc.cuh or, for a
+     * 16-bit layer, mlp_h16.cuh: whichever variants.cu's mlp_pass_of takes
+     * on this device) where tuned-tiled runs one */
     int mt_per_sm;                 /* and attn_mma.cuh's instances' (variants.cu, am_insts) after it */
     int am_per_sm[SGKC_AM_INSTS];
     /* shared memory of an SM, and what the device keeps back per block */
@@ -92,6 +92,9 @@ struct sgkc_fwd {
     int64_t B, N;
     /* float, or 16-bit elements of L->dtype (generic.cu alone runs those) */
     const float *nodes, *pair;
+    /* a 16-bit layer's own pair features, for a variant that reads them as
+     * they are (sgkc_variant.pair16; pair is then NULL), else NULL */
+    const void *pair16;
     const void *mask;
     int mask_u8; /* 0: float32 mask, 1: uint8 mask */
     float *out;
@@ -116,6 +119,9 @@ struct sgkc_variant {
     /* Enqueues the forward on f->stream with a plan made for f's shape;
      * returns the first CUDA error. */
     cudaError_t (*launch)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
+    /* NULL, or 1 where the plan reads a 16-bit layer's pair features as
+     * they are (f->pair16), so the call needs no float copy of them */
+    int (*pair16)(const sgkc_layer *L, const sgk_backend_plan *plan);
 };
 
 /* Whether the automatic choice takes v at (B, N), given the plan v.plan

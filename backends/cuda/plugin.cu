@@ -292,7 +292,9 @@ static const char *sgkc_variant_name(void *blayer, int variant)
  * pair features into the workspace past the variant's own, runs the
  * variant there and narrows out (kernels/dtype.h's rounding, as the
  * generated variants round). The float copy of the pair features, 4 B N^2 P
- * bytes written and read again, is what this costs over a float call. */
+ * bytes written and read again, is what this costs over a float call, so a
+ * plan that reads the 16-bit features itself (sgkc_variant.pair16:
+ * tuned-tiled's MLP pass, mlp_h16.cuh) gets them as they are instead. */
 struct wide16 {
     size_t nodes, pair, out, total; /* byte offsets into the workspace, and its size */
 };
@@ -302,11 +304,16 @@ static int wide16_runs(const sgkc_layer *L, const sgkc_variant &v)
     return L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch;
 }
 
-static wide16 wide16_layout(const sgkc_layer *L, size_t own, int64_t B, int64_t N)
+static int wide16_pair16(const sgkc_layer *L, const sgkc_variant &v, const sgk_backend_plan *plan)
+{
+    return v.pair16 && v.pair16(L, plan);
+}
+
+static wide16 wide16_layout(const sgkc_layer *L, size_t own, int64_t B, int64_t N, int pair16)
 {
     const auto up = [](size_t x) { return (x + 255) & ~(size_t)255; };
     const size_t rows = (size_t)B * (size_t)N * (size_t)L->D * sizeof(float);
-    const size_t pairs = (size_t)B * (size_t)N * (size_t)N * (size_t)L->P * sizeof(float);
+    const size_t pairs = pair16 ? 0 : (size_t)B * (size_t)N * (size_t)N * (size_t)L->P * sizeof(float);
     wide16 w;
     w.nodes = up(own);
     w.pair = up(w.nodes + rows);
@@ -341,7 +348,7 @@ static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t 
     const size_t own = v.workspace(L, B, N, plan);
     if (!wide16_runs(L, v) || own == SIZE_MAX)
         return own;
-    return wide16_layout(L, own, B, N).total;
+    return wide16_layout(L, own, B, N, wide16_pair16(L, v, plan)).total;
 }
 
 /* A call's arguments as the launchers take them. */
@@ -352,6 +359,7 @@ static sgkc_fwd fwd_of(const sgk_fwd *a)
     f.N = a->N;
     f.nodes = (const float *)a->nodes;
     f.pair = (const float *)a->pair_feats;
+    f.pair16 = NULL;
     f.mask = a->edge_mask;
     f.mask_u8 = a->mask_type == SGK_MASK_U8;
     f.out = (float *)a->out;
@@ -378,16 +386,18 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
     cudaError_t e;
     if (wide16_runs(L, v)) {
         const size_t own = v.workspace(L, f.B, f.N, plan);
-        const wide16 w = wide16_layout(L, own, f.B, f.N);
+        const int p16 = wide16_pair16(L, v, plan);
+        const wide16 w = wide16_layout(L, own, f.B, f.N, p16);
         char *ws = (char *)f.ws;
         sgkc_fwd g = f;
         g.nodes = (const float *)(ws + w.nodes);
-        g.pair = (const float *)(ws + w.pair);
+        g.pair = p16 ? NULL : (const float *)(ws + w.pair);
+        g.pair16 = p16 ? (const void *)f.pair : NULL;
         g.out = (float *)(ws + w.out);
         g.ws_bytes = own;
         const size_t rows = (size_t)f.B * (size_t)f.N * (size_t)L->D;
         e = sgkc_convert16(L, 1, f.nodes, (void *)g.nodes, rows, f.stream);
-        if (e == cudaSuccess)
+        if (e == cudaSuccess && !p16)
             e = sgkc_convert16(L, 1, f.pair, (void *)g.pair, (size_t)f.B * f.N * f.N * L->P, f.stream);
         if (e == cudaSuccess)
             e = v.launch(L, plan, &g);

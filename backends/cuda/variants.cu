@@ -17,6 +17,7 @@
 #include "gemm_panel.cuh"
 #include "mlp_tc.cuh"
 #include "mlp_wg.cuh"
+#include "mlp_h16.cuh"
 #include "sgemm.cuh"
 
 #include <cuda_fp16.h>
@@ -737,6 +738,17 @@ static bool mlp_wg_device(const sgkc_layer *L)
 #endif
 }
 
+/* mlp_h16.cuh's instances for 16-bit layers: PCAP 16, 32, 64, 128 x HT 1, 2,
+ * bf16 then f16. */
+static const mlp_fn mlp_h16_fns[] = {
+    sgkc_mlp_h16_kernel<16, 1, true>,   sgkc_mlp_h16_kernel<16, 2, true>,   sgkc_mlp_h16_kernel<32, 1, true>,
+    sgkc_mlp_h16_kernel<32, 2, true>,   sgkc_mlp_h16_kernel<64, 1, true>,   sgkc_mlp_h16_kernel<64, 2, true>,
+    sgkc_mlp_h16_kernel<128, 1, true>,  sgkc_mlp_h16_kernel<128, 2, true>,  sgkc_mlp_h16_kernel<16, 1, false>,
+    sgkc_mlp_h16_kernel<16, 2, false>,  sgkc_mlp_h16_kernel<32, 1, false>,  sgkc_mlp_h16_kernel<32, 2, false>,
+    sgkc_mlp_h16_kernel<64, 1, false>,  sgkc_mlp_h16_kernel<64, 2, false>,  sgkc_mlp_h16_kernel<128, 1, false>,
+    sgkc_mlp_h16_kernel<128, 2, false>,
+};
+
 /* The MLP pass of a plan: its kernel, threads and shared memory a block,
  * and the pairs a block takes a step (its warps' tiles). mlp_wg.cuh on
  * mlp_wg_device for every PCAP the pass runs at (P > 16: 32, 64, 128) and
@@ -753,6 +765,11 @@ struct mlp_pass {
 static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
 {
     const int ht = L->H <= 8 ? 1 : 2;
+    if (L->dtype != SGK_DTYPE_F32) { /* the features as they are, 2 bytes each */
+        const int pi = c.mpcap == 16 ? 0 : c.mpcap == 32 ? 1 : c.mpcap == 64 ? 2 : 3;
+        return {mlp_h16_fns[(L->dtype == SGK_DTYPE_BF16 ? 0 : 8) + 2 * pi + (ht - 1)], SGKC_MT_NT,
+                sgkc_mh_smem_floats(c.mpcap, ht) * sizeof(float), 16 * (SGKC_MT_NT / 32)};
+    }
     const size_t wg_smem = sgkc_mw_smem_floats(c.mpcap, ht) * sizeof(float);
     if (mlp_wg_device(L) && (c.mpcap == 32 || c.mpcap == 64 || c.mpcap == 128) && L->H <= 16 &&
         wg_smem <= L->smem_optin) {
@@ -830,7 +847,8 @@ static cudaError_t launch_mlp(const sgkc_layer *L, const tiled_cfg &c, const sgk
     m.NN = f->N * f->N;
     m.P = L->P;
     m.H = L->H;
-    m.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
+    m.pair16 = (const uint16_t *)f->pair16;
+    m.pvec = f->pair16 ? L->P % 4 == 0 && ((uintptr_t)f->pair16 & 7u) == 0 : L->P % 4 == 0 && sgkc_aligned16(f->pair);
     const mlp_pass mp = mlp_pass_of(L, c);
     int64_t grid = (int64_t)L->sm_count * L->mt_per_sm;
     if (grid > (m.M + mp.pairs - 1) / mp.pairs)
@@ -903,6 +921,13 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     }
     SGKC_RETURN_IF(e);
     return dm ? launch_out_dmma(L, f->stream, go) : launch_out(L, f->stream, go);
+}
+
+/* A 16-bit layer's pass reads its pair features as they are; nothing else
+ * of such a plan reads them. */
+static int tiled_pair16(const sgkc_layer *L, const sgk_backend_plan *plan)
+{
+    return L->dtype != SGK_DTYPE_F32 && sgkc_plan_get<tiled_cfg>(plan).mpcap != 0;
 }
 
 static cudaError_t tiled_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
@@ -1052,7 +1077,7 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 const sgkc_variant sgkc_variants[] = {
     {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
     {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
-    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch},
+    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16},
     {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch},
     {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
     {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
@@ -1120,6 +1145,17 @@ static cudaError_t mlp_wg_prepare(const sgkc_layer *L)
     if (!mlp_wg_device(L))
         return cudaSuccess;
     for (mlp_fn fn : mlp_wg_fns)
+        SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)L->smem_optin));
+    return cudaSuccess;
+}
+
+/* mlp_h16.cuh's instances take over 48 KB at PCAP 128. */
+static cudaError_t mlp_h16_prepare(const sgkc_layer *L)
+{
+    if (L->dtype == SGK_DTYPE_F32)
+        return cudaSuccess;
+    for (mlp_fn fn : mlp_h16_fns)
         SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)L->smem_optin));
     return cudaSuccess;
@@ -1323,11 +1359,14 @@ static float *packed_on_host(const pack_layout &p, const sgk_layer_desc *desc, i
     return h;
 }
 
-/* sgkc_layer_pack on float weights. */
-static cudaError_t pack_float(sgkc_layer *L, int device, const sgk_layer_desc *desc, int (*alloc_fail)(void))
+/* sgkc_layer_pack on float weights (a 16-bit layer's widened), for a
+ * layer of that dtype. */
+static cudaError_t pack_float(sgkc_layer *L, int device, const sgk_layer_desc *desc, sgk_dtype dtype,
+                              int (*alloc_fail)(void))
 {
     memset(L, 0, sizeof *L);
     L->device = device;
+    L->dtype = dtype; /* before the occupancy queries: a 16-bit layer's MLP pass is mlp_h16.cuh's */
     L->D = (int)desc->dim;
     L->H = (int)desc->heads;
     L->P = (int)desc->pair_dim;
@@ -1344,6 +1383,7 @@ static cudaError_t pack_float(sgkc_layer *L, int device, const sgk_layer_desc *d
     L->smem_rsv = prop.reservedSharedMemPerBlock;
     SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
     SGKC_RETURN_IF(mlp_wg_prepare(L));
+    SGKC_RETURN_IF(mlp_h16_prepare(L));
     SGKC_RETURN_IF(sgkc_tc_prepare(L));
     L->clusters16 = fused_clusters16(L);
     tiled_occupancy_of(L);
@@ -1438,9 +1478,8 @@ cudaError_t sgkc_layer_pack(sgkc_layer *L, int device, const sgk_layer_desc *des
     float *wide;
     if (sgk_widen_desc(desc, &f, &wide, alloc_fail) != 0)
         return cudaErrorMemoryAllocation;
-    const cudaError_t e = pack_float(L, device, &f, alloc_fail);
+    const cudaError_t e = pack_float(L, device, &f, desc->dtype, alloc_fail);
     free(wide);
-    L->dtype = desc->dtype;
     return e;
 }
 

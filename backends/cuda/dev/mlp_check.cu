@@ -196,7 +196,10 @@ int main(int argc, char **argv)
     if (g_rng == 0) g_rng = 7;
     printf("mlp_check: seed %llu\n", (unsigned long long)g_rng);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+    const char *only = argc > 2 ? argv[2] : nullptr; /* one shape by name, for a profiler */
     for (const shape &s : shapes) {
+        if (only && strcmp(only, s.name) != 0)
+            continue;
         problem p = make_problem(s);
         const int pcap = s.P <= 16 ? 16 : s.P <= 32 ? 32 : s.P <= 64 ? 64 : 128, ht = s.H <= 8 ? 1 : 2;
         switch (pcap * 10 + ht) {
