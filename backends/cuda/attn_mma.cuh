@@ -24,6 +24,8 @@
  *   holds a NaN or Inf takes P.V on FFMA instead, skipping keys of weight
  *   0 (sgkc_pv), since an MMA would give 0 * inf = NaN to rows that do not
  *   attend to that key.
+ * X3: every product in 3xTF32 (the fp32 contract); false, one TF32 pass
+ * (16-bit layers; tc_mma.cuh's sgkc_mma_x).
  * Head dims are padded to HDP (zero columns in Q, K and V). MINB > 0 caps
  * the registers at what MINB blocks an SM leave; 0 leaves ptxas its own
  * choice, which holds fewer registers than a stated minimum of one block
@@ -58,7 +60,7 @@ __host__ __device__ constexpr size_t sgkc_am_smem_floats(int hdp, int wq, int wd
            (wd > 1 ? (size_t)wq * wd * 4 * bk * 4 : 0) + 2 * 16 * wq;
 }
 
-template <int HDP, int WQ, int WD, int BK, int MINB = 0>
+template <int HDP, int WQ, int WD, int BK, int MINB = 0, bool X3 = true>
 __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_attn_args a)
 {
     constexpr int NW = WQ * WD, NT = 32 * NW, BQ = 16 * WQ, LD = sgkc_am_ld(HDP), DW = HDP / WD;
@@ -216,7 +218,7 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
                 uint32_t bh[2], bl[2];
                 sgkc_split_tf32_inf(kp[0], bh[0], bl[0]);
                 sgkc_split_tf32_inf(kp[4], bh[1], bl[1]);
-                sgkc_mma3_tf32(s[j], ah, al, bh, bl);
+                sgkc_mma_x<X3>(s[j], ah, al, bh, bl);
             }
         }
         if constexpr (WD > 1) {
@@ -293,7 +295,7 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
                     uint32_t bh[2], bl[2];
                     sgkc_split_tf32(vp[8 * n], bh[0], bl[0]);
                     sgkc_split_tf32(vp[LD + 8 * n], bh[1], bl[1]);
-                    sgkc_mma3_tf32(O[n], ph, pl, bh, bl);
+                    sgkc_mma_x<X3>(O[n], ph, pl, bh, bl);
                 }
             }
         } else {

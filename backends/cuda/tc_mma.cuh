@@ -54,6 +54,19 @@ __device__ __forceinline__ void sgkc_mma3_tf32(float (&c)[4], const uint32_t (&a
     sgkc_mma_tf32_16x8x8(c, ah, bh);
 }
 
+/* c += a b at a layer's precision: X3, 3xTF32 (the fp32 contract); else
+ * one TF32 pass on the big halves (16-bit layers, whose data carry fewer
+ * bits than TF32 keeps); the small halves are then dead code. */
+template <bool X3>
+__device__ __forceinline__ void sgkc_mma_x(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                           const uint32_t (&bh)[2], const uint32_t (&bl)[2])
+{
+    if constexpr (X3)
+        sgkc_mma3_tf32(c, ah, al, bh, bl);
+    else
+        sgkc_mma_tf32_16x8x8(c, ah, bh);
+}
+
 /* cp.async of 16 (or 4) bytes of which the first `bytes` are read from gmem
  * and the rest of the destination is zeroed; bytes = 0 reads nothing (gmem
  * must still be a valid address). */

@@ -484,12 +484,27 @@ struct am_inst {
     int hdp, wq, wd, bk;
     attn_fn fn;
 };
-static const am_inst am_insts[SGKC_AM_INSTS] = {
-    {16, 4, 1, 32, sgkc_attn_mma_kernel<16, 4, 1, 32, 4>}, {32, 4, 1, 32, sgkc_attn_mma_kernel<32, 4, 1, 32, 4>},
-    {64, 4, 1, 32, sgkc_attn_mma_kernel<64, 4, 1, 32, 3>}, {64, 2, 2, 32, sgkc_attn_mma_kernel<64, 2, 2, 32>},
-    {128, 4, 1, 32, sgkc_attn_mma_kernel<128, 4, 1, 32>}, {256, 2, 4, 16, sgkc_attn_mma_kernel<256, 2, 4, 16>},
-    {96, 4, 1, 32, sgkc_attn_mma_kernel<96, 4, 1, 32>},
+template <bool X3>
+struct am_table {
+    static constexpr am_inst insts[SGKC_AM_INSTS] = {
+        {16, 4, 1, 32, sgkc_attn_mma_kernel<16, 4, 1, 32, 4, X3>},
+        {32, 4, 1, 32, sgkc_attn_mma_kernel<32, 4, 1, 32, 4, X3>},
+        {64, 4, 1, 32, sgkc_attn_mma_kernel<64, 4, 1, 32, 3, X3>},
+        {64, 2, 2, 32, sgkc_attn_mma_kernel<64, 2, 2, 32, 0, X3>},
+        {128, 4, 1, 32, sgkc_attn_mma_kernel<128, 4, 1, 32, 0, X3>},
+        {256, 2, 4, 16, sgkc_attn_mma_kernel<256, 2, 4, 16, 0, X3>},
+        {96, 4, 1, 32, sgkc_attn_mma_kernel<96, 4, 1, 32, 0, X3>},
+    };
 };
+/* The fp32 contract's instances (3xTF32), and a 16-bit layer's, one TF32
+ * pass: TF32 keeps more bits than the bf16 or f16 data it computes on, and
+ * the 16-bit contract is rel L2 1e-2 (SPEC section 6). */
+static const am_inst *const am_insts = am_table<true>::insts;
+static const am_inst *const am_insts16 = am_table<false>::insts;
+static const am_inst *am_of(const sgkc_layer *L)
+{
+    return L->dtype == SGK_DTYPE_F32 ? am_insts : am_insts16;
+}
 static size_t am_smem(int am)
 {
     const am_inst &i = am_insts[am];
@@ -534,6 +549,10 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
      * attn_tiled16.cuh at each of them, most at xl. */
     c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, dm) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
+    /* A 16-bit layer's pass reads its 16-bit features and its attention is
+     * one TF32 pass (am_insts16): that beats attn_rows' FFMA MLP there. */
+    if (!dm && L->dtype != SGK_DTYPE_F32 && mlp_pass_pays(L))
+        c->rows = false;
     /* Two key groups a block where the grid gives each block an SM of its
      * own and there are two key tiles to share (mid): twice the warps an
      * SM. Larger grids already hold 16 warps an SM. */
@@ -596,7 +615,7 @@ static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_ba
  * constants, is the faster (DESIGN.md). */
 static int tiled_dmma_prefer(const sgkc_layer *L, int64_t, int64_t, const sgk_backend_plan *)
 {
-    return L->P > 16;
+    return L->P > 16 && L->dtype == SGK_DTYPE_F32; /* a 16-bit layer: tiled's pass (tiled_plan) */
 }
 
 /* How many blocks of a cluster split the keys of one of `blocks` tiles
@@ -799,8 +818,8 @@ static void tiled_occupancy_of(sgkc_layer *L)
     /* attn_mma.cuh's instances */
     for (int i = 0; c.mpcap && i < SGKC_AM_INSTS; i++)
         if (am_smem(i) <= L->smem_optin &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)am_insts[i].fn,
-                                                          32 * am_insts[i].wq * am_insts[i].wd,
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)am_of(L)[i].fn,
+                                                          32 * am_of(L)[i].wq * am_of(L)[i].wd,
                                                           am_smem(i)) == cudaSuccess &&
             n > 0)
             L->am_per_sm[i] = n;
@@ -886,7 +905,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
         e = dm ? rows_dispatch<true>(L, c, a, blocks, smem, f->stream)
                : rows_dispatch<false>(L, c, a, blocks, smem, f->stream);
     } else if (c.am >= 0) {
-        const am_inst &i = am_insts[c.am];
+        const am_inst &i = am_of(L)[c.am];
         a.qtiles = (a.N + 16 * i.wq - 1) / (16 * i.wq);
         const unsigned blocks = (unsigned)(f->B * a.qtiles * L->H);
         e = split_attn(L, i.fn, a, blocks, i.bk, L->am_per_sm[c.am], 32u * i.wq * i.wd, am_smem(c.am), f->stream);
@@ -1133,8 +1152,10 @@ static cudaError_t raise_smem_limits(int limit)
     };
     SGKC_RETURN_IF(set_func_attr(fns, SGKC_NFNS(fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
     SGKC_RETURN_IF(set_func_attr(fused_fns, SGKC_NFNS(fused_fns), cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
-    for (const am_inst &i : am_insts)
-        SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)i.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    for (int k = 0; k < SGKC_AM_INSTS; k++) {
+        SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)am_insts[k].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+        SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)am_insts16[k].fn, cudaFuncAttributeMaxDynamicSharedMemorySize, limit));
+    }
     return sgkc_generic_prepare(limit);
 }
 

@@ -159,7 +159,10 @@ static void run(const launch &L, int ks, cudaStream_t st)
 
 static int g_fail;
 
-static void check_and_time(const char *shape_name, const char *version, const launch &L, const problem &p)
+/* rel: the relative L2 a version is held to (1e-5, the fp32 contract; a
+ * single TF32 pass, for 16-bit layers, to 1e-3) */
+static void check_and_time(const char *shape_name, const char *version, const launch &L, const problem &p,
+                           double rel_max = 1e-5)
 {
     CK(cudaFuncSetAttribute(L.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.smem));
     const int ktiles = (p.N + L.bk - 1) / L.bk;
@@ -179,7 +182,7 @@ static void check_and_time(const char *shape_name, const char *version, const la
         const dev_error e = compare(got.data(), p.ref.data(), n);
         const double rel = e.rel_l2, mx = e.max_abs;
         const size_t bad = e.nonfinite;
-        const bool ok = bad == 0 && rel <= 1e-5 && mx <= 1e-4;
+        const bool ok = bad == 0 && rel <= rel_max && mx <= 10 * rel_max;
         g_fail += !ok;
         float us = -1;
         if (ok)
@@ -210,20 +213,22 @@ static void versions(const shape &s, const problem &p)
         check_and_time(s.name, "tiled", L, p);
     }
     /* attn_mma.cuh: WQ x WD warps, BK-key tiles, registers for MINB blocks an SM */
-    auto v2 = [&](auto wq, auto wd, auto bk, auto minb) {
+    auto v2 = [&](auto wq, auto wd, auto bk, auto minb, auto x3) {
         constexpr int WQ = decltype(wq)::value, WD = decltype(wd)::value, BK = decltype(bk)::value;
         constexpr int MINB = decltype(minb)::value;
+        constexpr bool X3 = decltype(x3)::value;
         launch L;
         L.a = base;
         L.a.qtiles = (p.N + 16 * WQ - 1) / (16 * WQ);
-        L.kernel = sgkc_attn_mma_kernel<HDP, WQ, WD, BK, MINB>;
+        L.kernel = sgkc_attn_mma_kernel<HDP, WQ, WD, BK, MINB, X3>;
         L.blocks = (unsigned)(p.B * L.a.qtiles * p.H);
         L.nt = 32 * WQ * WD;
         L.smem = sgkc_am_smem_floats(HDP, WQ, WD, BK) * sizeof(float);
         L.bk = BK;
         char name[32];
-        snprintf(name, sizeof name, "mma%dx%d_%d%s", WQ, WD, BK, MINB == 0 ? "" : MINB == 1 ? "_m1" : MINB == 2 ? "_m2" : MINB == 3 ? "_m3" : "_m4");
-        check_and_time(s.name, name, L, p);
+        snprintf(name, sizeof name, "mma%dx%d_%d%s%s", WQ, WD, BK, MINB == 0 ? "" : MINB == 1 ? "_m1" : MINB == 2 ? "_m2" : MINB == 3 ? "_m3" : "_m4",
+                 X3 ? "" : "_1p");
+        check_and_time(s.name, name, L, p, X3 ? 1e-5 : 1e-3);
     };
     using I0 = std::integral_constant<int, 0>;
     using I1 = std::integral_constant<int, 1>;
@@ -232,33 +237,38 @@ static void versions(const shape &s, const problem &p)
     using I4 = std::integral_constant<int, 4>;
     using I16 = std::integral_constant<int, 16>;
     using I32 = std::integral_constant<int, 32>;
+    using Tx3 = std::true_type;
+    using Tx1 = std::false_type;
     /* the library's instances for the head dim (variants.cu, am_insts) first */
     if constexpr (HDP <= 32) {
-        v2(I4{}, I1{}, I32{}, I0{});
-        v2(I4{}, I1{}, I32{}, I4{});
-        v2(I4{}, I1{}, I32{}, I3{});
-        v2(I2{}, I2{}, I32{}, I0{});
+        v2(I4{}, I1{}, I32{}, I4{}, Tx1{});
+        v2(I4{}, I1{}, I32{}, I0{}, Tx3{});
+        v2(I4{}, I1{}, I32{}, I4{}, Tx3{});
+        v2(I4{}, I1{}, I32{}, I3{}, Tx3{});
+        v2(I2{}, I2{}, I32{}, I0{}, Tx3{});
     } else if constexpr (HDP == 64) {
-        v2(I4{}, I1{}, I32{}, I0{});
-        v2(I2{}, I2{}, I32{}, I0{});
-        v2(I4{}, I1{}, I32{}, I3{});
-        v2(I2{}, I2{}, I32{}, I3{});
+        v2(I4{}, I1{}, I32{}, I3{}, Tx1{});
+        v2(I4{}, I1{}, I32{}, I0{}, Tx3{});
+        v2(I2{}, I2{}, I32{}, I0{}, Tx3{});
+        v2(I4{}, I1{}, I32{}, I3{}, Tx3{});
+        v2(I2{}, I2{}, I32{}, I3{}, Tx3{});
     } else if constexpr (HDP == 96) {
-        v2(I4{}, I1{}, I32{}, I0{});
-        v2(I4{}, I1{}, I32{}, I2{});
-        v2(I2{}, I1{}, I32{}, I2{});
-        v2(I2{}, I2{}, I32{}, I2{});
+        v2(I4{}, I1{}, I32{}, I0{}, Tx3{});
+        v2(I4{}, I1{}, I32{}, I2{}, Tx3{});
+        v2(I2{}, I1{}, I32{}, I2{}, Tx3{});
+        v2(I2{}, I2{}, I32{}, I2{}, Tx3{});
     } else if constexpr (HDP == 128) {
-        v2(I4{}, I1{}, I32{}, I0{});
-        v2(I4{}, I1{}, I32{}, I2{});
-        v2(I2{}, I2{}, I32{}, I2{});
-        v2(I2{}, I4{}, I16{}, I0{});
-        v2(I1{}, I4{}, I32{}, I2{});
+        v2(I4{}, I1{}, I32{}, I0{}, Tx3{});
+        v2(I4{}, I1{}, I32{}, I2{}, Tx3{});
+        v2(I2{}, I2{}, I32{}, I2{}, Tx3{});
+        v2(I2{}, I4{}, I16{}, I0{}, Tx3{});
+        v2(I1{}, I4{}, I32{}, I2{}, Tx3{});
     } else {
-        v2(I2{}, I4{}, I16{}, I0{});
-        v2(I2{}, I4{}, I32{}, I0{});
-        v2(I1{}, I4{}, I16{}, I2{});
-        v2(I2{}, I4{}, I16{}, I2{});
+        v2(I2{}, I4{}, I16{}, I0{}, Tx1{});
+        v2(I2{}, I4{}, I16{}, I0{}, Tx3{});
+        v2(I2{}, I4{}, I32{}, I0{}, Tx3{});
+        v2(I1{}, I4{}, I16{}, I2{}, Tx3{});
+        v2(I2{}, I4{}, I16{}, I2{}, Tx3{});
     }
 }
 
