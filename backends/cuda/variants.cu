@@ -549,6 +549,11 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
      * attn_tiled16.cuh at each of them, most at xl. */
     c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, dm) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
+    /* A 16-bit layer's pass reads its 16-bit features and its attention is
+     * one TF32 pass (am_insts16): that beats attn_rows' FFMA MLP, which
+     * computes on float copies of them, at mid and large too. */
+    if (!dm && L->dtype != SGK_DTYPE_F32 && mlp_pass_pays(L))
+        c->rows = false;
     /* Two key groups a block where the grid gives each block an SM of its
      * own and there are two key tiles to share (mid): twice the warps an
      * SM. Larger grids already hold 16 warps an SM. */
@@ -611,7 +616,7 @@ static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_ba
  * constants, is the faster (DESIGN.md). */
 static int tiled_dmma_prefer(const sgkc_layer *L, int64_t, int64_t, const sgk_backend_plan *)
 {
-    return L->P > 16;
+    return L->P > 16 && L->dtype == SGK_DTYPE_F32; /* a 16-bit layer: tiled's pass (tiled_plan) */
 }
 
 /* How many blocks of a cluster split the keys of one of `blocks` tiles
@@ -805,14 +810,21 @@ static void tiled_occupancy_of(sgkc_layer *L)
         L->am_per_sm[i] = 1;
     if (!tiled_plan(L, 1, 1, false, &c))
         return;
+    /* The pass and attn_mma.cuh's instances wherever a shape of this layer
+     * may run them, whatever the plan at (1, 1) took: their occupancy
+     * depends on the layer alone, and a rule that sends some shapes to the
+     * pass and others not must still find it. */
+    tiled_cfg pc = c;
+    pc.mpcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : L->P <= 64 ? 64 : 128;
+    const bool pass = mlp_pass_pays(L);
     int n = 0;
-    const mlp_pass mp = c.mpcap ? mlp_pass_of(L, c) : mlp_pass{};
-    if (c.mpcap &&
+    const mlp_pass mp = pass ? mlp_pass_of(L, pc) : mlp_pass{};
+    if (pass &&
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mp.fn, (int)mp.nt, mp.smem) == cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
     /* attn_mma.cuh's instances */
-    for (int i = 0; c.mpcap && i < SGKC_AM_INSTS; i++)
+    for (int i = 0; pass && i < SGKC_AM_INSTS; i++)
         if (am_smem(i) <= L->smem_optin &&
             cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)am_of(L)[i].fn,
                                                           32 * am_of(L)[i].wq * am_of(L)[i].wd,
