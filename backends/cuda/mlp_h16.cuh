@@ -155,45 +155,12 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
                     sgkc_mma16_16x8x16<BF>(acc[j], af, bf);
                 }
             }
-            /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second
-             * layer's k = t, t + 4 (mlp_tc.cuh) */
+            /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second layer */
 #pragma unroll
-            for (int j = 0; j < JG; j++) {
-                const int n = 8 * (jg + j) + 2 * t;
-                const float2 bb = *reinterpret_cast<const float2 *>(b1s + n);
-                uint32_t hh[4], hl[4];
-                sgkc_mt_split(sgkc_silu_fast(acc[j][0] + bb.x), hh[0], hl[0]);
-                sgkc_mt_split(sgkc_silu_fast(acc[j][2] + bb.x), hh[1], hl[1]);
-                sgkc_mt_split(sgkc_silu_fast(acc[j][1] + bb.y), hh[2], hl[2]);
-                sgkc_mt_split(sgkc_silu_fast(acc[j][3] + bb.y), hh[3], hl[3]);
-#pragma unroll
-                for (int ht = 0; ht < HT; ht++) {
-                    const int off = (8 * ht + g) * LDW2 + n;
-                    const uint2 uh = *reinterpret_cast<const uint2 *>(W2s + off);
-                    const uint2 ul = *reinterpret_cast<const uint2 *>(W2s + W2F + off);
-                    const uint32_t wh[2] = {uh.x, uh.y}, wl[2] = {ul.x, ul.y};
-                    sgkc_mma3_tf32(o[ht], hh, hl, wh, wl);
-                }
-            }
+            for (int j = 0; j < JG; j++)
+                sgkc_mt_layer2<HT, LDW2, W2F, true>(o, acc[j], b1s, W2s, 8 * (jg + j) + 2 * t, g);
         }
-
-        /* o[ht] = {[g][h], [g][h+1], [g+8][h], [g+8][h+1]}, h = 8 ht + 2t */
-        const int64_t r0 = tile * 16 + g, r1 = r0 + 8;
-        float *const d0 = a.bias + sgkc_bias_at(r0, H, a.NN), *const d1 = a.bias + sgkc_bias_at(r1, H, a.NN);
-        const bool e0 = r0 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r0);
-        const bool e1 = r1 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r1);
-#pragma unroll
-        for (int ht = 0; ht < HT; ht++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int h = 8 * ht + 2 * t + e;
-                if (h < H) {
-                    if (r0 < M)
-                        d0[(size_t)h * a.NN] = e0 ? o[ht][e] + b2s[h] : SGKC_NEG_INF;
-                    if (r1 < M)
-                        d1[(size_t)h * a.NN] = e1 ? o[ht][2 + e] + b2s[h] : SGKC_NEG_INF;
-                }
-            }
+        sgkc_mt_store<HT>(a, o, b2s, tile, g, t);
 
         if constexpr (PF) {
 #pragma unroll

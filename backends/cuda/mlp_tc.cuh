@@ -87,6 +87,69 @@ __device__ __forceinline__ void sgkc_mt_split(float x, uint32_t &hi, uint32_t &l
     sgkc_split_tf32_inf(x, hi, lo);
 }
 
+/* One hidden tile of rows g, g + 8 (acc: the first layer's m16n8
+ * accumulators of hidden units n = 8 j + 2t and n + 1, b1 not yet added)
+ * through b1 and silu into the second layer: o[ht] += their product with
+ * W2's rows 8 ht .. 8 ht + 7 in 3xTF32. Columns n, n + 1 are fed as the
+ * MMA's k = t, t + 4, W2's columns read in that order; W2s holds W2 as its
+ * TF32 halves (SPLIT: the small halves W2F floats on) or as floats. */
+template <int HT, int LDW2, int W2F, bool SPLIT>
+__device__ __forceinline__ void sgkc_mt_layer2(float (&o)[HT][4], const float (&acc)[4], const float *b1s,
+                                               const float *W2s, int n, int g)
+{
+    const float2 bb = *reinterpret_cast<const float2 *>(b1s + n);
+    uint32_t hh[4], hl[4];
+    sgkc_mt_split(sgkc_silu_fast(acc[0] + bb.x), hh[0], hl[0]);
+    sgkc_mt_split(sgkc_silu_fast(acc[2] + bb.x), hh[1], hl[1]);
+    sgkc_mt_split(sgkc_silu_fast(acc[1] + bb.y), hh[2], hl[2]);
+    sgkc_mt_split(sgkc_silu_fast(acc[3] + bb.y), hh[3], hl[3]);
+#pragma unroll
+    for (int ht = 0; ht < HT; ht++) {
+        const int off = (8 * ht + g) * LDW2 + n;
+        uint32_t wh[2], wl[2];
+        if constexpr (SPLIT) {
+            const uint2 uh = *reinterpret_cast<const uint2 *>(W2s + off);
+            const uint2 ul = *reinterpret_cast<const uint2 *>(W2s + W2F + off);
+            wh[0] = uh.x; wh[1] = uh.y; wl[0] = ul.x; wl[1] = ul.y;
+        } else {
+            const float2 w = *reinterpret_cast<const float2 *>(W2s + off);
+            sgkc_mt_split(w.x, wh[0], wl[0]);
+            sgkc_mt_split(w.y, wh[1], wl[1]);
+        }
+        sgkc_mma3_tf32(o[ht], hh, hl, wh, wl);
+    }
+}
+
+/* A tile's bias: o[ht] = {[g][h], [g][h+1], [g+8][h], [g+8][h+1]}, h = 8 ht
+ * + 2t, of pairs 16 tile + g and + 8, plus b2, head-major; -inf at every
+ * head of a pair the mask makes no edge. */
+template <int HT>
+__device__ __forceinline__ void sgkc_mt_store(const sgkc_mlp_args &a, const float (&o)[HT][4], const float *b2s,
+                                              int64_t tile, int g, int t)
+{
+    const int64_t M = a.M, r0 = tile * 16 + g, r1 = r0 + 8;
+    const int H = a.H;
+    float *const d0 = a.bias + sgkc_bias_at(r0, H, a.NN), *const d1 = a.bias + sgkc_bias_at(r1, H, a.NN);
+    const bool e0 = r0 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r0);
+    const bool e1 = r1 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r1);
+#pragma unroll
+    for (int ht = 0; ht < HT; ht++) {
+        const int h = 8 * ht + 2 * t;
+        if (h < H) {
+            if (r0 < M)
+                d0[(size_t)h * a.NN] = e0 ? o[ht][0] + b2s[h] : SGKC_NEG_INF;
+            if (r1 < M)
+                d1[(size_t)h * a.NN] = e1 ? o[ht][2] + b2s[h] : SGKC_NEG_INF;
+        }
+        if (h + 1 < H) {
+            if (r0 < M)
+                d0[(size_t)(h + 1) * a.NN] = e0 ? o[ht][1] + b2s[h + 1] : SGKC_NEG_INF;
+            if (r1 < M)
+                d1[(size_t)(h + 1) * a.NN] = e1 ? o[ht][3] + b2s[h + 1] : SGKC_NEG_INF;
+        }
+    }
+}
+
 template <int PCAP, int HT, int NW = SGKC_MT_NT / 32, bool SPLIT = false>
 __global__ void __launch_bounds__(32 * NW) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
 {
@@ -192,56 +255,12 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
                     sgkc_mma3_tf32(acc[j], ah1, al1, bh1, bl1);
                 }
             }
-            /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second
-             * layer's k = t, t + 4 */
+            /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second layer */
 #pragma unroll
-            for (int j = 0; j < JG; j++) {
-                const int n = 8 * (jg + j) + 2 * t;
-                const float2 bb = *reinterpret_cast<const float2 *>(b1s + n);
-                uint32_t hh[4], hl[4];
-                sgkc_mt_split(sgkc_silu_fast(acc[j][0] + bb.x), hh[0], hl[0]);
-                sgkc_mt_split(sgkc_silu_fast(acc[j][2] + bb.x), hh[1], hl[1]);
-                sgkc_mt_split(sgkc_silu_fast(acc[j][1] + bb.y), hh[2], hl[2]);
-                sgkc_mt_split(sgkc_silu_fast(acc[j][3] + bb.y), hh[3], hl[3]);
-#pragma unroll
-                for (int ht = 0; ht < HT; ht++) {
-                    const int off = (8 * ht + g) * LDW2 + n;
-                    uint32_t wh[2], wl[2];
-                    if constexpr (SPLIT) {
-                        const uint2 uh = *reinterpret_cast<const uint2 *>(W2s + off);
-                        const uint2 ul = *reinterpret_cast<const uint2 *>(W2s + W2F + off);
-                        wh[0] = uh.x; wh[1] = uh.y; wl[0] = ul.x; wl[1] = ul.y;
-                    } else {
-                        const float2 w = *reinterpret_cast<const float2 *>(W2s + off);
-                        sgkc_mt_split(w.x, wh[0], wl[0]);
-                        sgkc_mt_split(w.y, wh[1], wl[1]);
-                    }
-                    sgkc_mma3_tf32(o[ht], hh, hl, wh, wl);
-                }
-            }
+            for (int j = 0; j < JG; j++)
+                sgkc_mt_layer2<HT, LDW2, W2F, SPLIT>(o, acc[j], b1s, W2s, 8 * (jg + j) + 2 * t, g);
         }
-
-        /* o[ht] = {[g][h], [g][h+1], [g+8][h], [g+8][h+1]}, h = 8 ht + 2t */
-        const int64_t r0 = tile * 16 + g, r1 = r0 + 8;
-        float *const d0 = a.bias + sgkc_bias_at(r0, H, a.NN), *const d1 = a.bias + sgkc_bias_at(r1, H, a.NN);
-        const bool e0 = r0 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r0);
-        const bool e1 = r1 < M && sgkc_edge(a.mask, a.mask_u8, (size_t)r1);
-#pragma unroll
-        for (int ht = 0; ht < HT; ht++) {
-            const int h = 8 * ht + 2 * t;
-            if (h < H) {
-                if (r0 < M)
-                    d0[(size_t)h * a.NN] = e0 ? o[ht][0] + b2s[h] : SGKC_NEG_INF;
-                if (r1 < M)
-                    d1[(size_t)h * a.NN] = e1 ? o[ht][2] + b2s[h] : SGKC_NEG_INF;
-            }
-            if (h + 1 < H) {
-                if (r0 < M)
-                    d0[(size_t)(h + 1) * a.NN] = e0 ? o[ht][1] + b2s[h + 1] : SGKC_NEG_INF;
-                if (r1 < M)
-                    d1[(size_t)(h + 1) * a.NN] = e1 ? o[ht][3] + b2s[h + 1] : SGKC_NEG_INF;
-            }
-        }
+        sgkc_mt_store<HT>(a, o, b2s, tile, g, t);
 
         if constexpr (PF) {
 #pragma unroll
