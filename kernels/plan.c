@@ -165,6 +165,12 @@ void sgk_gen_pack(const sgk_layer_desc *d, const sgk_gen_packed *o, float *dst)
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t up64(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
+/* relation.sgk's sgk_hid_row: floats between two queries' hidden rows */
+static int64_t hid_row(int64_t tk, int64_t P, int pad)
+{
+    return tk * P % 1024 == 0 ? tk * P + pad : tk * P;
+}
+
 /* Floats of local memory the attention phase needs (relation.sgk's
  * `attention`) for a (tq, tk) tile whose relation MLP runs qc query rows at
  * a time, with p's row lengths; pad is the target's. */
@@ -172,7 +178,8 @@ static size_t attn_floats(const sgk_plan *p, int64_t tq, int64_t tk, int64_t qc,
 {
     const int64_t tqp = up64(tq, lim->pad), D = p->D, H = p->H;
     const int64_t pf = lim->wide16 ? qc * tk * p->P : 0;
-    return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + qc * tk * (p->P + H) + tk * tqp + tqp + tk + pf);
+    const int64_t hid = qc * hid_row(tk, p->P, lim->pad);
+    return (size_t)(D * tqp + H * tk * tqp + 3 * H * tqp + hid + qc * tk * H + tk * tqp + tqp + tk + pf);
 }
 
 /* An attention tile (tq queries, tk keys, the MLP qc query rows at a
