@@ -1,6 +1,7 @@
 /* The cpu backend: the generated kernels (kernels/relation.sgk, emitted as C
  * by sgkgen.py) run one group per OpenMP iteration. Built into libsgk. */
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,31 @@ static void *host_alloc(size_t bytes)
     return malloc(bytes ? bytes : 1);
 }
 
+/* Where the packed weights, the workspace's parts and each thread's local
+ * memory start: a cache line. Their rows are padded to multiples of it
+ * (SGK_GEN_PAD floats), so that from an aligned start a register tile's
+ * 64-byte loads and stores do not span two lines, as every one of them did
+ * from malloc's 16-byte alignment or a caller's workspace. */
+enum { CPU_ALIGN = 64 };
+
+static void *host_alloc_aligned(size_t bytes)
+{
+    if (g_host->alloc_should_fail())
+        return NULL;
+    return aligned_alloc(CPU_ALIGN, (bytes + CPU_ALIGN) / CPU_ALIGN * CPU_ALIGN);
+}
+
+static size_t align_bytes(size_t n) { return (n + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN; }
+
+/* a's workspace from its first aligned byte on: what the plans' offsets
+ * count from. The workspace sizes below leave CPU_ALIGN bytes for it. */
+static sgk_fwd aligned_args(const sgk_fwd *a)
+{
+    sgk_fwd f = *a;
+    f.workspace = (void *)(((uintptr_t)a->workspace + CPU_ALIGN - 1) & ~(uintptr_t)(CPU_ALIGN - 1));
+    return f;
+}
+
 static sgk_status cpu_context_create(int device, const sgk_context_options *opt, void **out)
 {
     (void)device;
@@ -145,7 +171,7 @@ static sgk_status cpu_layer_create(void *bctx, const sgk_layer_desc *desc16, voi
     l->off = sgk_gen_layout(l->D, l->H, l->P, SGK_GEN_PAD, 16);
     l->off.sw = SGK_GEN_PAD; /* the projections' weights in strips (plan.h) */
     const size_t total = l->off.total;
-    l->w = host_alloc(total * sizeof(float));
+    l->w = host_alloc_aligned(total * sizeof(float));
     if (!l->w) {
         const size_t bytes = total * sizeof(float);
         free(l);
@@ -278,9 +304,10 @@ static int cpu_variant_prefers(void *bl, int v, int64_t B, int64_t N, const sgk_
 /* Floats of per-thread local memory, after the plan's workspace. */
 static size_t pool_floats(const sgk_plan *p)
 {
+    size_t n = p->smem_norm > p->smem_attn ? p->smem_norm : p->smem_attn;
     if (p->kind == SGK_PLAN_SMALL)
-        return p->smem_fused;
-    return p->smem_norm > p->smem_attn ? p->smem_norm : p->smem_attn;
+        n = p->smem_fused;
+    return align_bytes(n * sizeof(float)) / sizeof(float); /* each thread's slice aligned */
 }
 
 static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N,
@@ -292,7 +319,7 @@ static size_t cpu_workspace_size(void *bl, int v, int64_t B, int64_t N,
     const cpu_layer *l = bl;
     sgk_plan p;
     sgk_plan_load(plan, &p);
-    return (size_t)l->ctx->threads * pool_floats(&p) * sizeof(float) + p.workspace_bytes;
+    return CPU_ALIGN + align_bytes(p.workspace_bytes) + (size_t)l->ctx->threads * pool_floats(&p) * sizeof(float);
 }
 
 static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, const sgk_fwd *a);
@@ -301,10 +328,11 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
  * run the float path on them (which widens the pair features as it stages
  * them), and round its out back: SPEC's fp32 accumulation, with every
  * input exactly the caller's value. */
-static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, const sgk_fwd *a)
+static sgk_status cpu_forward(void *bl, int v, const sgk_backend_plan *plan, const sgk_fwd *args)
 {
     (void)v;
     const cpu_layer *l = bl;
+    const sgk_fwd aligned = aligned_args(args), *a = &aligned;
     if (l->dtype == SGK_DTYPE_F32)
         return forward_f32(l, plan, a);
     sgk_plan p;
@@ -365,7 +393,7 @@ static sgk_status forward_f32(const cpu_layer *l, const sgk_backend_plan *plan, 
     const float *w = l->w;
     const sgk_gen_packed o = l->off;
     const size_t pool = pool_floats(&p);
-    float *pool_mem = (float *)((char *)a->workspace + p.workspace_bytes);
+    float *pool_mem = (float *)((char *)a->workspace + align_bytes(p.workspace_bytes));
     if (p.kind == SGK_PLAN_SMALL) {
         sgk_cpu_fused(l->ctx->threads, (int)p.B, 1, pool_mem, pool, a->nodes, a->pair_feats, (int)l->dtype,
                       a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.gamma, w + o.beta, w + o.wqkv, w + o.w1,
@@ -390,7 +418,8 @@ static size_t train_pool_floats(const sgk_train_plan *tp)
 {
     size_t m = pool_floats(&tp->fwd);
     m = tp->smem_bwd > m ? tp->smem_bwd : m;
-    return tp->smem_cols > m ? tp->smem_cols : m;
+    m = tp->smem_cols > m ? tp->smem_cols : m;
+    return align_bytes(m * sizeof(float)) / sizeof(float);
 }
 
 static size_t cpu_saved_size(void *bl, int64_t B, int64_t N)
@@ -405,22 +434,23 @@ static size_t cpu_train_workspace_size(void *bl, int64_t B, int64_t N)
     sgk_train_plan tp;
     if (!train_plan_for(l, B, N, &tp))
         return SIZE_MAX;
-    const size_t pool = train_pool_floats(&tp) * sizeof(float);
-    if (pool > (SIZE_MAX - tp.workspace_bytes) / (size_t)l->ctx->threads)
+    const size_t pool = train_pool_floats(&tp) * sizeof(float), head = CPU_ALIGN + align_bytes(tp.workspace_bytes);
+    if (pool > (SIZE_MAX - head) / (size_t)l->ctx->threads)
         return SIZE_MAX;
-    return tp.workspace_bytes + (size_t)l->ctx->threads * pool;
+    return head + (size_t)l->ctx->threads * pool;
 }
 
 /* 16-bit layers: nodes widened into the workspace (and out computed in
  * float there, then rounded), as the forward does. */
-static sgk_status cpu_forward_train(void *bl, const sgk_fwd *a, void *saved)
+static sgk_status cpu_forward_train(void *bl, const sgk_fwd *args, void *saved)
 {
     const cpu_layer *l = bl;
+    const sgk_fwd aligned = aligned_args(args), *a = &aligned;
     sgk_train_plan tp;
     if (!train_plan_for(l, a->B, a->N, &tp))
         return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no training plan for B=%lld, N=%lld",
                                  (long long)a->B, (long long)a->N);
-    float *pool_mem = (float *)((char *)a->workspace + tp.workspace_bytes);
+    float *pool_mem = (float *)((char *)a->workspace + align_bytes(tp.workspace_bytes));
     if (l->dtype == SGK_DTYPE_F32) {
         tiled_forward(l, &tp.fwd, a, pool_mem, train_pool_floats(&tp), saved);
         return SGK_OK;
@@ -442,10 +472,11 @@ static void backward_float(const cpu_layer *l, const sgk_train_plan *tpp, const 
  * gradient but the pair features' computed in float there and then
  * rounded into the caller's buffer (the pair features' is rounded as
  * attn_bwd stores it). */
-static sgk_status cpu_backward(void *bl, const sgk_fwd *a, const void *saved, const void *d_out,
+static sgk_status cpu_backward(void *bl, const sgk_fwd *args, const void *saved, const void *d_out,
                                const sgk_grads *g)
 {
     const cpu_layer *l = bl;
+    const sgk_fwd aligned = aligned_args(args), *a = &aligned;
     sgk_train_plan tp;
     if (!train_plan_for(l, a->B, a->N, &tp))
         return g_host->set_error(SGK_ERR_UNSUPPORTED, "cpu: no training plan for B=%lld, N=%lld",
@@ -486,7 +517,7 @@ static void backward_float(const cpu_layer *l, const sgk_train_plan *tpp, const 
     const sgk_gen_packed o = l->off;
     const int threads = l->ctx->threads, rows = (int)(p->B * p->N), D = p->D;
     const size_t pool = train_pool_floats(&tp);
-    float *pm = (float *)((char *)a->workspace + tp.workspace_bytes);
+    float *pm = (float *)((char *)a->workspace + align_bytes(tp.workspace_bytes));
     float *ws = a->workspace;
     const sgk_off ctx0 = (sgk_off)(p->ctx_offset / sizeof(float));
     const sgk_off xn0 = (sgk_off)tp.xn, dctx0 = (sgk_off)tp.dctx;

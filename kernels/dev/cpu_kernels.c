@@ -66,7 +66,8 @@ int main(int argc, char **argv)
     desc.wo = w[5], desc.w1 = w[6], desc.b1 = w[7], desc.w2 = w[8], desc.b2 = w[9];
     sgk_gen_packed o = sgk_gen_layout(D, H, P, SGK_GEN_PAD, 16);
     o.sw = SGK_GEN_PAD; /* as the cpu backend packs them */
-    float *pk = malloc(o.total * sizeof(float));
+    /* aligned to a cache line, as the cpu backend keeps them */
+    float *pk = aligned_alloc(64, (o.total * sizeof(float) + 64) / 64 * 64);
     sgk_gen_pack(&desc, &o, pk);
 
     float *nodes = rnd(rows * (size_t)D, 1.0f), *pair = rnd(pairs * (size_t)P, 1.0f);
@@ -75,10 +76,11 @@ int main(int argc, char **argv)
         g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
         mask[i] = (g_rng >> 40) % 10 < 7;
     }
-    const size_t pool = p.smem_norm > p.smem_attn ? p.smem_norm : p.smem_attn;
-    float *ws = malloc(p.workspace_bytes + (size_t)threads * pool * sizeof(float));
+    const size_t pool = ((p.smem_norm > p.smem_attn ? p.smem_norm : p.smem_attn) + 15) / 16 * 16;
+    const size_t head = (p.workspace_bytes + 63) / 64 * 64;
+    float *ws = aligned_alloc(64, head + (size_t)threads * pool * sizeof(float));
     float *out = malloc(rows * (size_t)D * sizeof(float));
-    float *pm = (float *)((char *)ws + p.workspace_bytes);
+    float *pm = (float *)((char *)ws + head);
     const int nrows = (int)rows;
 
     double best[4] = {1e30, 1e30, 1e30, 1e30};
