@@ -815,7 +815,7 @@ static void tiled_occupancy_of(sgkc_layer *L)
      * depends on the layer alone, and a rule that sends some shapes to the
      * pass and others not must still find it. */
     tiled_cfg pc = c;
-    pc.mpcap = L->P <= 16 ? 16 : L->P <= 32 ? 32 : L->P <= 64 ? 64 : 128;
+    pc.mpcap = c.mpcap ? c.mpcap : c.pcap; /* tiled_plan's padded P either way */
     const bool pass = mlp_pass_pays(L);
     int n = 0;
     const mlp_pass mp = pass ? mlp_pass_of(L, pc) : mlp_pass{};
