@@ -60,6 +60,15 @@ __host__ __device__ constexpr size_t sgkc_am_smem_floats(int hdp, int wq, int wd
            (wd > 1 ? (size_t)wq * wd * 4 * bk * 4 : 0) + 2 * 16 * wq;
 }
 
+/* exp(x - m) on the MUFU, as attn_rows.cuh takes it: expf's range
+ * reduction costs several instructions a weight, and the product's
+ * rounding moves a weight by about |x - m| 2^-24 of itself, far inside the
+ * contract for the weights that count. x = -inf gives 0; +inf - +inf NaN. */
+__device__ __forceinline__ float sgkc_am_exp(float x, float m)
+{
+    return sgkc_ex2((x - m) * SGKC_LOG2E);
+}
+
 template <int HDP, int WQ, int WD, int BK, int MINB = 0, bool X3 = true>
 __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_attn_args a)
 {
@@ -92,41 +101,62 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
     /* bias rows are 16-byte aligned where N % 4 == 0 (the workspace is) */
     const bool b4 = (N % 4 == 0) && ((reinterpret_cast<uintptr_t>(a.bias) & 15u) == 0);
 
-    /* zero padding: columns past hd stay zero in every tile */
-    for (int i = tid; i < (BQ + 4 * BK) * LD; i += NT)
-        smem[i] = 0.0f;
+    /* A padded row is C4 chunks of 16 bytes. Every loop over a tile's chunks
+     * runs on compile-time bounds and divisors, and each thread takes the
+     * same chunks of every tile: a runtime division (by hd) a chunk was
+     * most of what the copies issued. */
+    constexpr int C4 = HDP / 4;
+
+    /* zero padding: columns past hd stay zero in every tile, and Q's rows
+     * past N stay zero */
+    for (int i = tid; i < (BQ + 4 * BK) * LD / 4; i += NT)
+        reinterpret_cast<float4 *>(smem)[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     __syncthreads();
     sgkc_grid_wait(); /* qkv and the bias are earlier kernels' */
-    for (int i = tid; i < BQ * hd; i += NT) {
-        const int q = i / hd, d = i % hd;
-        if (q0 + q < N)
-            Qs[q * LD + d] = __ldg(qkv_b + (size_t)(q0 + q) * row3 + d0 + d);
+    if (v4) {
+        for (int i = tid; i < BQ * C4; i += NT) {
+            const int q = i / C4, c = (i % C4) * 4;
+            if (q0 + q < N && c < hd)
+                *reinterpret_cast<float4 *>(Qs + q * LD + c) =
+                    __ldg(reinterpret_cast<const float4 *>(qkv_b + (size_t)(q0 + q) * row3 + d0 + c));
+        }
+    } else {
+        for (int i = tid; i < BQ * HDP; i += NT) {
+            const int q = i / HDP, d = i % HDP;
+            if (q0 + q < N && d < hd)
+                Qs[q * LD + d] = __ldg(qkv_b + (size_t)(q0 + q) * row3 + d0 + d);
+        }
     }
 
     /* K and V of the tile at k0 into stage st (rows past N zero: 0 * garbage
      * could be NaN); cp.async where rows are 16-byte aligned */
     auto load_kv = [&](int k0, int st) {
         float *Kd = Ks + st * BK * LD, *Vd = Vs + st * BK * LD;
+        const float *src0 = qkv_b + (size_t)k0 * row3 + D + d0;
         if (v4) {
-            const int c4 = hd / 4;
-            for (int i = tid; i < BK * c4; i += NT) {
-                const int k = i / c4, c = (i % c4) * 4;
-                if (k0 + k < N) {
-                    const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + c;
-                    sgkc_cp_async16(Kd + k * LD + c, src);
-                    sgkc_cp_async16(Vd + k * LD + c, src + D);
-                } else {
-                    *reinterpret_cast<float4 *>(Kd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
-                    *reinterpret_cast<float4 *>(Vd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int i0 = 0; i0 < BK * C4; i0 += NT) {
+                const int i = i0 + tid, k = i / C4, c = (i % C4) * 4;
+                if ((BK * C4 % NT == 0 || i < BK * C4) && c < hd) {
+                    if (k0 + k < N) {
+                        const float *src = src0 + k * (int)row3 + c;
+                        sgkc_cp_async16(Kd + k * LD + c, src);
+                        sgkc_cp_async16(Vd + k * LD + c, src + D);
+                    } else {
+                        *reinterpret_cast<float4 *>(Kd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+                        *reinterpret_cast<float4 *>(Vd + k * LD + c) = make_float4(0.f, 0.f, 0.f, 0.f);
+                    }
                 }
             }
         } else {
-            for (int i = tid; i < BK * hd; i += NT) {
-                const int k = i / hd, d = i % hd;
-                const bool in = k0 + k < N;
-                const float *src = qkv_b + (size_t)(k0 + k) * row3 + D + d0 + d;
-                Kd[k * LD + d] = in ? __ldg(src) : 0.0f;
-                Vd[k * LD + d] = in ? __ldg(src + D) : 0.0f;
+            for (int i = tid; i < BK * HDP; i += NT) {
+                const int k = i / HDP, d = i % HDP;
+                if (d < hd) {
+                    const bool in = k0 + k < N;
+                    const float *src = src0 + k * (int)row3 + d;
+                    Kd[k * LD + d] = in ? __ldg(src) : 0.0f;
+                    Vd[k * LD + d] = in ? __ldg(src + D) : 0.0f;
+                }
             }
         }
     };
@@ -136,38 +166,47 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
     auto load_bias = [&](int k0, int st) {
         float *Bd = Bs + st * BQ * LDB;
         const int kn = N - k0 < BK ? N - k0 : BK;
+        const float *src0 = bias_bh + (size_t)q0 * N + k0;
         if (b4) {
-            constexpr int C4 = BK / 4;
-            for (int i = tid; i < BQ * C4; i += NT) {
-                const int r = i / C4, c = (i % C4) * 4;
-                float *dst = Bd + r * LDB + c;
-                if (q0 + r < N && c < kn)
-                    sgkc_cp_async16(dst, bias_bh + (size_t)(q0 + r) * N + k0 + c);
-                else
-                    *reinterpret_cast<float4 *>(dst) = make_float4(SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF);
+            constexpr int B4 = BK / 4;
+#pragma unroll
+            for (int i0 = 0; i0 < BQ * B4; i0 += NT) {
+                const int i = i0 + tid, r = i / B4, c = (i % B4) * 4;
+                if (BQ * B4 % NT == 0 || i < BQ * B4) {
+                    float *dst = Bd + r * LDB + c;
+                    if (q0 + r < N && c < kn)
+                        sgkc_cp_async16(dst, src0 + (size_t)r * N + c);
+                    else
+                        *reinterpret_cast<float4 *>(dst) =
+                            make_float4(SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF, SGKC_NEG_INF);
+                }
             }
         } else {
             for (int i = tid; i < BQ * BK; i += NT) {
                 const int r = i / BK, c = i % BK;
                 float *dst = Bd + r * LDB + c;
                 if (q0 + r < N && c < kn)
-                    sgkc_cp_async4(dst, bias_bh + (size_t)(q0 + r) * N + k0 + c);
+                    sgkc_cp_async4(dst, src0 + (size_t)r * N + c);
                 else
                     *dst = SGKC_NEG_INF;
             }
         }
     };
-    /* does any V value this thread copied into stage st hold a NaN or Inf? */
+    /* does any V value this thread copied into stage st hold a NaN or Inf?
+     * (it reads the chunks load_kv gave it; columns past hd are zero) */
     auto own_v_nonfinite = [&](int st) {
         const float *Vd = Vs + st * BK * LD;
         bool finite = true;
         if (v4) {
-            const int c4 = hd / 4;
-            for (int i = tid; i < BK * c4; i += NT)
-                finite &= sgkc_finite4(*reinterpret_cast<const float4 *>(Vd + (i / c4) * LD + (i % c4) * 4));
+#pragma unroll
+            for (int i0 = 0; i0 < BK * C4; i0 += NT) {
+                const int i = i0 + tid;
+                if (BK * C4 % NT == 0 || i < BK * C4)
+                    finite &= sgkc_finite4(*reinterpret_cast<const float4 *>(Vd + (i / C4) * LD + (i % C4) * 4));
+            }
         } else {
-            for (int i = tid; i < BK * hd; i += NT)
-                finite &= fabsf(Vd[(i / hd) * LD + i % hd]) < INFINITY;
+            for (int i = tid; i < BK * HDP; i += NT)
+                finite &= fabsf(Vd[(i / HDP) * LD + i % HDP]) < INFINITY;
         }
         return !finite;
     };
@@ -261,7 +300,7 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
             tmax[r] = fmaxf(tmax[r], __shfl_xor_sync(0xffffffffu, tmax[r], 2));
             const float m_new = fmaxf(m[r], tmax[r]);
             m_use[r] = m_new == SGKC_NEG_INF ? 0.0f : m_new;
-            alpha[r] = expf(m[r] - m_use[r]);
+            alpha[r] = sgkc_am_exp(m[r], m_use[r]);
             m[r] = m_new;
             l[r] *= alpha[r];
         }
@@ -269,7 +308,7 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
         for (int j = 0; j < NK; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                s[j][e] = expf(s[j][e] - m_use[e >> 1]);
+                s[j][e] = sgkc_am_exp(s[j][e], m_use[e >> 1]);
                 l[e >> 1] += s[j][e];
             }
 #pragma unroll

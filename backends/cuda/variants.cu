@@ -493,7 +493,7 @@ struct am_table {
         {64, 2, 2, 32, sgkc_attn_mma_kernel<64, 2, 2, 32, 0, X3>},
         {128, 2, 4, 16, sgkc_attn_mma_kernel<128, 2, 4, 16, 0, X3>},
         {256, 2, 4, 16, sgkc_attn_mma_kernel<256, 2, 4, 16, 0, X3>},
-        {96, 4, 1, 32, sgkc_attn_mma_kernel<96, 4, 1, 32, 0, X3>},
+        {96, 2, 2, 32, sgkc_attn_mma_kernel<96, 2, 2, 32, 2, X3>},
     };
 };
 /* The fp32 contract's instances (3xTF32), and a 16-bit layer's, one TF32

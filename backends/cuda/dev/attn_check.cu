@@ -253,10 +253,11 @@ static void versions(const shape &s, const problem &p)
         v2(I4{}, I1{}, I32{}, I3{}, Tx3{});
         v2(I2{}, I2{}, I32{}, I3{}, Tx3{});
     } else if constexpr (HDP == 96) {
+        v2(I2{}, I2{}, I32{}, I2{}, Tx3{});
         v2(I4{}, I1{}, I32{}, I0{}, Tx3{});
         v2(I4{}, I1{}, I32{}, I2{}, Tx3{});
         v2(I2{}, I1{}, I32{}, I2{}, Tx3{});
-        v2(I2{}, I2{}, I32{}, I2{}, Tx3{});
+        v2(I2{}, I4{}, I16{}, I0{}, Tx3{});
     } else if constexpr (HDP == 128) {
         v2(I4{}, I1{}, I32{}, I0{}, Tx3{});
         v2(I4{}, I1{}, I32{}, I2{}, Tx3{});
