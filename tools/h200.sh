@@ -4,6 +4,14 @@
 #   bash tools/h200.sh test              conformance, defects and device offsets on cuda,
 #                                        conformance and defects on NVIDIA's OpenCL, api, golden
 #                                        (TESTS names other meson tests)
+#   bash tools/h200.sh check             after a change to a cuda kernel, in one short call: builds
+#                                        only the cuda plugin, sgk-bench and the test programs, runs
+#                                        conformance, nonfinite and dtypes on cuda, then
+#                                        compute-sanitizer (CHECK_TOOLS, default memcheck racecheck)
+#                                        over CHECK_VARIANTS (default tuned-tiled) at CHECK_CASES (a
+#                                        default list of the pass and attention paths), into
+#                                        check-*.txt; each sanitizer run is skipped once fewer than
+#                                        60 s of CHECK_LIMIT (default 540 s from the start) are left
 #   bash tools/h200.sh sanitize [TOOLS]  compute-sanitizer over every cuda variant's quick case
 #                                        table, once per tool (default: memcheck racecheck synccheck
 #                                        initcheck; SAN_TIMEOUT s a tool, default 450; SAN_QUICK=0 the
@@ -96,9 +104,13 @@ tcgemm|attncheck|mlpcheck) ;;
   if [ ! -f build/build.ninja ]; then
     meson setup build -Dsm_archs=90 -Dhip=disabled > "$O/setup.txt" 2>&1 || { tail -40 "$O/setup.txt"; exit 1; }
   fi
-  ninja -C build > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.txt" | head -60; exit 1; }
+  # check builds what its tests run, not the opencl plugin and the rest
+  targets=()
+  [ "$mode" = check ] && targets=(backends/cuda/libsgk-cuda.so bench/sgk-bench tests/test_conformance tests/test_dtypes
+                                  tests/reliability/test_nonfinite)
+  ninja -C build "${targets[@]}" > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.txt" | head -60; exit 1; }
   stamp "built ($commit)"
-  build/bench/sgk-bench --list | tee "$O/list.txt";;
+  [ "$mode" = check ] || build/bench/sgk-bench --list | tee "$O/list.txt";;
 esac
 
 # A standalone program of backends/cuda/dev/ (NAME.cu): built, run with SEED, its log's tail.
@@ -116,6 +128,23 @@ test)
   stamp "tests rc=$?"
   grep -hE "^ *[0-9]+/[0-9]+ |^conformance: backend=.*variant" "$O/tests.txt" build/meson-logs/testlog.txt | sort -u | cut -c1-160
   cp build/meson-logs/testlog.txt "$O/testlog.txt";;
+check)
+  meson test -C build --no-rebuild --print-errorlogs --num-processes 1 conformance-cuda nonfinite-cuda dtypes-cuda \
+      > "$O/check-tests.txt" 2>&1
+  stamp "tests rc=$?"
+  grep -hE "^ *[0-9]+/[0-9]+ |^conformance: backend=.*variant" "$O/check-tests.txt" | sort -u | cut -c1-160
+  for c in ${CHECK_CASES:-sweep_s08_like sweep_s13_like sweep_s07_like pair_dim_33 head_dim_3 mask_empty_rows_u8}; do
+    for tool in ${CHECK_TOOLS:-memcheck racecheck}; do
+      [ $(( $(date +%s) - t0 )) -lt $(( ${CHECK_LIMIT:-540} - 60 )) ] || break 2
+      SGK_TEST_QUICK=1 SGK_TEST_VARIANTS=${CHECK_VARIANTS:-tuned-tiled} SGK_TEST_FILTER=$c timeout 60 \
+          compute-sanitizer --tool "$tool" --error-exitcode 9 build/tests/test_conformance cuda > "$O/check-san.txt" 2>&1
+      rc=$?
+      stamp "compute-sanitizer $tool $c rc=$rc: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/check-san.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/check-san.txt") tests ok" |
+          tee -a "$O/check-sanitize.txt"
+      [ $rc -eq 0 ] || tail -60 "$O/check-san.txt" >> "$O/check-sanitize.txt"
+    done
+  done
+  rm -f "$O/check-san.txt";;
 sanitize)
   for tool in ${*:-memcheck racecheck synccheck initcheck}; do
     SGK_TEST_QUICK=${SAN_QUICK:-1} SGK_TEST_SKIP_THREADS=${SAN_SKIP_THREADS:-1} timeout ${SAN_TIMEOUT:-450} \
@@ -239,7 +268,7 @@ attncheck)
   # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
   dev_check attn_check "${1:-7}";;
 *)
-  echo "usage: tools/h200.sh test|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|devices [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|check|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|devices [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
