@@ -283,6 +283,13 @@ static inline float sgk_sel(int c, float a, float b)
     const unsigned int m = 0u - (unsigned int)(c != 0);
     return sgk_as_float((sgk_as_uint(a) & m) | (sgk_as_uint(b) & ~m));
 }
+/* x = n ln2 + r with n an integer and |r| <= ln2 / 2 (ln2 in two parts,
+ * Cody and Waite's, so that r is exact to float's precision): the range
+ * reduction of sgk_exp and sgk_silu. n by adding and removing 1.5 * 2^23,
+ * which rounds x / ln2 to an integer in float arithmetic. */
+static inline float sgk_exp_n(float x) { return (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; }
+static inline float sgk_exp_r(float x, float n) { return (x - n * 0.693359375f) + n * 2.12194440e-4f; }
+
 /* e^x from float arithmetic alone, so that loops calling it vectorise (libm's
  * expf is a call). x = n ln2 + r with |r| <= ln2 / 2; e^r by a degree-7
  * polynomial (Cephes' expf coefficients), times 2^n as two factors so that
@@ -295,8 +302,7 @@ static inline float sgk_sel(int c, float a, float b)
 static inline float sgk_exp(float x)
 {
     const float xc = sgk_sel(x > 89.0f, 89.0f, x);
-    const float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+    const float n = sgk_exp_n(xc), r = sgk_exp_r(xc, n);
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -340,8 +346,7 @@ static inline float sgk_silu(float t)
     const float a = sgk_as_float(sgk_as_uint(t) | 0x80000000u);
     const int in = a >= -87.0f;
     const float x = sgk_sel(in, a, -87.0f);
-    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+    const float n = sgk_exp_n(x), r = sgk_exp_r(x, n);
     float q = 1.3814613186e-3f;
     q = q * r + 8.3687098230e-3f;
     q = q * r + 4.1668387363e-2f;

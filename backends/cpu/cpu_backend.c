@@ -85,14 +85,14 @@ static void *host_alloc(size_t bytes)
  * from malloc's 16-byte alignment or a caller's workspace. */
 enum { CPU_ALIGN = 64 };
 
+static size_t align_bytes(size_t n) { return (n + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN; }
+
 static void *host_alloc_aligned(size_t bytes)
 {
     if (g_host->alloc_should_fail())
         return NULL;
-    return aligned_alloc(CPU_ALIGN, (bytes + CPU_ALIGN) / CPU_ALIGN * CPU_ALIGN);
+    return aligned_alloc(CPU_ALIGN, align_bytes(bytes ? bytes : 1)); /* a size aligned_alloc takes */
 }
-
-static size_t align_bytes(size_t n) { return (n + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN; }
 
 /* a's workspace from its first aligned byte on: what the plans' offsets
  * count from. The workspace sizes below leave CPU_ALIGN bytes for it. */
@@ -304,9 +304,8 @@ static int cpu_variant_prefers(void *bl, int v, int64_t B, int64_t N, const sgk_
 /* Floats of per-thread local memory, after the plan's workspace. */
 static size_t pool_floats(const sgk_plan *p)
 {
-    size_t n = p->smem_norm > p->smem_attn ? p->smem_norm : p->smem_attn;
-    if (p->kind == SGK_PLAN_SMALL)
-        n = p->smem_fused;
+    const size_t n = p->kind == SGK_PLAN_SMALL ? p->smem_fused
+                     : p->smem_norm > p->smem_attn ? p->smem_norm : p->smem_attn;
     return align_bytes(n * sizeof(float)) / sizeof(float); /* each thread's slice aligned */
 }
 

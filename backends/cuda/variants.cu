@@ -475,6 +475,15 @@ static bool mlp_pass_pays(const sgkc_layer *L)
     return L->cc_major >= 8 && L->H <= 16;
 }
 
+/* Whether a 16-bit layer's tuned-tiled runs the pass at attn_rows' shapes
+ * too: its pass reads the 16-bit features and its attention is one TF32
+ * pass (am_insts16), which beats attn_rows' FFMA MLP on float copies of
+ * them at mid and large alike (DESIGN.md). */
+static bool h16_pass_everywhere(const sgkc_layer *L)
+{
+    return L->dtype != SGK_DTYPE_F32 && mlp_pass_pays(L);
+}
+
 /* attn_mma.cuh's instances: the padded head dim, the warps of a block as
  * row groups of 16 queries x parts of the head dim, the key tile. One per
  * padded head dim, and at 64 a second of twice the blocks for grids that
@@ -549,10 +558,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
      * attn_tiled16.cuh at each of them, most at xl. */
     c->smem_rows = sgkc_ar_smem_floats(c->pcap, 1, dm) * sizeof(float);
     c->rows = L->H == 8 && L->D == 256 && c->pcap <= 32 && c->smem_rows <= L->smem_optin;
-    /* A 16-bit layer's pass reads its 16-bit features and its attention is
-     * one TF32 pass (am_insts16): that beats attn_rows' FFMA MLP, which
-     * computes on float copies of them, at mid and large too. */
-    if (!dm && L->dtype != SGK_DTYPE_F32 && mlp_pass_pays(L))
+    if (!dm && h16_pass_everywhere(L))
         c->rows = false;
     /* Two key groups a block where the grid gives each block an SM of its
      * own and there are two key tiles to share (mid): twice the warps an
@@ -616,7 +622,7 @@ static int tiled_dmma_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_ba
  * constants, is the faster (DESIGN.md). */
 static int tiled_dmma_prefer(const sgkc_layer *L, int64_t, int64_t, const sgk_backend_plan *)
 {
-    return L->P > 16 && L->dtype == SGK_DTYPE_F32; /* a 16-bit layer: tiled's pass (tiled_plan) */
+    return L->P > 16 && !h16_pass_everywhere(L);
 }
 
 /* How many blocks of a cluster split the keys of one of `blocks` tiles
