@@ -63,7 +63,8 @@
 #                                        and candidates, validated, timed
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
 #                                        against its own fp64 reference, then ARGS (default
-#                                        "bench"; "bench mid large", "sanitize")
+#                                        "bench"; "bench mid large", "sanitize"; with
+#                                        HARNESS_FLAGS=-DSGKC_TIMELINE, "timeline [B,N,D,H,P]")
 # Each job builds first (a no-op while build/ is up to date on a warm machine),
 # but tcgemm, attncheck and mlpcheck, which build their own program alone.
 # Needs nvcc, meson, ninja, python3 (with torch for `torch`); CMocka and the OpenCL
@@ -241,9 +242,11 @@ harness)
   H=/tmp/sgk-harness
   mkdir -p "$H"
   python3 kernels/sgkgen.py --target cuda kernels/relation.sgk kernels/train.sgk "$H/relation_cuda.cu"
-  F="-O3 -std=c++17 -arch=sm_90 -lineinfo -Ibackends/cuda -Ikernels -Iapi -I$H"
+  F="-O3 -std=c++17 -arch=sm_90 -lineinfo -Ibackends/cuda -Ikernels -Iapi -I$H ${HARNESS_FLAGS:-}"
+  # plan.c and repack.c are C (C11's _Static_assert, void * conversions)
+  for c in plan repack; do gcc -O2 -std=c11 -c -Ikernels -Iapi "kernels/$c.c" -o "$H/$c.o" || exit 1; done
   nvcc $F -Xcompiler -fopenmp backends/cuda/dev/harness.cu backends/cuda/variants.cu backends/cuda/generic.cu backends/cuda/tc.cu \
-      -x cu kernels/plan.c kernels/repack.c -o "$H/harness" -lgomp > "$O/harness-build.txt" 2>&1 ||
+      "$H/plan.o" "$H/repack.o" -o "$H/harness" -lgomp > "$O/harness-build.txt" 2>&1 ||
       { tail -40 "$O/harness-build.txt"; exit 1; }
   stamp "harness built"
   "$H/harness" validate > "$O/harness-validate.txt" 2>&1

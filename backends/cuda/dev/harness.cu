@@ -674,9 +674,14 @@ int main(int argc, char **argv)
     }
 #ifdef SGKC_TIMELINE
     if (mode == "timeline") {
-        /* Phase stamps of the fused kernel at the seed preset, in a steady
-         * back-to-back stream (the last of 500 calls over 64 input sets). */
-        const Shape s = presets[0];
+        /* Phase stamps of the fused kernel at the seed preset (or the shape
+         * "B,N,D,H,P" given after the mode), in a steady back-to-back stream
+         * (the last of 500 calls over 64 input sets). */
+        Shape s = presets[0];
+        if (argc > 2 && sscanf(argv[2], "%d,%d,%d,%d,%d", &s.B, &s.N, &s.D, &s.H, &s.P) != 5) {
+            fprintf(stderr, "timeline: shape %s is not B,N,D,H,P\n", argv[2]);
+            return 2;
+        }
         Weights w = make_weights(s.D, s.H, s.P);
         Inputs in = make_inputs(s.B, s.N, s.D, s.P, 0);
         sgkc_layer L = make_layer(w);
