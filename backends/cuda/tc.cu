@@ -76,7 +76,7 @@ static cudaError_t tc_gemm_any(const sgkc_layer *L, const sgkc_tc_gemm_args &g, 
     sgkc_wg_weights w;
     int ks, bn;
     if (wg_weights(L, g, &w, &ks, &bn))
-        return sgkc_wg_gemm(g, w, bn, ks, true, s);
+        return sgkc_wg_gemm(g, w, bn, ks, L->dtype == SGK_DTYPE_F32, true, s);
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 

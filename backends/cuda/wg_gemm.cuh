@@ -50,7 +50,8 @@ template <int BN, int S>
 struct sgkc_wg_cfg {
     static constexpr int A_FL = SGKC_WG_BM * SGKC_WG_BK, W_FL = BN * SGKC_WG_BK;
     static constexpr int STAGE_FL = A_FL + 2 * W_FL;
-    static constexpr uint32_t BYTES = (uint32_t)STAGE_FL * 4u; /* a stage's TMA bytes */
+    /* a stage's TMA bytes: A and W's two parts, or (one TF32 pass) W's big part alone */
+    static constexpr uint32_t BYTES = (uint32_t)STAGE_FL * 4u, BYTES1 = (uint32_t)(A_FL + W_FL) * 4u;
     /* stages (1 KB aligned), 2 S mbarriers, alignment slack */
     static constexpr size_t SMEM = (size_t)S * STAGE_FL * 4 + 2 * S * 8 + 1024;
 };
@@ -105,7 +106,10 @@ __device__ __forceinline__ void sgkc_tma_2d(uint32_t dst, const CUtensorMap *map
 struct sgkc_wg_maps {
     CUtensorMap a, wb, wl;
 };
-template <int BN, int S, bool LN, bool RES>
+/* X3: 3xTF32 (the fp32 contract); else one TF32 pass on the big parts
+ * (16-bit layers, as attn_mma.cuh's X3): W's small part is neither loaded
+ * nor multiplied */
+template <int BN, int S, bool LN, bool RES, bool X3>
 __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     sgkc_wg_kernel(const __grid_constant__ sgkc_wg_maps maps, sgkc_tc_gemm_args a, const float *__restrict__ bias,
                     sgkc_tc_flags f)
@@ -121,6 +125,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     auto empty = [&](int s) { return bar0 + 8u * (uint32_t)(S + s); };
     auto stage = [&](int s) { return ring + s * cfg::STAGE_FL; };
 
+    constexpr uint32_t BYTES = X3 ? cfg::BYTES : cfg::BYTES1;
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
     const int Nc = a.Nc, K = a.K, n0 = (int)blockIdx.y * BN;
@@ -148,7 +153,8 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
         const uint32_t dst = (uint32_t)__cvta_generic_to_shared(stage(s));
         if (w) {
             sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.wb, k, n0, full(s));
-            sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, k, n0, full(s));
+            if constexpr (X3)
+                sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, k, n0, full(s));
         }
         if (x)
             sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
@@ -156,7 +162,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     const int pro = KTL < S ? KTL : S;
     if (tid == 0)
         for (int kt = 0; kt < pro; kt++) {
-            sgkc_mbar_expect(full(kt), cfg::BYTES);
+            sgkc_mbar_expect(full(kt), BYTES);
             load(kt, true, false);
         }
     sgkc_grid_wait();
@@ -190,7 +196,8 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
             acc[4 * j + 2 + e] = b0;
         }
 
-    uint32_t ah[2][4], al[2][4];
+    /* 3xTF32: ah[set], al[set]; one pass: ah[ks], two k-steps a group */
+    uint32_t ah[4][4], al[2][4];
     /* fragments of k-step ks (0..3) of the k-tile whose two chunks of rows
      * ra and rb are xa and xb: physical columns 8 t + 2 ks and 8 t + 2 ks + 1
      * (W's permutation puts logical columns t and t + 4 of the k-step there) */
@@ -208,16 +215,37 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
             v[3] = ((v[3] - sh_b) - mu_b) * rs_b;
         }
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
+        for (int e = 0; e < 4; e++) {
+            if constexpr (X3) {
+                sgkc_split_tf32(v[e], ah[set][e], al[set & 1][e]);
+            } else {
+                uint32_t unused;
+                sgkc_split_tf32(v[e], ah[set][e], unused);
+            }
+        }
+    };
+    /* k-tile kt - 1's MMAs are all done: its stage goes back to thread 0,
+     * which loads k-tile kt - 1 + S into it */
+    auto give_back = [&](int kt) {
+        asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); /* the whole warpgroup has waited */
+        if ((tid & 127) == 0)
+            sgkc_mbar_arrive(empty((kt - 1) % S));
+        if (tid == 0 && kt - 1 + S < KTL) {
+            const int sp = (kt - 1) % S;
+            sgkc_mbar_wait(empty(sp), (uint32_t)(((kt - 1) / S) & 1));
+            sgkc_mbar_expect(full(sp), BYTES);
+            load(kt - 1 + S, true, true);
+        }
+        __syncwarp();
     };
 
-    /* The k-steps run as one sequence i = 4 kt + ks, fragment set i % 2:
-     * before step i's fragments are made, step i - 2's MMAs (which read
-     * that set) must be done, and once step 4 kt + 1 has waited so, all of
-     * k-tile kt - 1's are, and its stage goes back to thread 0's loads.
-     * The warp-synchronous wgmma instructions follow only after __syncwarp,
-     * since thread 0 alone may have waited for a stage. */
+    /* 3xTF32: the k-steps run as one sequence i = 4 kt + ks, fragment set
+     * i % 2: before step i's fragments are made, step i - 2's MMAs (which
+     * read that set) must be done, and once step 4 kt + 1 has waited so, all
+     * of k-tile kt - 1's are. One pass: groups of two k-steps, i = 2 kt +
+     * kp, the same rule on groups. The warp-synchronous wgmma instructions
+     * follow only after __syncwarp, since thread 0 alone may have waited
+     * for a stage. */
 #pragma unroll 1
     for (int kt = 0; kt < KTL; kt++) {
         const int s = kt % S;
@@ -230,29 +258,37 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
             xa[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(ra, 2 * t + c));
             xb[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(rb, 2 * t + c));
         }
+        if constexpr (X3) {
 #pragma unroll
-        for (int ks = 0; ks < 4; ks++) {
-            const int set = ks & 1;
-            if (kt > 0 || ks >= 2) {
-                sgkc_wg_wait<1>();
-                sgkc_wg_hold(acc);
-                sgkc_wg_hold4(ah[set]);
-                sgkc_wg_hold4(al[set]);
-            }
-            if (kt > 0 && ks == 1) {
-                asm volatile("bar.sync %0, 128;\n" ::"r"(2 + wg) : "memory"); /* the whole warpgroup has waited */
-                if ((tid & 127) == 0)
-                    sgkc_mbar_arrive(empty((kt - 1) % S));
-                if (tid == 0 && kt - 1 + S < KTL) {
-                    const int sp = (kt - 1) % S;
-                    sgkc_mbar_wait(empty(sp), (uint32_t)(((kt - 1) / S) & 1));
-                    sgkc_mbar_expect(full(sp), cfg::BYTES);
-                    load(kt - 1 + S, true, true);
+            for (int ks = 0; ks < 4; ks++) {
+                const int set = ks & 1;
+                if (kt > 0 || ks >= 2) {
+                    sgkc_wg_wait<1>();
+                    sgkc_wg_hold(acc);
+                    sgkc_wg_hold4(ah[set]);
+                    sgkc_wg_hold4(al[set]);
                 }
-                __syncwarp();
+                if (kt > 0 && ks == 1)
+                    give_back(kt);
+                frag(set, ks, xa, xb);
+                sgkc_wg_step3(acc, ah[set], al[set], Wb + 8 * ks, Wl + 8 * ks);
             }
-            frag(set, ks, xa, xb);
-            sgkc_wg_step3(acc, ah[set], al[set], Wb + 8 * ks, Wl + 8 * ks);
+        } else {
+            (void)Wl;
+#pragma unroll
+            for (int kp = 0; kp < 2; kp++) {
+                if (kt > 0) {
+                    sgkc_wg_wait<1>();
+                    sgkc_wg_hold(acc);
+                    sgkc_wg_hold4(ah[2 * kp]);
+                    sgkc_wg_hold4(ah[2 * kp + 1]);
+                }
+                if (kt > 0 && kp == 1)
+                    give_back(kt);
+                frag(2 * kp, 2 * kp, xa, xb);
+                frag(2 * kp + 1, 2 * kp + 1, xa, xb);
+                sgkc_wg_step2(acc, ah[2 * kp], ah[2 * kp + 1], Wb + 16 * kp, Wb + 16 * kp + 8);
+            }
         }
     }
     sgkc_wg_wait<0>();
@@ -435,10 +471,11 @@ static inline cudaError_t sgkc_wg_map(CUtensorMap *m, const float *p, int inner,
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-/* One instance on g, with w's maps, after the previous kernel where pdl */
+/* One instance on g, with w's maps, after the previous kernel where pdl;
+ * in 3xTF32 where x3, else in one TF32 pass */
 template <int BN, int S>
-static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, bool pdl,
-                                         cudaStream_t s)
+static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, bool x3,
+                                         bool pdl, cudaStream_t s)
 {
     sgkc_wg_maps m;
     const int kp = sgkc_wg_kp(g.K);
@@ -477,8 +514,10 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
         lc.numAttrs++;
     }
     if (g.gamma)
-        return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false>, m, g, w.bias, f);
-    return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true>, m, g, w.bias, f);
+        return x3 ? cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, true>, m, g, w.bias, f)
+                  : cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, false>, m, g, w.bias, f);
+    return x3 ? cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true, true>, m, g, w.bias, f)
+              : cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true, false>, m, g, w.bias, f);
 }
 
 /* The blocks of a cluster that split each 128 x 128 output tile's k
@@ -526,21 +565,22 @@ static inline int sgkc_wg_bn(int64_t M, int Nc, int sms, bool ln)
 
 /* C = op(A) W^T (+ residual) with g's LayerNorm, scaling and residual, W
  * as w holds it, in blocks of 128 x bn (64, 128, 192, 256: sgkc_wg_bn), each output tile's k
- * range split over ks blocks (1, 2, 4 or 8: sgkc_wg_ks) */
-static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, int ks, bool pdl,
-                                       cudaStream_t s)
+ * range split over ks blocks (1, 2, 4 or 8: sgkc_wg_ks); 3xTF32 where x3,
+ * else one TF32 pass (16-bit layers) */
+static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, int ks,
+                                       bool x3, bool pdl, cudaStream_t s)
 {
     if (!sgkc_wg_takes(g) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + SGKC_WG_BK - 1) / SGKC_WG_BK)
         return cudaErrorInvalidValue;
     switch (bn) {
     case 64:
-        return sgkc_wg_launch<SGKC_WG_64>(g, w, ks, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_64>(g, w, ks, x3, pdl, s);
     case 128:
-        return sgkc_wg_launch<SGKC_WG_128>(g, w, ks, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_128>(g, w, ks, x3, pdl, s);
     case 192:
-        return sgkc_wg_launch<SGKC_WG_192>(g, w, ks, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_192>(g, w, ks, x3, pdl, s);
     case 256:
-        return sgkc_wg_launch<SGKC_WG_256>(g, w, ks, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_256>(g, w, ks, x3, pdl, s);
     default:
         return cudaErrorInvalidValue;
     }
@@ -550,9 +590,14 @@ template <int BN, int S>
 static inline cudaError_t sgkc_wg_prepare_inst()
 {
     const int smem = (int)sgkc_wg_cfg<BN, S>::SMEM;
-    cudaError_t e = cudaFuncSetAttribute(sgkc_wg_kernel<BN, S, true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(sgkc_wg_kernel<BN, S, false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    const void *const fns[] = {(const void *)sgkc_wg_kernel<BN, S, true, false, true>,
+                               (const void *)sgkc_wg_kernel<BN, S, false, true, true>,
+                               (const void *)sgkc_wg_kernel<BN, S, true, false, false>,
+                               (const void *)sgkc_wg_kernel<BN, S, false, true, false>};
+    cudaError_t e = cudaSuccess;
+    for (const void *fn : fns)
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     return e;
 }
 

@@ -174,6 +174,23 @@ __device__ __forceinline__ void sgkc_wg_step3(float (&d)[R], uint32_t (&ah)[4], 
     sgkc_wg_mma<R>(d, ah, bb);
     sgkc_wg_commit();
 }
+
+/* Two k-steps in one TF32 pass, for 16-bit layers (whose contract a TF32
+ * product keeps: their operands carry 8 or 11 bits, TF32 11), issued as
+ * one group: d += a0 B0 + a1 B1, B's big parts at big0 and big1. (A group
+ * of one wgmma is serialized by ptxas: C7513.) */
+template <int R>
+__device__ __forceinline__ void sgkc_wg_step2(float (&d)[R], uint32_t (&a0)[4], uint32_t (&a1)[4], const float *big0,
+                                              const float *big1)
+{
+    sgkc_wg_fence();
+    sgkc_wg_hold(d);
+    sgkc_wg_hold4(a0);
+    sgkc_wg_hold4(a1);
+    sgkc_wg_mma<R>(d, a0, sgkc_wg_desc(big0));
+    sgkc_wg_mma<R>(d, a1, sgkc_wg_desc(big1));
+    sgkc_wg_commit();
+}
 #endif
 
 #endif
