@@ -124,7 +124,10 @@ static cudaError_t convert(int threads, int widen, sgk_dtype dtype, const void *
 {
     if (n == 0)
         return cudaSuccess;
-    const int per = 16 * threads;
+    /* one element a thread: a thread's elements would be a chain of load,
+     * store, load (src and dst may alias, so no load moves above a store),
+     * one memory latency each */
+    const int per = threads;
     const size_t groups = (n + per - 1) / per;
     if (groups > INT_MAX)
         return cudaErrorInvalidValue; /* the core's element limit keeps n far below this */

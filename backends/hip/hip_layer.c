@@ -189,7 +189,10 @@ hipError_t sgk_hip_convert(const hip_layer *l, int widen, const void *src, void 
     if (n == 0)
         return hipSuccess;
     const sgk_hip_kernel *k = &l->ctx->k[widen ? SGK_HIP_K_WIDEN : SGK_HIP_K_NARROW];
-    int64_t per = 16 * (int64_t)k->threads;
+    /* one element a work-item where the groups allow: a work-item's
+     * elements are a chain of load, store, load (src and dst may alias),
+     * one memory latency each */
+    int64_t per = (int64_t)k->threads;
     if (((int64_t)n + per - 1) / per > k->max_groups0)
         per = ((int64_t)n + k->max_groups0 - 1) / k->max_groups0;
     if (per > INT32_MAX)

@@ -244,8 +244,10 @@ sgk_status sgk_cl_convert(const sgk_cl_ctx *c, int which, sgk_dtype dtype, cl_me
         return SGK_OK;
     const sgk_cl_kernel *k = &c->prog.k[which];
     const char *name = which == SGK_CL_K_WIDEN ? "widen16" : "narrow16";
-    /* elements a group: enough that the groups fit the launch */
-    size_t per = 16 * k->local;
+    /* elements a group: one a work-item (a work-item's elements are a
+     * chain of load, store, load, one memory latency each), or enough that
+     * the groups fit the launch */
+    size_t per = k->local;
     if ((n + per - 1) / per > (size_t)k->max_groups)
         per = (n + (size_t)k->max_groups - 1) / (size_t)k->max_groups;
     if (per > INT_MAX)
