@@ -1008,14 +1008,14 @@ static bool fused_plan(const sgkc_layer *L, int64_t B, int64_t N, fused_cfg *c)
     if (N > 128 || !L->fs_img)
         return false;
     c->Ch = fused_heads(L->D, L->H);
-    /* More row slices while the grid is under two blocks per SM, in
-     * clusters of up to 8 blocks, or 16 where every batch entry's cluster
-     * of 16 runs at once: the chain of phases is the time, and each block
-     * then holds fewer rows. */
+    /* More row slices while the grid stays within one block an SM (the
+     * shared-memory request below makes it so), in clusters of up to 8
+     * blocks, or 16 where every batch entry's cluster of 16 runs at once:
+     * the chain of phases is the time, and each block then holds fewer
+     * rows; a second wave would run the whole chain again. */
     const int cmax = B <= L->clusters16 ? 16 : 8;
     c->Cr = 1;
-    while (c->Ch * c->Cr * 2 <= cmax && B * c->Ch * c->Cr * 2 <= 2 * (int64_t)L->sm_count &&
-           N >= 8 * c->Cr)
+    while (c->Ch * c->Cr * 2 <= cmax && B * c->Ch * c->Cr * 2 <= (int64_t)L->sm_count && N >= 8 * c->Cr)
         c->Cr *= 2;
     const int C = c->Ch * c->Cr;
     c->rows_r = (int)((N + c->Cr - 1) / c->Cr);
