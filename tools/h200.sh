@@ -137,7 +137,8 @@ check)
   for c in ${CHECK_CASES:-sweep_s08_like sweep_s13_like sweep_s07_like pair_dim_33 head_dim_3 mask_empty_rows_u8}; do
     for tool in ${CHECK_TOOLS:-memcheck racecheck}; do
       [ $(( $(date +%s) - t0 )) -lt $(( ${CHECK_LIMIT:-540} - 60 )) ] || break 2
-      SGK_TEST_QUICK=1 SGK_TEST_VARIANTS=${CHECK_VARIANTS:-tuned-tiled} SGK_TEST_FILTER=$c timeout 60 \
+      # not SGK_TEST_QUICK: it skips the sweep-like cases, and the filter keeps the run to one case
+      SGK_TEST_VARIANTS=${CHECK_VARIANTS:-tuned-tiled} SGK_TEST_FILTER=$c timeout 60 \
           compute-sanitizer --tool "$tool" --error-exitcode 9 build/tests/test_conformance cuda > "$O/check-san.txt" 2>&1
       rc=$?
       stamp "compute-sanitizer $tool $c rc=$rc: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/check-san.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/check-san.txt") tests ok" |
