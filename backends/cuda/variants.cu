@@ -1042,17 +1042,17 @@ static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend
     return 1;
 }
 
-/* One wave of clusters (one block per SM), or little enough work that a
- * second wave of its short chains costs less than tiled's launches: past
- * that the per-block chain of dependent phases repeats per wave and the
- * tiled path is faster (DESIGN.md, tuned-fused-small). */
-static int fused_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan)
+/* Little enough work that the chain of dependent phases in each block
+ * (FFMA at runtime sizes, but at the seed's compiled-in shape) is shorter
+ * than tuned-tiled's five launches: measured, seed and s01 (9 MFLOP) run
+ * several times faster here, s06 (63 MFLOP, one wave) and s11 (151 MFLOP)
+ * slower (DESIGN.md, tuned-fused-small). */
+static int fused_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
 {
-    const fused_cfg c = sgkc_plan_get<fused_cfg>(plan);
     const double rows = (double)B * (double)N, pairs = rows * (double)N;
     const double flop = 8.0 * rows * L->D * L->D +
                         pairs * (4.0 * L->D + 2.0 * L->P * L->P + 2.0 * L->P * L->H);
-    return B * c.Ch * c.Cr <= (int64_t)L->sm_count || flop <= 1e8;
+    return flop <= 3e7;
 }
 
 static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_backend_plan *)
