@@ -1045,8 +1045,8 @@ static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend
 /* Little enough work that the chain of dependent phases in each block
  * (FFMA at runtime sizes, but at the seed's compiled-in shape) is shorter
  * than tuned-tiled's five launches: measured, seed and s01 (9 MFLOP) run
- * several times faster here, s06 (63 MFLOP, one wave) and s11 (151 MFLOP)
- * slower (DESIGN.md, tuned-fused-small). */
+ * faster here, s06 (63 MFLOP, one wave) and s11 (151 MFLOP) slower
+ * (DESIGN.md, tuned-fused-small). */
 static int fused_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
 {
     const double rows = (double)B * (double)N, pairs = rows * (double)N;
