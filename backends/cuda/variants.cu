@@ -1044,9 +1044,9 @@ static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend
 
 /* Little enough work that the chain of dependent phases in each block
  * (FFMA at runtime sizes, but at the seed's compiled-in shape) is shorter
- * than tuned-tiled's five launches: measured, seed and s01 (9 MFLOP) run
- * faster here, s06 (63 MFLOP, one wave) and s11 (151 MFLOP) slower
- * (DESIGN.md, tuned-fused-small). */
+ * than tuned-tiled's five launches; past it, even in one wave, the tiled
+ * path is the faster (DESIGN.md, tuned-fused-small, where the line was
+ * measured). */
 static int fused_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
 {
     const double rows = (double)B * (double)N, pairs = rows * (double)N;

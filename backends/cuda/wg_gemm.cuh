@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             if constexpr (X3) {
-                sgkc_split_tf32(v[e], ah[set][e], al[set & 1][e]);
+                sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
             } else {
                 uint32_t unused;
                 sgkc_split_tf32(v[e], ah[set][e], unused);
@@ -477,12 +477,12 @@ template <int BN, int S>
 static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, bool x3,
                                          bool pdl, cudaStream_t s)
 {
-    sgkc_wg_maps m;
+    sgkc_wg_maps m = {};
     const int kp = sgkc_wg_kp(g.K);
     cudaError_t e = sgkc_wg_map(&m.a, g.A, g.K, g.M, SGKC_WG_BM);
     if (e == cudaSuccess)
         e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && x3) /* one pass never reads W's small part */
         e = sgkc_wg_map(&m.wl, w.wl, kp, g.Nc, BN);
     if (e != cudaSuccess)
         return e;

@@ -93,18 +93,15 @@ static cudaError_t launch_wg_bn(const sgkc_tc_gemm_args &g, int bn, cudaStream_t
 {
     return g_wg_takes ? sgkc_wg_gemm(g, g_w, bn, ks, x3, false, s) : cudaErrorNotSupported;
 }
-/* the layer's choice of block width and split over k */
-static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s)
+/* the layer's choice of block width and split over k, in 3xTF32 (x3) or
+ * one TF32 pass as 16-bit layers run it */
+static cudaError_t launch_wg_picked(const sgkc_tc_gemm_args &g, cudaStream_t s, bool x3)
 {
     const int ks = sgkc_wg_ks(g.M, g.Nc, g.K, g_sms);
-    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms, g.gamma != nullptr), s, ks);
+    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms, g.gamma != nullptr), s, ks, x3);
 }
-/* the same in one TF32 pass, as 16-bit layers run it */
-static cudaError_t launch_wg1(const sgkc_tc_gemm_args &g, cudaStream_t s)
-{
-    const int ks = sgkc_wg_ks(g.M, g.Nc, g.K, g_sms);
-    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms, g.gamma != nullptr), s, ks, false);
-}
+static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_picked(g, s, true); }
+static cudaError_t launch_wg1(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_picked(g, s, false); }
 /* 128 x 128 tiles split over k in clusters of 2, 4, 8 where k-tiles allow */
 static cudaError_t launch_wg_k2(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s, 2); }
 static cudaError_t launch_wg_k4(const sgkc_tc_gemm_args &g, cudaStream_t s)
