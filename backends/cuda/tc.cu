@@ -71,12 +71,14 @@ static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_
     return false;
 }
 
-static cudaError_t tc_gemm_any(const sgkc_layer *L, const sgkc_tc_gemm_args &g, cudaStream_t s)
+/* 16-bit layers' projections in one TF32 pass, float layers' in 3xTF32 */
+static cudaError_t tc_gemm_any(const sgkc_layer *L, sgkc_tc_gemm_args g, cudaStream_t s)
 {
     sgkc_wg_weights w;
     int ks, bn;
+    g.one_pass = L->dtype != SGK_DTYPE_F32;
     if (wg_weights(L, g, &w, &ks, &bn))
-        return sgkc_wg_gemm(g, w, bn, ks, L->dtype == SGK_DTYPE_F32, true, s);
+        return sgkc_wg_gemm(g, w, bn, ks, !g.one_pass, true, s);
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 

@@ -65,6 +65,9 @@ struct sgkc_tc_gemm_args {
      * scratch where a pass of its own takes the rows' statistics once for
      * every column block (null: that kernel does not take the call) */
     float *ln_stats;
+    /* 16-bit layers: one TF32 pass (their contract, 1e-2, is far from what
+     * TF32 keeps) instead of 3xTF32 */
+    int one_pass;
 };
 
 /* The copy widths and store width the pointers and sizes allow. */
@@ -72,6 +75,7 @@ struct sgkc_tc_flags {
     int vec_a, vec_w; /* 16-byte rows: K % 4 == 0 and an aligned base */
     int vec_out;      /* float2 stores: Nc even, C and residual 8-byte aligned */
     int vec_out4;     /* float4 stores: Nc % 4 == 0, C and residual 16-byte aligned */
+    int x3;           /* 3xTF32 products; 0: the big halves' alone (one_pass) */
 };
 
 /* Outputs (m, n) and (m, n + 1) of the MMA kernels' fragments: scaled
@@ -348,17 +352,20 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
                     sgkc_split_tf32(j ? bf[nt].z : bf[nt].x, bb[nt][0], bs[nt][0]);
                     sgkc_split_tf32(j ? bf[nt].w : bf[nt].y, bb[nt][1], bs[nt][1]);
                 }
-                /* the small terms first, so the big product lands on them */
+                /* the small terms first, so the big product lands on them
+                 * (a uniform branch: one instance serves both passes) */
+                if (f.x3) {
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < NTL; nt++)
-                        sgkc_mma_tf32_16x8x8(acc[mt][nt], as[mt], bb[nt]);
+                        for (int nt = 0; nt < NTL; nt++)
+                            sgkc_mma_tf32_16x8x8(acc[mt][nt], as[mt], bb[nt]);
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++)
+                    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                    for (int nt = 0; nt < NTL; nt++)
-                        sgkc_mma_tf32_16x8x8(acc[mt][nt], ab[mt], bs[nt]);
+                        for (int nt = 0; nt < NTL; nt++)
+                            sgkc_mma_tf32_16x8x8(acc[mt][nt], ab[mt], bs[nt]);
+                }
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -450,6 +457,7 @@ static inline sgkc_tc_flags sgkc_tc_flags_of(const sgkc_tc_gemm_args &g)
     f.vec_w = g.K % 4 == 0 && sgkc_aligned16(g.W);
     f.vec_out = g.Nc % 2 == 0 && ((uintptr_t)g.C & 7u) == 0 && (!g.residual || ((uintptr_t)g.residual & 7u) == 0);
     f.vec_out4 = g.Nc % 4 == 0 && sgkc_aligned16(g.C) && (!g.residual || sgkc_aligned16(g.residual));
+    f.x3 = !g.one_pass;
     return f;
 }
 

@@ -85,6 +85,13 @@ static cudaError_t launch_small(const sgkc_tc_gemm_args &g, cudaStream_t s)
 }
 /* the dispatcher: the tile and the split over k that the layer would use */
 static cudaError_t launch_auto(const sgkc_tc_gemm_args &g, cudaStream_t s) { return sgkc_tc_gemm(g, g_sms, g_cc, s); }
+/* the same in one TF32 pass, as 16-bit layers run it */
+static cudaError_t launch_auto1(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    sgkc_tc_gemm_args one = g;
+    one.one_pass = 1;
+    return sgkc_tc_gemm(one, g_sms, g_cc, s);
+}
 /* wg_gemm.cuh's weights for the case at hand */
 static float *g_wprep;
 static sgkc_wg_weights g_w;
@@ -131,6 +138,7 @@ int main(int argc, char **argv)
      * is 1e-2) */
     const struct { launch_fn fn; const char *name; double rtol; } insts[] = {
         {launch_large, "128x128", 1e-5}, {launch_small, "64x64", 1e-5}, {launch_auto, "auto", 1e-5},
+        {launch_auto1, "auto1pass", 1e-3},
         {launch_wg, "wg", 1e-5},         {launch_wg1, "wg1pass", 1e-3}, {launch_wg64, "wg64", 1e-5},
         {launch_wg128, "wg128", 1e-5},   {launch_wg192, "wg192", 1e-5}, {launch_wg256, "wg256", 1e-5},
         {launch_wg_k2, "wgk2", 1e-5},    {launch_wg_k4, "wgk4", 1e-5},  {launch_wg_k8, "wgk8", 1e-5}};
