@@ -29,10 +29,17 @@ static bool wg_device(const sgkc_layer *L)
 #endif
 }
 
+/* 16-bit layers' projections take their own dtype's operands on wg_gemm.cuh */
+static bool wg_h16(const sgkc_layer *L) { return L->dtype != SGK_DTYPE_F32; }
+static int wg_ar(const sgkc_layer *L)
+{
+    return L->dtype == SGK_DTYPE_F32 ? SGKC_WG_X3 : L->dtype == SGK_DTYPE_F16 ? SGKC_WG_F16 : SGKC_WG_BF16;
+}
+
 size_t sgkc_tc_wg_floats(const sgkc_layer *L)
 {
     const int D = L->D;
-    return wg_device(L) ? sgkc_wg_floats(3 * D, D) + sgkc_wg_floats(D, D) : 0;
+    return wg_device(L) ? sgkc_wg_floats(3 * D, D, wg_h16(L)) + sgkc_wg_floats(D, D, wg_h16(L)) : 0;
 }
 
 cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
@@ -40,10 +47,16 @@ cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
     if (!L->wg)
         return cudaSuccess;
     const int D = L->D;
+    float *wo = L->wg + sgkc_wg_floats(3 * D, D, wg_h16(L));
+    if (wg_h16(L)) { /* the weights as given (their widened floats are exact); gamma and beta go into A */
+        const bool f16 = L->dtype == SGK_DTYPE_F16;
+        const cudaError_t e = sgkc_wg_prep16(L->gen + L->gen_off.wqkv, 3 * D, D, f16, L->wg, s);
+        return e != cudaSuccess ? e : sgkc_wg_prep16(L->gen + L->gen_off.wo, D, D, f16, wo, s);
+    }
     const cudaError_t e = sgkc_wg_prep(L->gen + L->gen_off.wqkv, L->gamma, L->beta, 3 * D, D, L->wg, s);
     if (e != cudaSuccess)
         return e;
-    return sgkc_wg_prep(L->gen + L->gen_off.wo, nullptr, nullptr, D, D, L->wg + sgkc_wg_floats(3 * D, D), s);
+    return sgkc_wg_prep(L->gen + L->gen_off.wo, nullptr, nullptr, D, D, wo, s);
 }
 
 /* Whether g is one of the layer's two projections with its weights in
@@ -61,24 +74,25 @@ static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_
     if (4 * *ks * ((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)g.Nc + *bn - 1) / *bn) < L->sm_count)
         return false;
     if (g.W == L->gen + L->gen_off.wqkv && g.Nc == 3 * D && g.gamma == L->gamma && g.beta == L->beta) {
-        *w = sgkc_wg_weights_at(L->wg, 3 * D, D);
+        *w = sgkc_wg_weights_at(L->wg, 3 * D, D, wg_h16(L));
         return true;
     }
     if (g.W == L->gen + L->gen_off.wo && g.Nc == D && !g.gamma) {
-        *w = sgkc_wg_weights_at(L->wg + sgkc_wg_floats(3 * D, D), D, D);
+        *w = sgkc_wg_weights_at(L->wg + sgkc_wg_floats(3 * D, D, wg_h16(L)), D, D, wg_h16(L));
         return true;
     }
     return false;
 }
 
-/* 16-bit layers' projections in one TF32 pass, float layers' in 3xTF32 */
+/* Float layers' projections in 3xTF32; 16-bit layers' on their dtype's
+ * operands (wg_gemm.cuh) or in one TF32 pass (tc_gemm.cuh) */
 static cudaError_t tc_gemm_any(const sgkc_layer *L, sgkc_tc_gemm_args g, cudaStream_t s)
 {
     sgkc_wg_weights w;
     int ks, bn;
     g.one_pass = L->dtype != SGK_DTYPE_F32;
     if (wg_weights(L, g, &w, &ks, &bn))
-        return sgkc_wg_gemm(g, w, bn, ks, !g.one_pass, true, s);
+        return sgkc_wg_gemm(g, w, bn, ks, wg_ar(L), true, s);
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 

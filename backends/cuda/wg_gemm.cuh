@@ -2,7 +2,8 @@
  * 3xTF32: tc_gemm.cuh's projections (the same arguments: LayerNorm, scaled
  * columns, residual) at the tensor cores' full TF32 rate, which mma.sync
  * does not reach. The two the layer runs: LayerNorm'd A without a residual
- * (Q/K/V) and plain A with one (the output projection).
+ * (Q/K/V) and plain A with one (the output projection). 16-bit layers run
+ * the same kernel on 16-bit operands (below, "16-bit").
  *
  * A block of two warpgroups computes 128 x BN outputs (BN 64, 128, 192 or
  * 256: m64nBNk8 a warpgroup, so one A fragment feeds BN columns). Per k-tile of
@@ -28,6 +29,13 @@
  * next k-step's are made while the MMAs run, and a stage goes back to
  * thread 0 once both warpgroups' MMAs that read it are done.
  *
+ * 16-bit: a stage holds 64 k (two boxes of A, W's 16-bit elements in
+ * 128-byte rows); A is normalised, scaled by gamma, shifted by beta and
+ * rounded to the layer's dtype in registers, as the 16-bit module rounds
+ * LayerNorm's output, and multiplied with W as given on m64nBNk16, two
+ * k-steps a group; half the products of a TF32 pass and a third of
+ * 3xTF32's.
+ *
  * Needs K % 4 == 0 and a 16-byte aligned A (TMA's row stride and base);
  * sgkc_wg_takes says so. The kernel body exists only in sm_90a code
  * (__CUDA_ARCH_FEAT_SM90_ALL); the host takes it where the build has sm_90a
@@ -40,18 +48,28 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #define SGKC_WG_BM 128
 #define SGKC_WG_BK 32
 #define SGKC_WG_NT 256 /* two warpgroups */
 
-/* BN outputs a block's row, S stages */
-template <int BN, int S>
+/* The arithmetic: 3xTF32 on float operands (the fp32 contract), or one
+ * product of 16-bit operands, bf16 or f16 as the layer's dtype (16-bit
+ * layers, whose contract is 1e-2) */
+enum { SGKC_WG_X3 = 0, SGKC_WG_BF16 = 1, SGKC_WG_F16 = 2 };
+
+/* BN outputs a block's row, S stages, H16: 16-bit operands. A stage is a
+ * k-tile: 3xTF32's of 32 (A's box, W's TF32 big and small parts, each
+ * 128-byte rows), 16-bit's of 64 (two boxes of A, and W's 64 16-bit
+ * elements, again 128-byte rows: the same bytes as a TF32 part's tile). */
+template <int BN, int S, bool H16 = false>
 struct sgkc_wg_cfg {
     static constexpr int A_FL = SGKC_WG_BM * SGKC_WG_BK, W_FL = BN * SGKC_WG_BK;
-    static constexpr int STAGE_FL = A_FL + 2 * W_FL;
-    /* a stage's TMA bytes: A and W's two parts, or (one TF32 pass) W's big part alone */
-    static constexpr uint32_t BYTES = (uint32_t)STAGE_FL * 4u, BYTES1 = (uint32_t)(A_FL + W_FL) * 4u;
+    static constexpr int STAGE_FL = H16 ? 2 * A_FL + W_FL : A_FL + 2 * W_FL;
+    static constexpr int KB = H16 ? 2 * SGKC_WG_BK : SGKC_WG_BK; /* k a stage */
+    static constexpr uint32_t BYTES = (uint32_t)STAGE_FL * 4u; /* a stage's TMA bytes */
     /* stages (1 KB aligned), 2 S mbarriers, alignment slack */
     static constexpr size_t SMEM = (size_t)S * STAGE_FL * 4 + 2 * S * 8 + 1024;
 };
@@ -62,6 +80,8 @@ struct sgkc_wg_cfg {
 #define SGKC_WG_192 192, 3
 #define SGKC_WG_256 256, 2
 #define SGKC_WG_SMEM (sgkc_wg_cfg<SGKC_WG_128>::SMEM)
+/* 16-bit operands' stages at each width (each holds twice the k) */
+static constexpr int sgkc_wg_s16(int bn) { return bn == 64 ? 2 : bn == 128 ? 4 : 3; }
 
 /* float offset of chunk c (4 floats) of row r in a 128-byte-swizzled tile */
 __device__ __forceinline__ int sgkc_wg_at(int r, int c)
@@ -101,22 +121,35 @@ __device__ __forceinline__ void sgkc_tma_2d(uint32_t dst, const CUtensorMap *map
 }
 #endif
 
-/* A call's tensor maps, made on the host: A (M, K), and W's two parts
- * (Nc, Kp) in boxes of 32 k by 128 rows (A) or BN rows (W). */
+/* A call's tensor maps, made on the host: A (M, K) in boxes of 32 k by
+ * 128 rows; W's two TF32 parts (Nc, Kp) in boxes of 32 k by BN rows, or
+ * its 16-bit elements (Nc, Kp) in boxes of 64 k by BN rows (wb). */
 struct sgkc_wg_maps {
     CUtensorMap a, wb, wl;
 };
-/* X3: 3xTF32 (the fp32 contract); else one TF32 pass on the big parts
- * (16-bit layers, as attn_mma.cuh's X3): W's small part is neither loaded
- * nor multiplied */
-template <int BN, int S, bool LN, bool RES, bool X3>
+/* a float pair as two 16-bit elements of one register, the first in the
+ * low half (round to nearest even) */
+template <bool F16>
+__device__ __forceinline__ uint32_t sgkc_wg_pack16(float lo, float hi)
+{
+    if constexpr (F16) {
+        const __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    } else {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    }
+}
+/* AR: SGKC_WG_X3, SGKC_WG_BF16 or SGKC_WG_F16 */
+template <int BN, int S, bool LN, bool RES, int AR>
 __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     sgkc_wg_kernel(const __grid_constant__ sgkc_wg_maps maps, sgkc_tc_gemm_args a, const float *__restrict__ bias,
                     sgkc_tc_flags f)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using cfg = sgkc_wg_cfg<BN, S>;
-    constexpr int BM = SGKC_WG_BM, BK = SGKC_WG_BK, R = BN / 2;
+    constexpr bool H16 = AR != SGKC_WG_X3, F16 = AR == SGKC_WG_F16;
+    using cfg = sgkc_wg_cfg<BN, S, H16>;
+    constexpr int BM = SGKC_WG_BM, BK = cfg::KB, R = BN / 2;
     extern __shared__ float4 wg_smem4[];
     float *ring = reinterpret_cast<float *>(((uintptr_t)wg_smem4 + 1023) & ~(uintptr_t)1023);
     uint64_t *bars = reinterpret_cast<uint64_t *>(ring + S * cfg::STAGE_FL); /* full[S], then empty[S] */
@@ -125,7 +158,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     auto empty = [&](int s) { return bar0 + 8u * (uint32_t)(S + s); };
     auto stage = [&](int s) { return ring + s * cfg::STAGE_FL; };
 
-    constexpr uint32_t BYTES = X3 ? cfg::BYTES : cfg::BYTES1;
+    constexpr uint32_t BYTES = cfg::BYTES;
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
     const int Nc = a.Nc, K = a.K, n0 = (int)blockIdx.y * BN;
@@ -151,13 +184,21 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     auto load = [&](int kt, bool w, bool x) {
         const int s = kt % S, k = (kt0 + kt) * BK;
         const uint32_t dst = (uint32_t)__cvta_generic_to_shared(stage(s));
-        if (w) {
-            sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.wb, k, n0, full(s));
-            if constexpr (X3)
+        if constexpr (H16) { /* A's two boxes, then W's 64 k */
+            if (w)
+                sgkc_tma_2d(dst + (uint32_t)(2 * cfg::A_FL) * 4u, &maps.wb, k, n0, full(s));
+            if (x) {
+                sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
+                sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.a, k + SGKC_WG_BK, (int)m0, full(s));
+            }
+        } else {
+            if (w) {
+                sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.wb, k, n0, full(s));
                 sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, k, n0, full(s));
+            }
+            if (x)
+                sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
         }
-        if (x)
-            sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
     };
     const int pro = KTL < S ? KTL : S;
     if (tid == 0)
@@ -184,19 +225,21 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     }
 
     /* acc[4j + 2s + e]: row 16 w4 + 8 s + g of the warpgroup's 64, column
-     * 8 j + 2 t + e; W beta is where the sums start */
+     * 8 j + 2 t + e; W beta is where 3xTF32's sums start (16-bit operands
+     * take gamma and beta in A, as the 16-bit module rounds LayerNorm's
+     * output, and W as it is) */
     float acc[R];
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int n = n0 + 8 * j + 2 * t + e;
-            const float b0 = LN && rank == 0 && n < Nc ? __ldg(bias + n) : 0.0f;
+            const float b0 = LN && !H16 && rank == 0 && n < Nc ? __ldg(bias + n) : 0.0f;
             acc[4 * j + e] = b0;
             acc[4 * j + 2 + e] = b0;
         }
 
-    /* 3xTF32: ah[set], al[set]; one pass: ah[ks], two k-steps a group */
+    /* 3xTF32: ah[set], al[set]; 16-bit: ah[2 kp + ks], two k-steps a group */
     uint32_t ah[4][4], al[2][4];
     /* fragments of k-step ks (0..3) of the k-tile whose two chunks of rows
      * ra and rb are xa and xb: physical columns 8 t + 2 ks and 8 t + 2 ks + 1
@@ -215,14 +258,34 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
             v[3] = ((v[3] - sh_b) - mu_b) * rs_b;
         }
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            if constexpr (X3) {
-                sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
-            } else {
-                uint32_t unused;
-                sgkc_split_tf32(v[e], ah[set][e], unused);
+        for (int e = 0; e < 4; e++)
+            sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
+    };
+    /* 16-bit: fragments of k-step ks (0, 1) of the 32 k of one of A's boxes
+     * whose chunks of rows ra and rb are xa and xb, at k k0 (for gamma
+     * and beta): physical columns 8 t + 4 ks .. + 3, which W's permutation
+     * (sgkc_wg_prep16) puts at k-step ks's k 2 t, 2 t + 1, 2 t + 8, 2 t + 9 */
+    auto frag16 = [&](int set, int ks, int k0, const float4 (&xa)[2], const float4 (&xb)[2]) {
+        float4 va = xa[ks], vb = xb[ks];
+        if constexpr (LN) {
+            float4 gm = make_float4(0.0f, 0.0f, 0.0f, 0.0f), bt = gm; /* zeros past K, where A reads as 0 */
+            if (k0 < K) {
+                gm = __ldg(reinterpret_cast<const float4 *>(a.gamma + k0));
+                bt = __ldg(reinterpret_cast<const float4 *>(a.beta + k0));
             }
+            va.x = ((va.x - sh_a) - mu_a) * rs_a * gm.x + bt.x;
+            va.y = ((va.y - sh_a) - mu_a) * rs_a * gm.y + bt.y;
+            va.z = ((va.z - sh_a) - mu_a) * rs_a * gm.z + bt.z;
+            va.w = ((va.w - sh_a) - mu_a) * rs_a * gm.w + bt.w;
+            vb.x = ((vb.x - sh_b) - mu_b) * rs_b * gm.x + bt.x;
+            vb.y = ((vb.y - sh_b) - mu_b) * rs_b * gm.y + bt.y;
+            vb.z = ((vb.z - sh_b) - mu_b) * rs_b * gm.z + bt.z;
+            vb.w = ((vb.w - sh_b) - mu_b) * rs_b * gm.w + bt.w;
         }
+        ah[set][0] = sgkc_wg_pack16<F16>(va.x, va.y);
+        ah[set][1] = sgkc_wg_pack16<F16>(vb.x, vb.y);
+        ah[set][2] = sgkc_wg_pack16<F16>(va.z, va.w);
+        ah[set][3] = sgkc_wg_pack16<F16>(vb.z, vb.w);
     };
     /* k-tile kt - 1's MMAs are all done: its stage goes back to thread 0,
      * which loads k-tile kt - 1 + S into it */
@@ -242,23 +305,24 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     /* 3xTF32: the k-steps run as one sequence i = 4 kt + ks, fragment set
      * i % 2: before step i's fragments are made, step i - 2's MMAs (which
      * read that set) must be done, and once step 4 kt + 1 has waited so, all
-     * of k-tile kt - 1's are. One pass: groups of two k-steps, i = 2 kt +
-     * kp, the same rule on groups. The warp-synchronous wgmma instructions
-     * follow only after __syncwarp, since thread 0 alone may have waited
-     * for a stage. */
+     * of k-tile kt - 1's are. 16-bit: groups of two k-steps of 16, one
+     * group a box of A, i = 2 kt + kp, the same rule on groups. The
+     * warp-synchronous wgmma instructions follow only after __syncwarp,
+     * since thread 0 alone may have waited for a stage. */
 #pragma unroll 1
     for (int kt = 0; kt < KTL; kt++) {
         const int s = kt % S;
         sgkc_mbar_wait(full(s), (uint32_t)((kt / S) & 1));
         __syncwarp();
-        const float *As = stage(s), *Wb = As + cfg::A_FL, *Wl = Wb + cfg::W_FL;
-        float4 xa[2], xb[2];
+        const float *As = stage(s);
+        if constexpr (!H16) {
+            const float *Wb = As + cfg::A_FL, *Wl = Wb + cfg::W_FL;
+            float4 xa[2], xb[2];
 #pragma unroll
-        for (int c = 0; c < 2; c++) {
-            xa[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(ra, 2 * t + c));
-            xb[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(rb, 2 * t + c));
-        }
-        if constexpr (X3) {
+            for (int c = 0; c < 2; c++) {
+                xa[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(ra, 2 * t + c));
+                xb[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(rb, 2 * t + c));
+            }
 #pragma unroll
             for (int ks = 0; ks < 4; ks++) {
                 const int set = ks & 1;
@@ -274,9 +338,16 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 sgkc_wg_step3(acc, ah[set], al[set], Wb + 8 * ks, Wl + 8 * ks);
             }
         } else {
-            (void)Wl;
+            const float *Wt = As + 2 * cfg::A_FL; /* 64 k a row, k-step ks of box kp at 32 kp + 16 ks */
 #pragma unroll
             for (int kp = 0; kp < 2; kp++) {
+                const float *Ab = As + kp * cfg::A_FL;
+                float4 xa[2], xb[2];
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    xa[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(ra, 2 * t + c));
+                    xb[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(rb, 2 * t + c));
+                }
                 if (kt > 0) {
                     sgkc_wg_wait<1>();
                     sgkc_wg_hold(acc);
@@ -285,9 +356,10 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 }
                 if (kt > 0 && kp == 1)
                     give_back(kt);
-                frag(2 * kp, 2 * kp, xa, xb);
-                frag(2 * kp + 1, 2 * kp + 1, xa, xb);
-                sgkc_wg_step2(acc, ah[2 * kp], ah[2 * kp + 1], Wb + 16 * kp, Wb + 16 * kp + 8);
+                const int k0 = (kt0 + kt) * BK + SGKC_WG_BK * kp + 8 * t;
+                frag16(2 * kp, 0, k0, xa, xb);
+                frag16(2 * kp + 1, 1, k0 + 4, xa, xb);
+                sgkc_wg_step2<R, F16>(acc, ah[2 * kp], ah[2 * kp + 1], Wt + 16 * kp, Wt + 16 * kp + 8);
             }
         }
     }
@@ -394,21 +466,46 @@ __global__ void sgkc_wg_prep_kernel(const float *__restrict__ W, const float *__
     }
 }
 
+/* W (Nc, K) as 16-bit elements (f16, else bf16: exact for a 16-bit
+ * layer's widened weights) in k-tiles of 64, permuted within each so that
+ * the kernel's A fragments are whole 16-byte chunks: column 32 kp + 16 ks
+ * + j of a k-tile holds its column 32 kp + 8 ((j % 8) / 2) + 4 ks + 2 (j /
+ * 8) + j % 2; zeros past K. */
+__global__ void sgkc_wg_prep16_kernel(const float *__restrict__ W, int Nc, int K, int Kp, int f16, uint16_t *w)
+{
+    const int64_t n_all = (int64_t)Nc * Kp;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_all; i += (int64_t)gridDim.x * blockDim.x) {
+        const int n = (int)(i / Kp), q = (int)(i % Kp);
+        const int j = q & 15, ks = (q >> 4) & 1, kp = (q >> 5) & 1;
+        const int k = (q & ~63) + 32 * kp + 8 * ((j & 7) >> 1) + 4 * ks + 2 * (j >> 3) + (j & 1);
+        const float v = k < K ? W[(size_t)n * K + k] : 0.0f;
+        w[i] = f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    }
+}
+
 /* One projection's weights as the kernel takes them, remade whenever W,
- * gamma or beta change (sgkc_wg_prep): wb and wl (Nc, Kp = K rounded up to
- * 32) the TF32 big part of W[n][k] gamma[k] and the rest, columns permuted
- * within each k-tile (column 8 ks + j of a k-tile holds its column
- * 8 (j % 4) + 2 ks + j / 4), zeros past K; bias[n] = sum_k W[n][k] beta[k]
- * (in double; zeros without LayerNorm). */
+ * gamma or beta change. 3xTF32 (sgkc_wg_prep): wb and wl (Nc, Kp = K
+ * rounded up to 32) the TF32 big part of W[n][k] gamma[k] and the rest,
+ * columns permuted within each k-tile (column 8 ks + j of a k-tile holds
+ * its column 8 (j % 4) + 2 ks + j / 4), zeros past K; bias[n] = sum_k
+ * W[n][k] beta[k] (in double; zeros without LayerNorm). 16-bit
+ * (sgkc_wg_prep16): wb W's 16-bit elements (Nc, K rounded up to 64), as
+ * sgkc_wg_prep16_kernel lays them out; wl and bias unused. */
 struct sgkc_wg_weights {
     const float *wb, *wl, *bias;
 };
 
-static inline int sgkc_wg_kp(int K) { return (K + 31) / 32 * 32; }
-/* floats of one projection's weights: wb, wl, then bias */
-static inline size_t sgkc_wg_floats(int Nc, int K) { return 2 * (size_t)Nc * (size_t)sgkc_wg_kp(K) + (size_t)Nc; }
-static inline sgkc_wg_weights sgkc_wg_weights_at(const float *p, int Nc, int K)
+static inline int sgkc_wg_kp(int K, bool h16 = false) { return h16 ? (K + 63) / 64 * 64 : (K + 31) / 32 * 32; }
+/* floats of one projection's weights: wb, wl, then bias; 16-bit: wb alone */
+static inline size_t sgkc_wg_floats(int Nc, int K, bool h16 = false)
 {
+    return h16 ? (size_t)Nc * (size_t)sgkc_wg_kp(K, true) / 2
+               : 2 * (size_t)Nc * (size_t)sgkc_wg_kp(K) + (size_t)Nc;
+}
+static inline sgkc_wg_weights sgkc_wg_weights_at(const float *p, int Nc, int K, bool h16 = false)
+{
+    if (h16)
+        return {p, nullptr, nullptr};
     const size_t n = (size_t)Nc * (size_t)sgkc_wg_kp(K);
     return {p, p + n, p + 2 * n};
 }
@@ -422,6 +519,16 @@ static inline cudaError_t sgkc_wg_prep(const float *W, const float *gamma, const
     const size_t blocks = (n + 255) / 256;
     sgkc_wg_prep_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(W, gamma, beta, Nc, K, Kp, p, p + n,
                                                                                  p + 2 * n);
+    return cudaGetLastError();
+}
+
+/* W (Nc, K) as 16-bit operands (f16 where f16, else bf16) into p */
+static inline cudaError_t sgkc_wg_prep16(const float *W, int Nc, int K, bool f16, float *p, cudaStream_t s)
+{
+    const int Kp = sgkc_wg_kp(K, true);
+    const size_t blocks = ((size_t)Nc * (size_t)Kp + 255) / 256;
+    sgkc_wg_prep16_kernel<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(W, Nc, K, Kp, f16 ? 1 : 0,
+                                                                                    (uint16_t *)p);
     return cudaGetLastError();
 }
 
@@ -454,35 +561,43 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 sgkc_wg_encoder()
     return fn;
 }
 
-/* A row-major (outer, inner) float matrix in boxes of 32 x box_outer,
- * 128-byte swizzled; out of range reads as zeros */
-static inline cudaError_t sgkc_wg_map(CUtensorMap *m, const float *p, int inner, int64_t outer, int box_outer)
+/* A row-major (outer, inner) matrix of floats (or, where t says, 16-bit
+ * elements) in boxes of 128 bytes x box_outer, 128-byte swizzled; out of
+ * range reads as zeros */
+static inline cudaError_t sgkc_wg_map(CUtensorMap *m, const float *p, int inner, int64_t outer, int box_outer,
+                                      CUtensorMapDataType t = CU_TENSOR_MAP_DATA_TYPE_FLOAT32)
 {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = sgkc_wg_encoder();
     if (!encode)
         return cudaErrorNotSupported;
+    const cuuint32_t es = t == CU_TENSOR_MAP_DATA_TYPE_FLOAT32 ? 4 : 2;
     const cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-    const cuuint64_t strides[1] = {(cuuint64_t)inner * sizeof(float)};
-    const cuuint32_t box[2] = {SGKC_WG_BK, (cuuint32_t)box_outer};
+    const cuuint64_t strides[1] = {(cuuint64_t)inner * es};
+    const cuuint32_t box[2] = {128 / es, (cuuint32_t)box_outer};
     const cuuint32_t el[2] = {1, 1};
-    const CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)p, dims, strides, box, el,
+    const CUresult r = encode(m, t, 2, (void *)p, dims, strides, box, el,
                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-/* One instance on g, with w's maps, after the previous kernel where pdl;
- * in 3xTF32 where x3, else in one TF32 pass */
+/* One instance on g, with w's maps, after the previous kernel where pdl,
+ * in arithmetic ar (SGKC_WG_X3, _BF16, _F16); S: 3xTF32's stages */
 template <int BN, int S>
-static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, bool x3,
+static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, int ar,
                                          bool pdl, cudaStream_t s)
 {
+    constexpr int S16 = sgkc_wg_s16(BN);
+    const bool h16 = ar != SGKC_WG_X3;
     sgkc_wg_maps m = {};
-    const int kp = sgkc_wg_kp(g.K);
+    const int kp = sgkc_wg_kp(g.K, h16);
     cudaError_t e = sgkc_wg_map(&m.a, g.A, g.K, g.M, SGKC_WG_BM);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && h16)
+        e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN,
+                        ar == SGKC_WG_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    if (e == cudaSuccess && !h16)
         e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN);
-    if (e == cudaSuccess && x3) /* one pass never reads W's small part */
+    if (e == cudaSuccess && !h16)
         e = sgkc_wg_map(&m.wl, w.wl, kp, g.Nc, BN);
     if (e != cudaSuccess)
         return e;
@@ -505,7 +620,7 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
         lc.numAttrs = 1; /* after the statistics */
     }
     lc.gridDim = dim3((unsigned)((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM), (unsigned)((g.Nc + BN - 1) / BN), (unsigned)ks);
-    lc.dynamicSmemBytes = sgkc_wg_cfg<BN, S>::SMEM;
+    lc.dynamicSmemBytes = h16 ? sgkc_wg_cfg<BN, S16, true>::SMEM : sgkc_wg_cfg<BN, S>::SMEM;
     if (ks > 1) {
         attr[lc.numAttrs].id = cudaLaunchAttributeClusterDimension;
         attr[lc.numAttrs].val.clusterDim.x = 1;
@@ -514,10 +629,22 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
         lc.numAttrs++;
     }
     if (g.gamma)
-        return x3 ? cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, true>, m, g, w.bias, f)
-                  : cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, false>, m, g, w.bias, f);
-    return x3 ? cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true, true>, m, g, w.bias, f)
-              : cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true, false>, m, g, w.bias, f);
+        switch (ar) {
+        case SGKC_WG_BF16:
+            return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_BF16>, m, g, w.bias, f);
+        case SGKC_WG_F16:
+            return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_F16>, m, g, w.bias, f);
+        default:
+            return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, SGKC_WG_X3>, m, g, w.bias, f);
+        }
+    switch (ar) {
+    case SGKC_WG_BF16:
+        return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S16, false, true, SGKC_WG_BF16>, m, g, w.bias, f);
+    case SGKC_WG_F16:
+        return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S16, false, true, SGKC_WG_F16>, m, g, w.bias, f);
+    default:
+        return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, false, true, SGKC_WG_X3>, m, g, w.bias, f);
+    }
 }
 
 /* The blocks of a cluster that split each 128 x 128 output tile's k
@@ -565,22 +692,28 @@ static inline int sgkc_wg_bn(int64_t M, int Nc, int sms, bool ln)
 
 /* C = op(A) W^T (+ residual) with g's LayerNorm, scaling and residual, W
  * as w holds it, in blocks of 128 x bn (64, 128, 192, 256: sgkc_wg_bn), each output tile's k
- * range split over ks blocks (1, 2, 4 or 8: sgkc_wg_ks); 3xTF32 where x3,
- * else one TF32 pass (16-bit layers) */
+ * range split over ks blocks (1, 2, 4 or 8: sgkc_wg_ks); in 3xTF32 (ar
+ * SGKC_WG_X3) or on 16-bit operands (SGKC_WG_BF16, SGKC_WG_F16: w from
+ * sgkc_wg_prep16) */
 static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, int ks,
-                                       bool x3, bool pdl, cudaStream_t s)
+                                       int ar, bool pdl, cudaStream_t s)
 {
-    if (!sgkc_wg_takes(g) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + SGKC_WG_BK - 1) / SGKC_WG_BK)
+    const int kb = ar == SGKC_WG_X3 ? SGKC_WG_BK : 2 * SGKC_WG_BK;
+    if (!sgkc_wg_takes(g) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + kb - 1) / kb ||
+        (ar != SGKC_WG_X3 && ar != SGKC_WG_BF16 && ar != SGKC_WG_F16))
+        return cudaErrorInvalidValue;
+    /* 16-bit operands read gamma and beta four floats at a time */
+    if (ar != SGKC_WG_X3 && g.gamma && (((uintptr_t)g.gamma | (uintptr_t)g.beta) & 15) != 0)
         return cudaErrorInvalidValue;
     switch (bn) {
     case 64:
-        return sgkc_wg_launch<SGKC_WG_64>(g, w, ks, x3, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_64>(g, w, ks, ar, pdl, s);
     case 128:
-        return sgkc_wg_launch<SGKC_WG_128>(g, w, ks, x3, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_128>(g, w, ks, ar, pdl, s);
     case 192:
-        return sgkc_wg_launch<SGKC_WG_192>(g, w, ks, x3, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_192>(g, w, ks, ar, pdl, s);
     case 256:
-        return sgkc_wg_launch<SGKC_WG_256>(g, w, ks, x3, pdl, s);
+        return sgkc_wg_launch<SGKC_WG_256>(g, w, ks, ar, pdl, s);
     default:
         return cudaErrorInvalidValue;
     }
@@ -589,15 +722,21 @@ static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg
 template <int BN, int S>
 static inline cudaError_t sgkc_wg_prepare_inst()
 {
-    const int smem = (int)sgkc_wg_cfg<BN, S>::SMEM;
-    const void *const fns[] = {(const void *)sgkc_wg_kernel<BN, S, true, false, true>,
-                               (const void *)sgkc_wg_kernel<BN, S, false, true, true>,
-                               (const void *)sgkc_wg_kernel<BN, S, true, false, false>,
-                               (const void *)sgkc_wg_kernel<BN, S, false, true, false>};
+    constexpr int S16 = sgkc_wg_s16(BN);
+    const int smem = (int)sgkc_wg_cfg<BN, S>::SMEM, smem16 = (int)sgkc_wg_cfg<BN, S16, true>::SMEM;
+    const struct {
+        const void *fn;
+        int smem;
+    } fns[] = {{(const void *)sgkc_wg_kernel<BN, S, true, false, SGKC_WG_X3>, smem},
+               {(const void *)sgkc_wg_kernel<BN, S, false, true, SGKC_WG_X3>, smem},
+               {(const void *)sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_BF16>, smem16},
+               {(const void *)sgkc_wg_kernel<BN, S16, false, true, SGKC_WG_BF16>, smem16},
+               {(const void *)sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_F16>, smem16},
+               {(const void *)sgkc_wg_kernel<BN, S16, false, true, SGKC_WG_F16>, smem16}};
     cudaError_t e = cudaSuccess;
-    for (const void *fn : fns)
+    for (const auto &f : fns)
         if (e == cudaSuccess)
-            e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            e = cudaFuncSetAttribute(f.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, f.smem);
     return e;
 }
 

@@ -3,7 +3,7 @@
  *
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I backends/cuda \
  *       backends/cuda/dev/tc_gemm_check.cu -o /tmp/tcg
- *   /tmp/tcg [seed]
+ *   /tmp/tcg [seed [check]]      (check: validate, do not time)
  *
  * Each case (M, Nc, K, LN, RES) runs through tc_gemm.cuh's two tile
  * instances and its dispatcher ("auto"), and wg_gemm.cuh (LayerNorm
@@ -11,7 +11,10 @@
  * width and split over k the layer picks ("wg"), at each of its four
  * widths ("wg64", "wg128", "wg192", "wg256") and split over k in clusters of 2, 4
  * and 8 ("wgk2", "wgk4", "wgk8"; "n/a" where it does not take the case,
- * with its weights prepared once a case): C is poisoned with NaN first,
+ * with its weights prepared once a case), and on 16-bit operands as
+ * 16-bit layers run it: bf16 and f16 at the layer's choice ("wgbf16",
+ * "wgf16"), bf16 at each width and split ("b64" .. "b256", "bk2" ..
+ * "bk8"), held to looser tolerances (below): C is poisoned with NaN first,
  * then every element must be written and finite, and the checked rows (all
  * of them, or the first and last tiles' rows plus 64 random ones when M is
  * large) must be within relative L2 1e-5 and max abs 1e-4 of a double
@@ -25,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 
@@ -92,23 +96,27 @@ static cudaError_t launch_auto1(const sgkc_tc_gemm_args &g, cudaStream_t s)
     one.one_pass = 1;
     return sgkc_tc_gemm(one, g_sms, g_cc, s);
 }
-/* wg_gemm.cuh's weights for the case at hand */
-static float *g_wprep;
-static sgkc_wg_weights g_w;
+/* wg_gemm.cuh's weights for the case at hand, one set an arithmetic
+ * (SGKC_WG_X3, _BF16, _F16) */
+static float *g_wprep[3];
+static sgkc_wg_weights g_w[3];
 static bool g_wg_takes;
-static cudaError_t launch_wg_bn(const sgkc_tc_gemm_args &g, int bn, cudaStream_t s, int ks = 1, bool x3 = true)
+static cudaError_t launch_wg_bn(const sgkc_tc_gemm_args &g, int bn, cudaStream_t s, int ks = 1, int ar = SGKC_WG_X3)
 {
-    return g_wg_takes ? sgkc_wg_gemm(g, g_w, bn, ks, x3, false, s) : cudaErrorNotSupported;
+    return g_wg_takes ? sgkc_wg_gemm(g, g_w[ar], bn, ks, ar, false, s) : cudaErrorNotSupported;
 }
-/* the layer's choice of block width and split over k, in 3xTF32 (x3) or
- * one TF32 pass as 16-bit layers run it */
-static cudaError_t launch_wg_picked(const sgkc_tc_gemm_args &g, cudaStream_t s, bool x3)
+/* the layer's choice of block width and split over k */
+static cudaError_t launch_wg_picked(const sgkc_tc_gemm_args &g, cudaStream_t s, int ar)
 {
     const int ks = sgkc_wg_ks(g.M, g.Nc, g.K, g_sms);
-    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms, g.gamma != nullptr), s, ks, x3);
+    return launch_wg_bn(g, ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, g_sms, g.gamma != nullptr), s, ks, ar);
 }
-static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_picked(g, s, true); }
-static cudaError_t launch_wg1(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_picked(g, s, false); }
+static cudaError_t launch_wg(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_picked(g, s, SGKC_WG_X3); }
+static cudaError_t launch_wgb(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return launch_wg_picked(g, s, SGKC_WG_BF16);
+}
+static cudaError_t launch_wgh(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_picked(g, s, SGKC_WG_F16); }
 /* 128 x 128 tiles split over k in clusters of 2, 4, 8 where k-tiles allow */
 static cudaError_t launch_wg_k2(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s, 2); }
 static cudaError_t launch_wg_k4(const sgkc_tc_gemm_args &g, cudaStream_t s)
@@ -118,6 +126,32 @@ static cudaError_t launch_wg_k4(const sgkc_tc_gemm_args &g, cudaStream_t s)
 static cudaError_t launch_wg_k8(const sgkc_tc_gemm_args &g, cudaStream_t s)
 {
     return g.K > 7 * SGKC_WG_BK ? launch_wg_bn(g, 128, s, 8) : cudaErrorNotSupported;
+}
+/* the same on bf16 operands, whose k-tiles are 64 */
+static cudaError_t launch_b_k2(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g.K > 64 ? launch_wg_bn(g, 128, s, 2, SGKC_WG_BF16) : cudaErrorNotSupported;
+}
+static cudaError_t launch_b_k4(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g.K > 3 * 64 ? launch_wg_bn(g, 128, s, 4, SGKC_WG_BF16) : cudaErrorNotSupported;
+}
+static cudaError_t launch_b_k8(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return g.K > 7 * 64 ? launch_wg_bn(g, 128, s, 8, SGKC_WG_BF16) : cudaErrorNotSupported;
+}
+static cudaError_t launch_b64(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 64, s, 1, SGKC_WG_BF16); }
+static cudaError_t launch_b128(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return launch_wg_bn(g, 128, s, 1, SGKC_WG_BF16);
+}
+static cudaError_t launch_b192(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return launch_wg_bn(g, 192, s, 1, SGKC_WG_BF16);
+}
+static cudaError_t launch_b256(const sgkc_tc_gemm_args &g, cudaStream_t s)
+{
+    return launch_wg_bn(g, 256, s, 1, SGKC_WG_BF16);
 }
 static cudaError_t launch_wg64(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 64, s); }
 static cudaError_t launch_wg128(const sgkc_tc_gemm_args &g, cudaStream_t s) { return launch_wg_bn(g, 128, s); }
@@ -130,18 +164,23 @@ int main(int argc, char **argv)
     CK(sgkc_tc_gemm_prepare());
     CK(sgkc_wg_gemm_prepare());
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 20250601ull;
+    const bool timed = !(argc > 2 && !strcmp(argv[2], "check")); /* "check": validate only (compute-sanitizer) */
     printf("seed %llu\n", seed);
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     CK(cudaDeviceGetAttribute(&g_cc, cudaDevAttrComputeCapabilityMajor, 0));
-    /* rtol: the fp32 contract's relative L2 (and max abs 1e-4), or for the
-     * one-pass row 1e-3 alone (TF32 keeps 11 bits; 16-bit layers' contract
-     * is 1e-2) */
+    /* rtol: the fp32 contract's relative L2 (and max abs 1e-4), or
+     * relative L2 alone for 16-bit layers' arithmetic against the float
+     * problem: one TF32 pass 1e-3 (11 bits), f16 operands 2e-3 (A and W
+     * rounded to 11 bits), bf16 1e-2 (8 bits; the 16-bit contract) */
     const struct { launch_fn fn; const char *name; double rtol; } insts[] = {
         {launch_large, "128x128", 1e-5}, {launch_small, "64x64", 1e-5}, {launch_auto, "auto", 1e-5},
         {launch_auto1, "auto1pass", 1e-3},
-        {launch_wg, "wg", 1e-5},         {launch_wg1, "wg1pass", 1e-3}, {launch_wg64, "wg64", 1e-5},
-        {launch_wg128, "wg128", 1e-5},   {launch_wg192, "wg192", 1e-5}, {launch_wg256, "wg256", 1e-5},
-        {launch_wg_k2, "wgk2", 1e-5},    {launch_wg_k4, "wgk4", 1e-5},  {launch_wg_k8, "wgk8", 1e-5}};
+        {launch_wg, "wg", 1e-5},         {launch_wg64, "wg64", 1e-5},   {launch_wg128, "wg128", 1e-5},
+        {launch_wg192, "wg192", 1e-5},   {launch_wg256, "wg256", 1e-5}, {launch_wg_k2, "wgk2", 1e-5},
+        {launch_wg_k4, "wgk4", 1e-5},    {launch_wg_k8, "wgk8", 1e-5},  {launch_wgb, "wgbf16", 1e-2},
+        {launch_wgh, "wgf16", 2e-3},     {launch_b64, "b64", 1e-2},     {launch_b128, "b128", 1e-2},
+        {launch_b192, "b192", 1e-2},     {launch_b256, "b256", 1e-2},   {launch_b_k2, "bk2", 1e-2},
+        {launch_b_k4, "bk4", 1e-2},      {launch_b_k8, "bk8", 1e-2}};
     int fails = 0;
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -239,16 +278,21 @@ int main(int argc, char **argv)
             fails++;
             continue;
         }
-        g_wprep = nullptr;
+        g_wprep[0] = g_wprep[1] = g_wprep[2] = nullptr;
         float *stats;
         CK(cudaMalloc(&stats, sgkc_ln_stats_floats(c.M) * 4));
         g.ln_stats = c.ln ? stats : nullptr; /* wg_gemm.cuh's scratch; tc_gemm.cuh ignores it */
         g_wg_takes = sgkc_wg_takes(g) && sgkc_wg_encoder();
         if (g_wg_takes) {
-            CK(cudaMalloc(&g_wprep, sgkc_wg_floats(c.Nc, c.K) * 4));
-            CK(sgkc_wg_prep(g.W, g.gamma, g.beta, c.Nc, c.K, g_wprep, 0));
+            CK(cudaMalloc(&g_wprep[0], sgkc_wg_floats(c.Nc, c.K) * 4));
+            CK(sgkc_wg_prep(g.W, g.gamma, g.beta, c.Nc, c.K, g_wprep[0], 0));
+            g_w[0] = sgkc_wg_weights_at(g_wprep[0], c.Nc, c.K);
+            for (int ar = 1; ar <= 2; ar++) { /* W rounded to the operand type */
+                CK(cudaMalloc(&g_wprep[ar], sgkc_wg_floats(c.Nc, c.K, true) * 4));
+                CK(sgkc_wg_prep16(g.W, c.Nc, c.K, ar == SGKC_WG_F16, g_wprep[ar], 0));
+                g_w[ar] = sgkc_wg_weights_at(g_wprep[ar], c.Nc, c.K, true);
+            }
             CK(cudaDeviceSynchronize());
-            g_w = sgkc_wg_weights_at(g_wprep, c.Nc, c.K);
         }
         for (const auto &in : insts) {
             CK(cudaMemset(dC, 0xff, (M * Nc + off) * 4)); /* NaN */
@@ -273,8 +317,10 @@ int main(int argc, char **argv)
                 }
             const double rel = std::sqrt(e2 / (r2 > 0 ? r2 : 1));
             const bool ok = unwritten == 0 && rel <= in.rtol && (in.rtol > 1e-5 || emax <= 1e-4) && std::isfinite(rel);
-            std::vector<float> ts;
-            for (int it = 0; it < 18; it++) {
+            std::vector<float> ts(1, 0.0f);
+            for (int it = 0; timed && it < 18; it++) {
+                if (it == 0)
+                    ts.clear();
                 CK(cudaEventRecord(e0));
                 for (int rep = 0; rep < 20; rep++)
                     CK(in.fn(g, 0));
@@ -300,7 +346,8 @@ int main(int argc, char **argv)
         CK(cudaFree(db));
         CK(cudaFree(dR));
         CK(cudaFree(dC));
-        CK(cudaFree(g_wprep));
+        for (float *w : g_wprep)
+            CK(cudaFree(w));
         CK(cudaFree(stats));
     }
     printf("%s: %d failure(s); FP32 FMA peak 67 TFLOP/s\n", fails ? "FAIL" : "PASS", fails);
