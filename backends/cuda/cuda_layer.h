@@ -98,6 +98,9 @@ struct sgkc_fwd {
     const void *mask;
     int mask_u8; /* 0: float32 mask, 1: uint8 mask */
     float *out;
+    /* a 16-bit layer's own out, for a variant that writes it as its dtype
+     * (sgkc_variant.out16; out is then NULL), else NULL */
+    void *out16;
     void *ws;
     size_t ws_bytes;
     cudaStream_t stream;
@@ -122,6 +125,10 @@ struct sgkc_variant {
     /* NULL, or 1 where the plan reads a 16-bit layer's pair features as
      * they are (f->pair16), so the call needs no float copy of them */
     int (*pair16)(const sgkc_layer *L, const sgk_backend_plan *plan);
+    /* NULL, or 1 where the launch on f (a 16-bit layer's call on float
+     * buffers) can write out as the layer's dtype instead (f->out16), so
+     * the call needs no conversion of out */
+    int (*out16)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
 };
 
 /* Whether the automatic choice takes v at (B, N), given the plan v.plan

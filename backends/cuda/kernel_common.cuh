@@ -2,6 +2,8 @@
 #ifndef SGK_CUDA_KERNEL_COMMON_CUH
 #define SGK_CUDA_KERNEL_COMMON_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -311,6 +313,17 @@ __device__ __forceinline__ void sgkc_prefetch_l2(const void *p)
 static inline bool sgkc_aligned16(const void *p)
 {
     return ((uintptr_t)p & 15u) == 0;
+}
+
+/* A float as a 16-bit dtype's bits (f16, else bf16), rounded as the
+ * conversion kernels and kernels/dtype.h round: to nearest, ties to even,
+ * overflow to inf; a NaN keeps its sign and top payload bits, quiet. */
+__device__ __forceinline__ uint16_t sgkc_narrow16(float x, bool f16)
+{
+    const uint32_t u = __float_as_uint(x), a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return f16 ? (uint16_t)(((u >> 16) & 0x8000u) | 0x7e00u | ((a >> 13) & 0x3ffu)) : (uint16_t)((u >> 16) | 0x0040u);
+    return f16 ? __half_as_ushort(__float2half_rn(x)) : __bfloat16_as_ushort(__float2bfloat16_rn(x));
 }
 
 /* The LayerNorm statistics wg_gemm.cuh takes in a pass of their own

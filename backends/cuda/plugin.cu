@@ -294,7 +294,9 @@ static const char *sgkc_variant_name(void *blayer, int variant)
  * generated variants round). The float copy of the pair features, 4 B N^2 P
  * bytes written and read again, is what this costs over a float call, so a
  * plan that reads the 16-bit features itself (sgkc_variant.pair16:
- * tuned-tiled's MLP pass, mlp_h16.cuh) gets them as they are instead. */
+ * tuned-tiled's MLP pass, mlp_h16.cuh) gets them as they are instead, and
+ * one whose output projection rounds out itself (sgkc_variant.out16: the
+ * tensor-core GEMMs) writes the caller's out directly. */
 struct wide16 {
     size_t nodes, pair, out, total; /* byte offsets into the workspace, and its size */
 };
@@ -363,6 +365,7 @@ static sgkc_fwd fwd_of(const sgk_fwd *a)
     f.mask = a->edge_mask;
     f.mask_u8 = a->mask_type == SGK_MASK_U8;
     f.out = (float *)a->out;
+    f.out16 = NULL;
     f.ws = a->workspace;
     f.ws_bytes = a->workspace_bytes;
     f.stream = (cudaStream_t)a->stream;
@@ -395,13 +398,17 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
         g.pair16 = p16 ? (const void *)f.pair : NULL;
         g.out = (float *)(ws + w.out);
         g.ws_bytes = own;
+        if (v.out16 && v.out16(L, plan, &g)) { /* the variant rounds out itself */
+            g.out = NULL;
+            g.out16 = (void *)f.out;
+        }
         const size_t rows = (size_t)f.B * (size_t)f.N * (size_t)L->D;
         e = sgkc_convert16(L, 1, f.nodes, (void *)g.nodes, rows, f.stream);
         if (e == cudaSuccess && !p16)
             e = sgkc_convert16(L, 1, f.pair, (void *)g.pair, (size_t)f.B * f.N * f.N * L->P, f.stream);
         if (e == cudaSuccess)
             e = v.launch(L, plan, &g);
-        if (e == cudaSuccess)
+        if (e == cudaSuccess && !g.out16)
             e = sgkc_convert16(L, 0, g.out, f.out, rows, f.stream);
     } else {
         e = v.launch(L, plan, &f);

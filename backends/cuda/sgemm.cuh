@@ -27,6 +27,10 @@ struct sgkc_gemm_args {
     int vec_out; /* C and residual 16-byte aligned (with vec) */
     const float *Wnk; /* gemm_dmma.cuh: B as [Nc][K], 16-byte aligned (Wq|Wk|Wv or Wo in the layer's gen block) */
     float *ln_stats;  /* sgkc_tc_gemm_args' (tc.cu): scratch for the LayerNorm statistics, or null */
+    /* sgkc_tc_gemm_args' (tc.cu): C as 16-bit elements (c16 1 bf16, 2 f16)
+     * in place of C, or null; only the tensor-core GEMMs write it */
+    uint16_t *C16;
+    int c16;
 };
 
 /* MINB: blocks per SM the register budget is sized for.

@@ -96,6 +96,12 @@ static cudaError_t tc_gemm_any(const sgkc_layer *L, sgkc_tc_gemm_args g, cudaStr
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 
+/* The output projection rounds a 16-bit layer's out itself. */
+int sgkc_tc_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *)
+{
+    return L->dtype != SGK_DTYPE_F32;
+}
+
 /* The plan holds the attention instance, picked once a call. */
 int sgkc_tc_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
@@ -173,6 +179,10 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     g.A = ctx;
     g.W = L->gen + L->gen_off.wo;
     g.C = f->out;
+    if (f->out16) { /* sgkc_tc_out16 */
+        g.C16 = (uint16_t *)f->out16;
+        g.c16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
+    }
     g.M = M;
     g.Nc = D;
     g.K = D;
@@ -198,6 +208,8 @@ static sgkc_tc_gemm_args tc_args(const sgkc_gemm_args &p)
     g.scale_cols = p.scale_cols;
     g.scale = p.scale;
     g.ln_stats = p.ln_stats;
+    g.C16 = p.C16;
+    g.c16 = p.c16;
     return g;
 }
 

@@ -68,6 +68,11 @@ struct sgkc_tc_gemm_args {
     /* 16-bit layers: one TF32 pass (their contract, 1e-2, is far from what
      * TF32 keeps) instead of 3xTF32 */
     int one_pass;
+    /* a 16-bit layer's output written as its dtype (c16 1: bf16, 2: f16)
+     * at C16, rounded as the conversion kernels round, in place of C
+     * (null: C as floats) */
+    uint16_t *C16;
+    int c16;
 };
 
 /* The copy widths and store width the pointers and sizes allow. */
@@ -92,6 +97,16 @@ __device__ __forceinline__ void sgkc_tc_store2(const sgkc_tc_gemm_args &a, const
     for (int e = 0; e < 2; e++)
         if (n + e < a.scale_cols)
             v[e] *= a.scale;
+    if (a.C16) { /* a 16-bit output: the residual as floats, the sum rounded */
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            if (n + e < a.Nc) {
+                if constexpr (RES)
+                    v[e] += __ldg(a.residual + o + e);
+                a.C16[o + e] = sgkc_narrow16(v[e], a.c16 == 2);
+            }
+        return;
+    }
     if (f.vec_out && n < a.Nc) {
         if constexpr (RES) {
             const float2 r = __ldg(reinterpret_cast<const float2 *>(a.residual + o));
@@ -408,7 +423,15 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
             for (int i = 0; i < 4; i++)
                 if (n + i < a.scale_cols)
                     x[i] *= a.scale;
-            if (f.vec_out4) {
+            if (a.C16) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    if (n + i < Nc) {
+                        if constexpr (RES)
+                            x[i] += __ldg(a.residual + o + i);
+                        a.C16[o + i] = sgkc_narrow16(x[i], a.c16 == 2);
+                    }
+            } else if (f.vec_out4) {
                 if constexpr (RES) {
                     const float4 q = __ldg(reinterpret_cast<const float4 *>(a.residual + o));
                     x[0] += q.x, x[1] += q.y, x[2] += q.z, x[3] += q.w;

@@ -304,6 +304,31 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
     return g;
 }
 
+/* out_args, writing a 16-bit layer's out as its dtype where f asks so
+ * (f->out16; the launch then takes the tensor-core GEMMs: out_on_tc) */
+static sgkc_gemm_args out_args16(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
+{
+    sgkc_gemm_args g = out_args(L, f, ctx);
+    if (f->out16) {
+        g.C16 = (uint16_t *)f->out16;
+        g.c16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
+    }
+    return g;
+}
+
+/* Whether launch_out takes the tensor-core GEMMs (tc.cu) for g, the
+ * GEMMs that can also write a 16-bit output (sgkc_gemm_args.C16) */
+static bool out_on_tc(const sgkc_layer *L, const sgkc_gemm_args &g)
+{
+    if (sgkc_tc_project_wg(L, g))
+        return true;
+    const dim3 pg = panel_grid<SGKC_GP_OUT>(L, g);
+    const bool few = (int64_t)pg.x * pg.y < L->sm_count && sgkc_tc_project_fits(L);
+    if (!few && (panel_fits<SGKC_GP_OUT2>(L, g, true) || panel_fits<SGKC_GP_OUT>(L, g, true)))
+        return false;
+    return tc_wins(L, g);
+}
+
 static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
 {
     /* wg_gemm.cuh where it takes g, as for Q/K/V. Else: D = 256 and the
@@ -316,16 +341,16 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
      * 8x4 a thread were slower at every preset). */
     /* Two K groups where one wave has two blocks an SM: twice the warps to
      * hide latency (a small gain at mid). */
-    if (sgkc_tc_project_wg(L, g))
+    if (out_on_tc(L, g))
         return sgkc_tc_project(L, g, s);
+    if (g.C16) /* only those write a 16-bit output */
+        return cudaErrorInvalidValue;
     const dim3 pg = panel_grid<SGKC_GP_OUT>(L, g);
     const bool few = (int64_t)pg.x * pg.y < L->sm_count && sgkc_tc_project_fits(L);
     if (!few && panel_fits<SGKC_GP_OUT2>(L, g, true))
         return launch_panel<SGKC_GP_OUT2>(L, s, g, panel_grid<SGKC_GP_OUT2>(L, g));
     if (!few && panel_fits<SGKC_GP_OUT>(L, g, true))
         return launch_panel<SGKC_GP_OUT>(L, s, g, panel_grid<SGKC_GP_OUT>(L, g));
-    if (tc_wins(L, g))
-        return sgkc_tc_project(L, g, s);
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
 
@@ -895,7 +920,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
     float *qkv = ws_base(f);
     float *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    const sgkc_gemm_args gq = qkv_args(L, f, qkv, ctx), go = out_args(L, f, ctx);
+    const sgkc_gemm_args gq = qkv_args(L, f, qkv, ctx), go = out_args16(L, f, ctx);
     SGKC_RETURN_IF(dm && !sgkc_tc_project_wg(L, gq) ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
                                                   : launch_qkv(L, f->stream, gq));
     sgkc_attn_args a;
@@ -954,6 +979,14 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     }
     SGKC_RETURN_IF(e);
     return dm ? launch_out_dmma(L, f->stream, go) : launch_out(L, f->stream, go);
+}
+
+/* A 16-bit layer's output projection on the tensor-core GEMMs rounds out
+ * itself (tuned-tiled-dmma's own GEMM does not). */
+static int tiled_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
+{
+    float *ctx = ws_base(f) + (size_t)f->B * f->N * 3 * L->D;
+    return L->dtype != SGK_DTYPE_F32 && out_on_tc(L, out_args(L, f, ctx));
 }
 
 /* A 16-bit layer's pass reads its pair features as they are; nothing else
@@ -1110,8 +1143,8 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 const sgkc_variant sgkc_variants[] = {
     {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
     {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
-    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16},
-    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch},
+    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16, tiled_out16},
+    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch, nullptr, sgkc_tc_out16},
     {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
     {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
     {"tiled", sgkc_generic_tiled_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
