@@ -67,7 +67,7 @@ cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
 static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_weights *w, int *ks, int *bn)
 {
     const int D = L->D;
-    if (!L->wg || !sgkc_wg_takes(g) || g.K != D)
+    if (!L->wg || !sgkc_wg_takes(g, wg_h16(L)) || g.K != D)
         return false;
     *ks = sgkc_wg_ks(g.M, g.Nc, g.K, L->sm_count);
     *bn = *ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, L->sm_count, g.gamma != nullptr);
@@ -93,6 +93,9 @@ static cudaError_t tc_gemm_any(const sgkc_layer *L, sgkc_tc_gemm_args g, cudaStr
     g.one_pass = L->dtype != SGK_DTYPE_F32;
     if (wg_weights(L, g, &w, &ks, &bn))
         return sgkc_wg_gemm(g, w, bn, ks, wg_ar(L), true, s);
+    g.A16 = nullptr; /* tc_gemm.cuh reads A as floats */
+    if (!g.A)
+        return cudaErrorInvalidValue;
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 
@@ -100,6 +103,43 @@ static cudaError_t tc_gemm_any(const sgkc_layer *L, sgkc_tc_gemm_args g, cudaStr
 int sgkc_tc_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *)
 {
     return L->dtype != SGK_DTYPE_F32;
+}
+
+/* LayerNorm and the Q/K/V projection of f into qkv, its statistics in ctx
+ * (free until the attention writes it) */
+static sgkc_tc_gemm_args tc_qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qkv, float *ctx)
+{
+    const int D = L->D;
+    const int64_t M = f->B * f->N;
+    sgkc_tc_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.A = f->nodes;
+    g.A16 = (const uint16_t *)f->nodes16; /* what the 16-bit kernel reads */
+    g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
+    g.W = L->gen + L->gen_off.wqkv; /* Wq | Wk | Wv as given: [n][k] */
+    g.C = qkv;
+    g.M = M;
+    g.Nc = 3 * D;
+    g.K = D;
+    g.gamma = L->gamma;
+    g.beta = L->beta;
+    g.eps = L->eps;
+    g.scale_cols = D;
+    g.scale = 1.0f / sqrtf((float)L->hd);
+    g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)M * (size_t)D, M);
+    return g;
+}
+
+/* Only the projections read nodes: with the Q/K/V one on wg_gemm.cuh's
+ * 16-bit kernel (nodes16) and out16, the call needs no float nodes. */
+int sgkc_tc_nodes16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
+{
+    const int64_t M = f->B * f->N;
+    uintptr_t base = ((uintptr_t)f->ws + TC_ALIGN - 1) & ~(uintptr_t)(TC_ALIGN - 1);
+    float *qkv = (float *)base, *ctx = qkv + (size_t)M * 3u * (size_t)L->D;
+    sgkc_wg_weights w;
+    int ks, bn;
+    return L->dtype != SGK_DTYPE_F32 && f->out16 && f->nodes16 && wg_weights(L, tc_qkv_args(L, f, qkv, ctx), &w, &ks, &bn);
 }
 
 /* The plan holds the attention instance, picked once a call. */
@@ -138,21 +178,7 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     uintptr_t base = ((uintptr_t)f->ws + TC_ALIGN - 1) & ~(uintptr_t)(TC_ALIGN - 1);
     float *qkv = (float *)base, *ctx = qkv + (size_t)M * 3u * (size_t)D;
 
-    sgkc_tc_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.A = f->nodes;
-    g.W = L->gen + L->gen_off.wqkv; /* Wq | Wk | Wv as given: [n][k] */
-    g.C = qkv;
-    g.M = M;
-    g.Nc = 3 * D;
-    g.K = D;
-    g.gamma = L->gamma;
-    g.beta = L->beta;
-    g.eps = L->eps;
-    g.scale_cols = D;
-    g.scale = 1.0f / sqrtf((float)L->hd);
-    g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)M * (size_t)D, M); /* free until the attention writes it */
-    cudaError_t e = tc_gemm_any(L, g, f->stream);
+    cudaError_t e = tc_gemm_any(L, tc_qkv_args(L, f, qkv, ctx), f->stream);
     if (e != cudaSuccess)
         return e;
 
@@ -175,13 +201,16 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     if (e != cudaSuccess)
         return e;
 
+    sgkc_tc_gemm_args g;
     memset(&g, 0, sizeof g);
     g.A = ctx;
     g.W = L->gen + L->gen_off.wo;
     g.C = f->out;
     if (f->out16) { /* sgkc_tc_out16 */
         g.C16 = (uint16_t *)f->out16;
-        g.c16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
+        g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
+        if (!f->nodes) /* sgkc_tc_nodes16 */
+            g.R16 = (const uint16_t *)f->nodes16;
     }
     g.M = M;
     g.Nc = D;
@@ -208,8 +237,10 @@ static sgkc_tc_gemm_args tc_args(const sgkc_gemm_args &p)
     g.scale_cols = p.scale_cols;
     g.scale = p.scale;
     g.ln_stats = p.ln_stats;
+    g.A16 = p.A16;
+    g.R16 = p.R16;
     g.C16 = p.C16;
-    g.c16 = p.c16;
+    g.k16 = p.k16;
     return g;
 }
 

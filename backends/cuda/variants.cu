@@ -240,6 +240,8 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
     g.vec_out = g.vec; /* qkv is workspace */
     g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)g.M * (size_t)D, g.M);
+    g.A16 = (const uint16_t *)f->nodes16; /* what the 16-bit projections read */
+    g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
     return g;
 }
 
@@ -305,13 +307,16 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 }
 
 /* out_args, writing a 16-bit layer's out as its dtype where f asks so
- * (f->out16; the launch then takes the tensor-core GEMMs: out_on_tc) */
+ * (f->out16; the launch then takes the tensor-core GEMMs: out_on_tc), with
+ * its nodes as they are where they have no float copy */
 static sgkc_gemm_args out_args16(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
 {
     sgkc_gemm_args g = out_args(L, f, ctx);
     if (f->out16) {
         g.C16 = (uint16_t *)f->out16;
-        g.c16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
+        g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
+        if (!f->nodes)
+            g.R16 = (const uint16_t *)f->nodes16;
     }
     return g;
 }
@@ -989,6 +994,16 @@ static int tiled_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc
     return L->dtype != SGK_DTYPE_F32 && out_on_tc(L, out_args(L, f, ctx));
 }
 
+/* Nothing but the two projections reads nodes: where the Q/K/V one is
+ * wg_gemm.cuh's 16-bit kernel, which reads f->nodes16, and the output one
+ * writes out16 (and so reads the residual as nodes16 too), the call needs
+ * no float nodes. */
+static int tiled_nodes16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
+{
+    float *qkv = ws_base(f), *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
+    return L->dtype != SGK_DTYPE_F32 && f->out16 && f->nodes16 && sgkc_tc_project_wg(L, qkv_args(L, f, qkv, ctx));
+}
+
 /* A 16-bit layer's pass reads its pair features as they are; nothing else
  * of such a plan reads them. */
 static int tiled_pair16(const sgkc_layer *L, const sgk_backend_plan *plan)
@@ -1143,8 +1158,8 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 const sgkc_variant sgkc_variants[] = {
     {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
     {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
-    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16, tiled_out16},
-    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch, nullptr, sgkc_tc_out16},
+    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16, tiled_out16, tiled_nodes16},
+    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch, nullptr, sgkc_tc_out16, sgkc_tc_nodes16},
     {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
     {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
     {"tiled", sgkc_generic_tiled_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
@@ -1582,7 +1597,7 @@ cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc16, 
  * element and widened. A thread a packed float, found by a binary search
  * over first. */
 /* A bf16 or f16 element (dtype) as float: exact either way. */
-static __device__ float sgkc_widen16(unsigned short h, int dtype)
+static __device__ float sgkc_widen_elem(unsigned short h, int dtype)
 {
     return dtype == SGK_DTYPE_BF16 ? __uint_as_float((unsigned)h << 16) : __half2float(__ushort_as_half(h));
 }
@@ -1613,7 +1628,7 @@ __global__ void __launch_bounds__(256) sgkc_repack_kernel(const __grid_constant_
         const int64_t i = t - __ldg(a.first + lo);
         const int64_t at = u.src + i * u.stride;
         const float x = a.dtype == SGK_DTYPE_F32 ? __ldg((const float *)a.src[u.seg] + at)
-                                                 : sgkc_widen16(__ldg((const unsigned short *)a.src[u.seg] + at), a.dtype);
+                                                 : sgkc_widen_elem(__ldg((const unsigned short *)a.src[u.seg] + at), a.dtype);
         a.dst[u.dst + i] = u.scale ? __fmul_rn(x, a.scales[u.scale]) : x;
     }
 }

@@ -29,7 +29,8 @@
  * next k-step's are made while the MMAs run, and a stage goes back to
  * thread 0 once both warpgroups' MMAs that read it are done.
  *
- * 16-bit: a stage holds 64 k (two boxes of A, W's 16-bit elements in
+ * 16-bit: a stage holds 64 k (two boxes of A, or of LayerNorm's A the
+ * layer's own 16-bit rows, a.A16, in one; W's 16-bit elements in
  * 128-byte rows); A is normalised, scaled by gamma, shifted by beta and
  * rounded to the layer's dtype in registers, as the 16-bit module rounds
  * LayerNorm's output, and multiplied with W as given on m64nBNk16, two
@@ -158,7 +159,10 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     auto empty = [&](int s) { return bar0 + 8u * (uint32_t)(S + s); };
     auto stage = [&](int s) { return ring + s * cfg::STAGE_FL; };
 
-    constexpr uint32_t BYTES = cfg::BYTES;
+    /* 16-bit LayerNorm GEMMs read A as the layer's 16-bit rows (a.A16):
+     * one box of 64 k a stage, half the bytes of two float boxes */
+    constexpr bool A16 = H16 && LN;
+    constexpr uint32_t BYTES = A16 ? (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u : cfg::BYTES;
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
     const int Nc = a.Nc, K = a.K, n0 = (int)blockIdx.y * BN;
@@ -189,7 +193,8 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 sgkc_tma_2d(dst + (uint32_t)(2 * cfg::A_FL) * 4u, &maps.wb, k, n0, full(s));
             if (x) {
                 sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
-                sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.a, k + SGKC_WG_BK, (int)m0, full(s));
+                if constexpr (!A16)
+                    sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.a, k + SGKC_WG_BK, (int)m0, full(s));
             }
         } else {
             if (w) {
@@ -341,12 +346,24 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
             const float *Wt = As + 2 * cfg::A_FL; /* 64 k a row, k-step ks of box kp at 32 kp + 16 ks */
 #pragma unroll
             for (int kp = 0; kp < 2; kp++) {
-                const float *Ab = As + kp * cfg::A_FL;
                 float4 xa[2], xb[2];
+                if constexpr (A16) {
+                    /* a row's 64 k are 128 bytes, chunk 4 kp + t its k 32 kp + 8 t .. + 7 */
+                    const uint4 ua = *reinterpret_cast<const uint4 *>(As + sgkc_wg_at(ra, 4 * kp + t));
+                    const uint4 ub = *reinterpret_cast<const uint4 *>(As + sgkc_wg_at(rb, 4 * kp + t));
+                    auto wide = [&](uint32_t lo, uint32_t hi) {
+                        return make_float4(sgkc_widen16((uint16_t)(lo & 0xffffu), F16), sgkc_widen16((uint16_t)(lo >> 16), F16),
+                                           sgkc_widen16((uint16_t)(hi & 0xffffu), F16), sgkc_widen16((uint16_t)(hi >> 16), F16));
+                    };
+                    xa[0] = wide(ua.x, ua.y), xa[1] = wide(ua.z, ua.w);
+                    xb[0] = wide(ub.x, ub.y), xb[1] = wide(ub.z, ub.w);
+                } else {
+                    const float *Ab = As + kp * cfg::A_FL;
 #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    xa[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(ra, 2 * t + c));
-                    xb[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(rb, 2 * t + c));
+                    for (int c = 0; c < 2; c++) {
+                        xa[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(ra, 2 * t + c));
+                        xb[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(rb, 2 * t + c));
+                    }
                 }
                 if (kt > 0) {
                     sgkc_wg_wait<1>();
@@ -537,7 +554,15 @@ static inline cudaError_t sgkc_wg_prep16(const float *W, int Nc, int K, bool f16
  * statistics) and a residual without LayerNorm. */
 static inline bool sgkc_wg_takes(const sgkc_tc_gemm_args &g)
 {
-    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 && (g.gamma ? g.ln_stats && !g.residual : g.residual != nullptr);
+    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 &&
+           (g.gamma ? g.ln_stats && !g.residual && !g.R16 : g.residual != nullptr || g.R16 != nullptr);
+}
+/* and on 16-bit operands (h16), whose LayerNorm GEMMs read A16: its rows a
+ * multiple of 16 bytes (TMA) */
+static inline bool sgkc_wg_takes(const sgkc_tc_gemm_args &g, bool h16)
+{
+    return sgkc_wg_takes(g) &&
+           (!h16 || !g.gamma || (g.A16 && g.K % 8 == 0 && ((uintptr_t)g.A16 & 15) == 0));
 }
 
 /* The driver's tensor-map encoder, looked up once; null where the driver
@@ -591,10 +616,11 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
     const bool h16 = ar != SGKC_WG_X3;
     sgkc_wg_maps m = {};
     const int kp = sgkc_wg_kp(g.K, h16);
-    cudaError_t e = sgkc_wg_map(&m.a, g.A, g.K, g.M, SGKC_WG_BM);
+    const CUtensorMapDataType t16 = ar == SGKC_WG_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    cudaError_t e = h16 && g.gamma ? sgkc_wg_map(&m.a, (const float *)g.A16, g.K, g.M, SGKC_WG_BM, t16)
+                                   : sgkc_wg_map(&m.a, g.A, g.K, g.M, SGKC_WG_BM);
     if (e == cudaSuccess && h16)
-        e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN,
-                        ar == SGKC_WG_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+        e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN, t16);
     if (e == cudaSuccess && !h16)
         e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN);
     if (e == cudaSuccess && !h16)
@@ -699,7 +725,7 @@ static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg
                                        int ar, bool pdl, cudaStream_t s)
 {
     const int kb = ar == SGKC_WG_X3 ? SGKC_WG_BK : 2 * SGKC_WG_BK;
-    if (!sgkc_wg_takes(g) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + kb - 1) / kb ||
+    if (!sgkc_wg_takes(g, ar != SGKC_WG_X3) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + kb - 1) / kb ||
         (ar != SGKC_WG_X3 && ar != SGKC_WG_BF16 && ar != SGKC_WG_F16))
         return cudaErrorInvalidValue;
     /* 16-bit operands read gamma and beta four floats at a time */
