@@ -95,10 +95,6 @@ struct sgkc_fwd {
     /* a 16-bit layer's own pair features, for a variant that reads them as
      * they are (sgkc_variant.pair16; pair is then NULL), else NULL */
     const void *pair16;
-    /* a 16-bit layer's own nodes on every 16-bit call of a float variant
-     * (its 16-bit projections read them), else NULL; nodes is then NULL
-     * where the variant reads them alone (sgkc_variant.nodes16) */
-    const void *nodes16;
     const void *mask;
     int mask_u8; /* 0: float32 mask, 1: uint8 mask */
     float *out;
@@ -133,10 +129,6 @@ struct sgkc_variant {
      * buffers) can write out as the layer's dtype instead (f->out16), so
      * the call needs no conversion of out */
     int (*out16)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
-    /* NULL, or 1 where the launch on f (which writes out16) reads a 16-bit
-     * layer's nodes only as f->nodes16, so the call needs no float copy of
-     * them */
-    int (*nodes16)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
 };
 
 /* Whether the automatic choice takes v at (B, N), given the plan v.plan

@@ -315,17 +315,6 @@ static inline bool sgkc_aligned16(const void *p)
     return ((uintptr_t)p & 15u) == 0;
 }
 
-/* A 16-bit dtype's bits (f16, else bf16) as a float, exactly, NaN
- * payloads as kernels/dtype.h widens them (quiet bit set) */
-__device__ __forceinline__ float sgkc_widen16(uint16_t h, bool f16)
-{
-    if (!f16)
-        return __uint_as_float((uint32_t)h << 16);
-    if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu) != 0u)
-        return __uint_as_float(((uint32_t)(h & 0x8000u) << 16) | 0x7fc00000u | ((uint32_t)(h & 0x3ffu) << 13));
-    return __half2float(__ushort_as_half(h));
-}
-
 /* A float as a 16-bit dtype's bits (f16, else bf16), rounded as the
  * conversion kernels and kernels/dtype.h round: to nearest, ties to even,
  * overflow to inf; a NaN keeps its sign and top payload bits, quiet. */

@@ -296,9 +296,7 @@ static const char *sgkc_variant_name(void *blayer, int variant)
  * plan that reads the 16-bit features itself (sgkc_variant.pair16:
  * tuned-tiled's MLP pass, mlp_h16.cuh) gets them as they are instead, and
  * one whose output projection rounds out itself (sgkc_variant.out16: the
- * tensor-core GEMMs) writes the caller's out directly, and reads the
- * caller's nodes where its projections take them as they are
- * (sgkc_variant.nodes16: wg_gemm.cuh's 16-bit kernels). */
+ * tensor-core GEMMs) writes the caller's out directly. */
 struct wide16 {
     size_t nodes, pair, out, total; /* byte offsets into the workspace, and its size */
 };
@@ -364,7 +362,6 @@ static sgkc_fwd fwd_of(const sgk_fwd *a)
     f.nodes = (const float *)a->nodes;
     f.pair = (const float *)a->pair_feats;
     f.pair16 = NULL;
-    f.nodes16 = NULL;
     f.mask = a->edge_mask;
     f.mask_u8 = a->mask_type == SGK_MASK_U8;
     f.out = (float *)a->out;
@@ -401,16 +398,12 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
         g.pair16 = p16 ? (const void *)f.pair : NULL;
         g.out = (float *)(ws + w.out);
         g.ws_bytes = own;
-        g.nodes16 = (const void *)f.nodes;
         if (v.out16 && v.out16(L, plan, &g)) { /* the variant rounds out itself */
             g.out = NULL;
             g.out16 = (void *)f.out;
         }
-        const bool n16 = g.out16 && v.nodes16 && v.nodes16(L, plan, &g); /* and reads nodes as they are */
-        if (n16)
-            g.nodes = NULL;
         const size_t rows = (size_t)f.B * (size_t)f.N * (size_t)L->D;
-        e = n16 ? cudaSuccess : sgkc_convert16(L, 1, f.nodes, (void *)g.nodes, rows, f.stream);
+        e = sgkc_convert16(L, 1, f.nodes, (void *)g.nodes, rows, f.stream);
         if (e == cudaSuccess && !p16)
             e = sgkc_convert16(L, 1, f.pair, (void *)g.pair, (size_t)f.B * f.N * f.N * L->P, f.stream);
         if (e == cudaSuccess)

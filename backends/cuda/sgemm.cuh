@@ -27,11 +27,8 @@ struct sgkc_gemm_args {
     int vec_out; /* C and residual 16-byte aligned (with vec) */
     const float *Wnk; /* gemm_dmma.cuh: B as [Nc][K], 16-byte aligned (Wq|Wk|Wv or Wo in the layer's gen block) */
     float *ln_stats;  /* sgkc_tc_gemm_args' (tc.cu): scratch for the LayerNorm statistics, or null */
-    /* sgkc_tc_gemm_args' (tc.cu): a 16-bit layer's A rows, residual and C
-     * as 16-bit elements of kind k16 (1 bf16, 2 f16) in place of A, the
-     * residual and C, or null; only the tensor-core GEMMs read and write
-     * them */
-    const uint16_t *A16, *R16;
+    /* sgkc_tc_gemm_args' (tc.cu): C as 16-bit elements of kind k16 (1 bf16,
+     * 2 f16) in place of C, or null; only the tensor-core GEMMs write it */
     uint16_t *C16;
     int k16;
 };

@@ -29,17 +29,22 @@ static bool wg_device(const sgkc_layer *L)
 #endif
 }
 
-/* 16-bit layers' projections take their own dtype's operands on wg_gemm.cuh */
-static bool wg_h16(const sgkc_layer *L) { return L->dtype != SGK_DTYPE_F32; }
-static int wg_ar(const sgkc_layer *L)
+/* A 16-bit layer's output projection takes its own dtype's operands on
+ * wg_gemm.cuh, its LayerNorm'd Q/K/V projection one TF32 pass (gamma and
+ * beta folded into W, as for float layers: the LayerNorm'd A on 16-bit
+ * operands measured slower) */
+static bool wo_h16(const sgkc_layer *L) { return L->dtype != SGK_DTYPE_F32; }
+static int wg_ar(const sgkc_layer *L, bool ln)
 {
-    return L->dtype == SGK_DTYPE_F32 ? SGKC_WG_X3 : L->dtype == SGK_DTYPE_F16 ? SGKC_WG_F16 : SGKC_WG_BF16;
+    if (L->dtype == SGK_DTYPE_F32)
+        return SGKC_WG_X3;
+    return ln ? SGKC_WG_TF32 : L->dtype == SGK_DTYPE_F16 ? SGKC_WG_F16 : SGKC_WG_BF16;
 }
 
 size_t sgkc_tc_wg_floats(const sgkc_layer *L)
 {
     const int D = L->D;
-    return wg_device(L) ? sgkc_wg_floats(3 * D, D, wg_h16(L)) + sgkc_wg_floats(D, D, wg_h16(L)) : 0;
+    return wg_device(L) ? sgkc_wg_floats(3 * D, D) + sgkc_wg_floats(D, D, wo_h16(L)) : 0;
 }
 
 cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
@@ -47,15 +52,12 @@ cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
     if (!L->wg)
         return cudaSuccess;
     const int D = L->D;
-    float *wo = L->wg + sgkc_wg_floats(3 * D, D, wg_h16(L));
-    if (wg_h16(L)) { /* the weights as given (their widened floats are exact); gamma and beta go into A */
-        const bool f16 = L->dtype == SGK_DTYPE_F16;
-        const cudaError_t e = sgkc_wg_prep16(L->gen + L->gen_off.wqkv, 3 * D, D, f16, L->wg, s);
-        return e != cudaSuccess ? e : sgkc_wg_prep16(L->gen + L->gen_off.wo, D, D, f16, wo, s);
-    }
+    float *wo = L->wg + sgkc_wg_floats(3 * D, D);
     const cudaError_t e = sgkc_wg_prep(L->gen + L->gen_off.wqkv, L->gamma, L->beta, 3 * D, D, L->wg, s);
     if (e != cudaSuccess)
         return e;
+    if (wo_h16(L)) /* the weights as given: their widened floats are exact */
+        return sgkc_wg_prep16(L->gen + L->gen_off.wo, D, D, L->dtype == SGK_DTYPE_F16, wo, s);
     return sgkc_wg_prep(L->gen + L->gen_off.wo, nullptr, nullptr, D, D, wo, s);
 }
 
@@ -67,35 +69,32 @@ cudaError_t sgkc_tc_wg_prep(const sgkc_layer *L, cudaStream_t s)
 static bool wg_weights(const sgkc_layer *L, const sgkc_tc_gemm_args &g, sgkc_wg_weights *w, int *ks, int *bn)
 {
     const int D = L->D;
-    if (!L->wg || !sgkc_wg_takes(g, wg_h16(L)) || g.K != D)
+    if (!L->wg || !sgkc_wg_takes(g) || g.K != D)
         return false;
     *ks = sgkc_wg_ks(g.M, g.Nc, g.K, L->sm_count);
     *bn = *ks > 1 ? 128 : sgkc_wg_bn(g.M, g.Nc, L->sm_count, g.gamma != nullptr);
     if (4 * *ks * ((g.M + SGKC_WG_BM - 1) / SGKC_WG_BM) * (((int64_t)g.Nc + *bn - 1) / *bn) < L->sm_count)
         return false;
     if (g.W == L->gen + L->gen_off.wqkv && g.Nc == 3 * D && g.gamma == L->gamma && g.beta == L->beta) {
-        *w = sgkc_wg_weights_at(L->wg, 3 * D, D, wg_h16(L));
+        *w = sgkc_wg_weights_at(L->wg, 3 * D, D);
         return true;
     }
     if (g.W == L->gen + L->gen_off.wo && g.Nc == D && !g.gamma) {
-        *w = sgkc_wg_weights_at(L->wg + sgkc_wg_floats(3 * D, D, wg_h16(L)), D, D, wg_h16(L));
+        *w = sgkc_wg_weights_at(L->wg + sgkc_wg_floats(3 * D, D), D, D, wo_h16(L));
         return true;
     }
     return false;
 }
 
-/* Float layers' projections in 3xTF32; 16-bit layers' on their dtype's
- * operands (wg_gemm.cuh) or in one TF32 pass (tc_gemm.cuh) */
+/* Float layers' projections in 3xTF32; 16-bit layers' in one TF32 pass or
+ * (wg_gemm.cuh's output projection) on their dtype's operands */
 static cudaError_t tc_gemm_any(const sgkc_layer *L, sgkc_tc_gemm_args g, cudaStream_t s)
 {
     sgkc_wg_weights w;
     int ks, bn;
     g.one_pass = L->dtype != SGK_DTYPE_F32;
     if (wg_weights(L, g, &w, &ks, &bn))
-        return sgkc_wg_gemm(g, w, bn, ks, wg_ar(L), true, s);
-    g.A16 = nullptr; /* tc_gemm.cuh reads A as floats */
-    if (!g.A)
-        return cudaErrorInvalidValue;
+        return sgkc_wg_gemm(g, w, bn, ks, wg_ar(L, g.gamma != nullptr), true, s);
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
 }
 
@@ -114,8 +113,6 @@ static sgkc_tc_gemm_args tc_qkv_args(const sgkc_layer *L, const sgkc_fwd *f, flo
     sgkc_tc_gemm_args g;
     memset(&g, 0, sizeof g);
     g.A = f->nodes;
-    g.A16 = (const uint16_t *)f->nodes16; /* what the 16-bit kernel reads */
-    g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
     g.W = L->gen + L->gen_off.wqkv; /* Wq | Wk | Wv as given: [n][k] */
     g.C = qkv;
     g.M = M;
@@ -128,18 +125,6 @@ static sgkc_tc_gemm_args tc_qkv_args(const sgkc_layer *L, const sgkc_fwd *f, flo
     g.scale = 1.0f / sqrtf((float)L->hd);
     g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)M * (size_t)D, M);
     return g;
-}
-
-/* Only the projections read nodes: with the Q/K/V one on wg_gemm.cuh's
- * 16-bit kernel (nodes16) and out16, the call needs no float nodes. */
-int sgkc_tc_nodes16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
-{
-    const int64_t M = f->B * f->N;
-    uintptr_t base = ((uintptr_t)f->ws + TC_ALIGN - 1) & ~(uintptr_t)(TC_ALIGN - 1);
-    float *qkv = (float *)base, *ctx = qkv + (size_t)M * 3u * (size_t)L->D;
-    sgkc_wg_weights w;
-    int ks, bn;
-    return L->dtype != SGK_DTYPE_F32 && f->out16 && f->nodes16 && wg_weights(L, tc_qkv_args(L, f, qkv, ctx), &w, &ks, &bn);
 }
 
 /* The plan holds the attention instance, picked once a call. */
@@ -209,8 +194,6 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     if (f->out16) { /* sgkc_tc_out16 */
         g.C16 = (uint16_t *)f->out16;
         g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
-        if (!f->nodes) /* sgkc_tc_nodes16 */
-            g.R16 = (const uint16_t *)f->nodes16;
     }
     g.M = M;
     g.Nc = D;
@@ -237,8 +220,6 @@ static sgkc_tc_gemm_args tc_args(const sgkc_gemm_args &p)
     g.scale_cols = p.scale_cols;
     g.scale = p.scale;
     g.ln_stats = p.ln_stats;
-    g.A16 = p.A16;
-    g.R16 = p.R16;
     g.C16 = p.C16;
     g.k16 = p.k16;
     return g;

@@ -68,13 +68,9 @@ struct sgkc_tc_gemm_args {
     /* 16-bit layers: one TF32 pass (their contract, 1e-2, is far from what
      * TF32 keeps) instead of 3xTF32 */
     int one_pass;
-    /* A 16-bit layer's own buffers, elements of kind k16 (1: bf16, 2:
-     * f16), each null where the float one is used: A16, A's rows, which
-     * the LayerNorm statistics pass (sgkc_wg_stats_kernel) and wg_gemm.cuh's
-     * 16-bit kernel read in place of A; R16, the residual, and C16, the
-     * output, rounded as the conversion kernels round, in place of residual
-     * and C (C16 only; R16 needs C16). */
-    const uint16_t *A16, *R16;
+    /* a 16-bit layer's output written as its dtype (k16 1: bf16, 2: f16)
+     * at C16, rounded as the conversion kernels round, in place of C
+     * (null: C as floats) */
     uint16_t *C16;
     int k16;
 };
@@ -101,12 +97,12 @@ __device__ __forceinline__ void sgkc_tc_store2(const sgkc_tc_gemm_args &a, const
     for (int e = 0; e < 2; e++)
         if (n + e < a.scale_cols)
             v[e] *= a.scale;
-    if (a.C16) { /* a 16-bit output: the residual widened, the sum rounded */
+    if (a.C16) { /* a 16-bit output: the residual as floats, the sum rounded */
 #pragma unroll
         for (int e = 0; e < 2; e++)
             if (n + e < a.Nc) {
                 if constexpr (RES)
-                    v[e] += a.R16 ? sgkc_widen16(__ldg(a.R16 + o + e), a.k16 == 2) : __ldg(a.residual + o + e);
+                    v[e] += __ldg(a.residual + o + e);
                 a.C16[o + e] = sgkc_narrow16(v[e], a.k16 == 2);
             }
         return;
@@ -158,39 +154,18 @@ __device__ __forceinline__ void sgkc_tc_row_stats(const sgkc_tc_gemm_args &a, in
 {
     const int K = a.K;
     const float *row[R];
-    const uint16_t *row16[R];
-    const bool h16 = a.A16 != nullptr, f16 = a.k16 == 2;
     bool ok[R];
     float x0[R], s[R], q[R];
 #pragma unroll
     for (int i = 0; i < R; i++) {
         ok[i] = m + i < a.M;
         row[i] = a.A + (size_t)(ok[i] ? m + i : 0) * K;
-        row16[i] = a.A16 + (size_t)(ok[i] ? m + i : 0) * K;
-        x0[i] = !ok[i] ? 0.0f : h16 ? sgkc_widen16(__ldg(row16[i]), f16) : __ldg(row[i]);
+        x0[i] = ok[i] ? __ldg(row[i]) : 0.0f;
         s[i] = q[i] = 0.0f;
     }
-    /* f(i, x) over the row's elements, this lane's share (16-bit rows in
-     * the same order, so their statistics are the widened rows' bits) */
+    /* f(i, x) over the row's elements, this lane's share */
     auto pass = [&](auto f) {
-        if (h16 && vec) {
-#pragma unroll 4
-            for (int k = 4 * lane; k < K; k += 128)
-#pragma unroll
-                for (int i = 0; i < R; i++)
-                    if (ok[i]) {
-                        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(row16[i] + k));
-                        f(i, sgkc_widen16((uint16_t)(v.x & 0xffffu), f16)), f(i, sgkc_widen16((uint16_t)(v.x >> 16), f16));
-                        f(i, sgkc_widen16((uint16_t)(v.y & 0xffffu), f16)), f(i, sgkc_widen16((uint16_t)(v.y >> 16), f16));
-                    }
-        } else if (h16) {
-#pragma unroll 8
-            for (int k = lane; k < K; k += 32)
-#pragma unroll
-                for (int i = 0; i < R; i++)
-                    if (ok[i])
-                        f(i, sgkc_widen16(__ldg(row16[i] + k), f16));
-        } else if (vec) {
+        if (vec) {
 #pragma unroll 4
             for (int k = 4 * lane; k < K; k += 128)
 #pragma unroll
@@ -453,7 +428,7 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
                 for (int i = 0; i < 4; i++)
                     if (n + i < Nc) {
                         if constexpr (RES)
-                            x[i] += a.R16 ? sgkc_widen16(__ldg(a.R16 + o + i), a.k16 == 2) : __ldg(a.residual + o + i);
+                            x[i] += __ldg(a.residual + o + i);
                         a.C16[o + i] = sgkc_narrow16(x[i], a.k16 == 2);
                     }
             } else if (f.vec_out4) {
@@ -501,8 +476,7 @@ static inline bool sgkc_tc_gemm_fits(const sgkc_tc_gemm_args &g)
 static inline sgkc_tc_flags sgkc_tc_flags_of(const sgkc_tc_gemm_args &g)
 {
     sgkc_tc_flags f;
-    /* 16-bit A (read by the statistics pass alone): 8-byte rows */
-    f.vec_a = g.K % 4 == 0 && (g.A16 ? ((uintptr_t)g.A16 & 7u) == 0 : sgkc_aligned16(g.A));
+    f.vec_a = g.K % 4 == 0 && sgkc_aligned16(g.A);
     f.vec_w = g.K % 4 == 0 && sgkc_aligned16(g.W);
     f.vec_out = g.Nc % 2 == 0 && ((uintptr_t)g.C & 7u) == 0 && (!g.residual || ((uintptr_t)g.residual & 7u) == 0);
     f.vec_out4 = g.Nc % 4 == 0 && sgkc_aligned16(g.C) && (!g.residual || sgkc_aligned16(g.residual));

@@ -240,8 +240,6 @@ static sgkc_gemm_args qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qk
     g.vec = D % 4 == 0 && sgkc_aligned16(f->nodes);
     g.vec_out = g.vec; /* qkv is workspace */
     g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)g.M * (size_t)D, g.M);
-    g.A16 = (const uint16_t *)f->nodes16; /* what the 16-bit projections read */
-    g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
     return g;
 }
 
@@ -307,16 +305,13 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 }
 
 /* out_args, writing a 16-bit layer's out as its dtype where f asks so
- * (f->out16; the launch then takes the tensor-core GEMMs: out_on_tc), with
- * its nodes as they are where they have no float copy */
+ * (f->out16; the launch then takes the tensor-core GEMMs: out_on_tc) */
 static sgkc_gemm_args out_args16(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
 {
     sgkc_gemm_args g = out_args(L, f, ctx);
     if (f->out16) {
         g.C16 = (uint16_t *)f->out16;
         g.k16 = L->dtype == SGK_DTYPE_F16 ? 2 : 1;
-        if (!f->nodes)
-            g.R16 = (const uint16_t *)f->nodes16;
     }
     return g;
 }
@@ -994,16 +989,6 @@ static int tiled_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc
     return L->dtype != SGK_DTYPE_F32 && out_on_tc(L, out_args(L, f, ctx));
 }
 
-/* Nothing but the two projections reads nodes: where the Q/K/V one is
- * wg_gemm.cuh's 16-bit kernel, which reads f->nodes16, and the output one
- * writes out16 (and so reads the residual as nodes16 too), the call needs
- * no float nodes. */
-static int tiled_nodes16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
-{
-    float *qkv = ws_base(f), *ctx = qkv + (size_t)f->B * f->N * 3 * L->D;
-    return L->dtype != SGK_DTYPE_F32 && f->out16 && f->nodes16 && sgkc_tc_project_wg(L, qkv_args(L, f, qkv, ctx));
-}
-
 /* A 16-bit layer's pass reads its pair features as they are; nothing else
  * of such a plan reads them. */
 static int tiled_pair16(const sgkc_layer *L, const sgk_backend_plan *plan)
@@ -1158,8 +1143,8 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 const sgkc_variant sgkc_variants[] = {
     {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
     {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
-    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16, tiled_out16, tiled_nodes16},
-    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch, nullptr, sgkc_tc_out16, sgkc_tc_nodes16},
+    {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16, tiled_out16},
+    {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch, nullptr, sgkc_tc_out16},
     {"tuned-general", general_supports, nullptr, ws_qkv_ctx, general_launch},
     {"small", sgkc_generic_small_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},
     {"tiled", sgkc_generic_tiled_plan, nullptr, sgkc_generic_workspace, sgkc_generic_launch},

@@ -29,13 +29,12 @@
  * next k-step's are made while the MMAs run, and a stage goes back to
  * thread 0 once both warpgroups' MMAs that read it are done.
  *
- * 16-bit: a stage holds 64 k (two boxes of A, or of LayerNorm's A the
- * layer's own 16-bit rows, a.A16, in one; W's 16-bit elements in
- * 128-byte rows); A is normalised, scaled by gamma, shifted by beta and
- * rounded to the layer's dtype in registers, as the 16-bit module rounds
- * LayerNorm's output, and multiplied with W as given on m64nBNk16, two
- * k-steps a group; half the products of a TF32 pass and a third of
- * 3xTF32's.
+ * 16-bit layers: the LayerNorm GEMM in one TF32 pass (W's big parts
+ * alone, two k-steps a group); the residual GEMM on 16-bit operands: a
+ * stage holds 64 k (two boxes of A, W's 16-bit elements in 128-byte rows),
+ * A rounded to the layer's dtype in registers and multiplied with W as
+ * given on m64nBNk16, two k-steps a group: half the products of a TF32
+ * pass and a sixth of 3xTF32's.
  *
  * Needs K % 4 == 0 and a 16-byte aligned A (TMA's row stride and base);
  * sgkc_wg_takes says so. The kernel body exists only in sm_90a code
@@ -56,10 +55,11 @@
 #define SGKC_WG_BK 32
 #define SGKC_WG_NT 256 /* two warpgroups */
 
-/* The arithmetic: 3xTF32 on float operands (the fp32 contract), or one
- * product of 16-bit operands, bf16 or f16 as the layer's dtype (16-bit
- * layers, whose contract is 1e-2) */
-enum { SGKC_WG_X3 = 0, SGKC_WG_BF16 = 1, SGKC_WG_F16 = 2 };
+/* The arithmetic: 3xTF32 on float operands (the fp32 contract); for
+ * 16-bit layers (contract 1e-2), one TF32 pass on the big parts (SGKC_WG_TF32,
+ * the LayerNorm GEMM: gamma and beta stay folded into W) or one product of
+ * 16-bit operands, bf16 or f16 as the layer's dtype (the residual GEMM) */
+enum { SGKC_WG_X3 = 0, SGKC_WG_BF16 = 1, SGKC_WG_F16 = 2, SGKC_WG_TF32 = 3 };
 
 /* BN outputs a block's row, S stages, H16: 16-bit operands. A stage is a
  * k-tile: 3xTF32's of 32 (A's box, W's TF32 big and small parts, each
@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                     sgkc_tc_flags f)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr bool H16 = AR != SGKC_WG_X3, F16 = AR == SGKC_WG_F16;
+    constexpr bool H16 = AR == SGKC_WG_BF16 || AR == SGKC_WG_F16, F16 = AR == SGKC_WG_F16, X3 = AR == SGKC_WG_X3;
+    static_assert(!H16 || (!LN && RES), "16-bit operands take the residual GEMM (A as floats, no LayerNorm)");
     using cfg = sgkc_wg_cfg<BN, S, H16>;
     constexpr int BM = SGKC_WG_BM, BK = cfg::KB, R = BN / 2;
     extern __shared__ float4 wg_smem4[];
@@ -159,10 +160,8 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     auto empty = [&](int s) { return bar0 + 8u * (uint32_t)(S + s); };
     auto stage = [&](int s) { return ring + s * cfg::STAGE_FL; };
 
-    /* 16-bit LayerNorm GEMMs read A as the layer's 16-bit rows (a.A16):
-     * one box of 64 k a stage, half the bytes of two float boxes */
-    constexpr bool A16 = H16 && LN;
-    constexpr uint32_t BYTES = A16 ? (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u : cfg::BYTES;
+    /* a stage's TMA bytes (one TF32 pass: W's small part not loaded) */
+    constexpr uint32_t BYTES = AR == SGKC_WG_TF32 ? (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u : cfg::BYTES;
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t M = a.M, m0 = (int64_t)blockIdx.x * BM;
     const int Nc = a.Nc, K = a.K, n0 = (int)blockIdx.y * BN;
@@ -193,13 +192,13 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 sgkc_tma_2d(dst + (uint32_t)(2 * cfg::A_FL) * 4u, &maps.wb, k, n0, full(s));
             if (x) {
                 sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
-                if constexpr (!A16)
-                    sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.a, k + SGKC_WG_BK, (int)m0, full(s));
+                sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.a, k + SGKC_WG_BK, (int)m0, full(s));
             }
         } else {
             if (w) {
                 sgkc_tma_2d(dst + (uint32_t)cfg::A_FL * 4u, &maps.wb, k, n0, full(s));
-                sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, k, n0, full(s));
+                if constexpr (X3)
+                    sgkc_tma_2d(dst + (uint32_t)(cfg::A_FL + cfg::W_FL) * 4u, &maps.wl, k, n0, full(s));
             }
             if (x)
                 sgkc_tma_2d(dst, &maps.a, k, (int)m0, full(s));
@@ -230,21 +229,19 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     }
 
     /* acc[4j + 2s + e]: row 16 w4 + 8 s + g of the warpgroup's 64, column
-     * 8 j + 2 t + e; W beta is where 3xTF32's sums start (16-bit operands
-     * take gamma and beta in A, as the 16-bit module rounds LayerNorm's
-     * output, and W as it is) */
+     * 8 j + 2 t + e; W beta is where the sums start */
     float acc[R];
 #pragma unroll
     for (int j = 0; j < BN / 8; j++)
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int n = n0 + 8 * j + 2 * t + e;
-            const float b0 = LN && !H16 && rank == 0 && n < Nc ? __ldg(bias + n) : 0.0f;
+            const float b0 = LN && rank == 0 && n < Nc ? __ldg(bias + n) : 0.0f;
             acc[4 * j + e] = b0;
             acc[4 * j + 2 + e] = b0;
         }
 
-    /* 3xTF32: ah[set], al[set]; 16-bit: ah[2 kp + ks], two k-steps a group */
+    /* 3xTF32: ah[set], al[set]; one pass and 16-bit: ah[2 kp + ks], two k-steps a group */
     uint32_t ah[4][4], al[2][4];
     /* fragments of k-step ks (0..3) of the k-tile whose two chunks of rows
      * ra and rb are xa and xb: physical columns 8 t + 2 ks and 8 t + 2 ks + 1
@@ -263,30 +260,21 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
             v[3] = ((v[3] - sh_b) - mu_b) * rs_b;
         }
 #pragma unroll
-        for (int e = 0; e < 4; e++)
-            sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
+        for (int e = 0; e < 4; e++) {
+            if constexpr (X3) {
+                sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
+            } else {
+                uint32_t unused;
+                sgkc_split_tf32(v[e], ah[set][e], unused);
+            }
+        }
     };
     /* 16-bit: fragments of k-step ks (0, 1) of the 32 k of one of A's boxes
-     * whose chunks of rows ra and rb are xa and xb, at k k0 (for gamma
-     * and beta): physical columns 8 t + 4 ks .. + 3, which W's permutation
-     * (sgkc_wg_prep16) puts at k-step ks's k 2 t, 2 t + 1, 2 t + 8, 2 t + 9 */
-    auto frag16 = [&](int set, int ks, int k0, const float4 (&xa)[2], const float4 (&xb)[2]) {
-        float4 va = xa[ks], vb = xb[ks];
-        if constexpr (LN) {
-            float4 gm = make_float4(0.0f, 0.0f, 0.0f, 0.0f), bt = gm; /* zeros past K, where A reads as 0 */
-            if (k0 < K) {
-                gm = __ldg(reinterpret_cast<const float4 *>(a.gamma + k0));
-                bt = __ldg(reinterpret_cast<const float4 *>(a.beta + k0));
-            }
-            va.x = ((va.x - sh_a) - mu_a) * rs_a * gm.x + bt.x;
-            va.y = ((va.y - sh_a) - mu_a) * rs_a * gm.y + bt.y;
-            va.z = ((va.z - sh_a) - mu_a) * rs_a * gm.z + bt.z;
-            va.w = ((va.w - sh_a) - mu_a) * rs_a * gm.w + bt.w;
-            vb.x = ((vb.x - sh_b) - mu_b) * rs_b * gm.x + bt.x;
-            vb.y = ((vb.y - sh_b) - mu_b) * rs_b * gm.y + bt.y;
-            vb.z = ((vb.z - sh_b) - mu_b) * rs_b * gm.z + bt.z;
-            vb.w = ((vb.w - sh_b) - mu_b) * rs_b * gm.w + bt.w;
-        }
+     * whose chunks of rows ra and rb are xa and xb: physical columns 8 t +
+     * 4 ks .. + 3, which W's permutation (sgkc_wg_prep16) puts at k-step
+     * ks's k 2 t, 2 t + 1, 2 t + 8, 2 t + 9 */
+    auto frag16 = [&](int set, int ks, const float4 (&xa)[2], const float4 (&xb)[2]) {
+        const float4 va = xa[ks], vb = xb[ks];
         ah[set][0] = sgkc_wg_pack16<F16>(va.x, va.y);
         ah[set][1] = sgkc_wg_pack16<F16>(vb.x, vb.y);
         ah[set][2] = sgkc_wg_pack16<F16>(va.z, va.w);
@@ -310,8 +298,9 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     /* 3xTF32: the k-steps run as one sequence i = 4 kt + ks, fragment set
      * i % 2: before step i's fragments are made, step i - 2's MMAs (which
      * read that set) must be done, and once step 4 kt + 1 has waited so, all
-     * of k-tile kt - 1's are. 16-bit: groups of two k-steps of 16, one
-     * group a box of A, i = 2 kt + kp, the same rule on groups. The
+     * of k-tile kt - 1's are. One pass: groups of two k-steps, i = 2 kt +
+     * kp; 16-bit: groups of two k-steps of 16, one group a box of A, i = 2
+     * kt + kp; the same rule on groups. The
      * warp-synchronous wgmma instructions follow only after __syncwarp,
      * since thread 0 alone may have waited for a stage. */
 #pragma unroll 1
@@ -328,42 +317,48 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 xa[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(ra, 2 * t + c));
                 xb[c] = *reinterpret_cast<const float4 *>(As + sgkc_wg_at(rb, 2 * t + c));
             }
+            if constexpr (X3) {
 #pragma unroll
-            for (int ks = 0; ks < 4; ks++) {
-                const int set = ks & 1;
-                if (kt > 0 || ks >= 2) {
-                    sgkc_wg_wait<1>();
-                    sgkc_wg_hold(acc);
-                    sgkc_wg_hold4(ah[set]);
-                    sgkc_wg_hold4(al[set]);
+                for (int ks = 0; ks < 4; ks++) {
+                    const int set = ks & 1;
+                    if (kt > 0 || ks >= 2) {
+                        sgkc_wg_wait<1>();
+                        sgkc_wg_hold(acc);
+                        sgkc_wg_hold4(ah[set]);
+                        sgkc_wg_hold4(al[set]);
+                    }
+                    if (kt > 0 && ks == 1)
+                        give_back(kt);
+                    frag(set, ks, xa, xb);
+                    sgkc_wg_step3(acc, ah[set], al[set], Wb + 8 * ks, Wl + 8 * ks);
                 }
-                if (kt > 0 && ks == 1)
-                    give_back(kt);
-                frag(set, ks, xa, xb);
-                sgkc_wg_step3(acc, ah[set], al[set], Wb + 8 * ks, Wl + 8 * ks);
+            } else {
+                (void)Wl;
+#pragma unroll
+                for (int kp = 0; kp < 2; kp++) {
+                    if (kt > 0) {
+                        sgkc_wg_wait<1>();
+                        sgkc_wg_hold(acc);
+                        sgkc_wg_hold4(ah[2 * kp]);
+                        sgkc_wg_hold4(ah[2 * kp + 1]);
+                    }
+                    if (kt > 0 && kp == 1)
+                        give_back(kt);
+                    frag(2 * kp, 2 * kp, xa, xb);
+                    frag(2 * kp + 1, 2 * kp + 1, xa, xb);
+                    sgkc_wg_step2_tf32(acc, ah[2 * kp], ah[2 * kp + 1], Wb + 16 * kp, Wb + 16 * kp + 8);
+                }
             }
         } else {
             const float *Wt = As + 2 * cfg::A_FL; /* 64 k a row, k-step ks of box kp at 32 kp + 16 ks */
 #pragma unroll
             for (int kp = 0; kp < 2; kp++) {
+                const float *Ab = As + kp * cfg::A_FL;
                 float4 xa[2], xb[2];
-                if constexpr (A16) {
-                    /* a row's 64 k are 128 bytes, chunk 4 kp + t its k 32 kp + 8 t .. + 7 */
-                    const uint4 ua = *reinterpret_cast<const uint4 *>(As + sgkc_wg_at(ra, 4 * kp + t));
-                    const uint4 ub = *reinterpret_cast<const uint4 *>(As + sgkc_wg_at(rb, 4 * kp + t));
-                    auto wide = [&](uint32_t lo, uint32_t hi) {
-                        return make_float4(sgkc_widen16((uint16_t)(lo & 0xffffu), F16), sgkc_widen16((uint16_t)(lo >> 16), F16),
-                                           sgkc_widen16((uint16_t)(hi & 0xffffu), F16), sgkc_widen16((uint16_t)(hi >> 16), F16));
-                    };
-                    xa[0] = wide(ua.x, ua.y), xa[1] = wide(ua.z, ua.w);
-                    xb[0] = wide(ub.x, ub.y), xb[1] = wide(ub.z, ub.w);
-                } else {
-                    const float *Ab = As + kp * cfg::A_FL;
 #pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        xa[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(ra, 2 * t + c));
-                        xb[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(rb, 2 * t + c));
-                    }
+                for (int c = 0; c < 2; c++) {
+                    xa[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(ra, 2 * t + c));
+                    xb[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(rb, 2 * t + c));
                 }
                 if (kt > 0) {
                     sgkc_wg_wait<1>();
@@ -373,9 +368,8 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 }
                 if (kt > 0 && kp == 1)
                     give_back(kt);
-                const int k0 = (kt0 + kt) * BK + SGKC_WG_BK * kp + 8 * t;
-                frag16(2 * kp, 0, k0, xa, xb);
-                frag16(2 * kp + 1, 1, k0 + 4, xa, xb);
+                frag16(2 * kp, 0, xa, xb);
+                frag16(2 * kp + 1, 1, xa, xb);
                 sgkc_wg_step2<R, F16>(acc, ah[2 * kp], ah[2 * kp + 1], Wt + 16 * kp, Wt + 16 * kp + 8);
             }
         }
@@ -554,15 +548,7 @@ static inline cudaError_t sgkc_wg_prep16(const float *W, int Nc, int K, bool f16
  * statistics) and a residual without LayerNorm. */
 static inline bool sgkc_wg_takes(const sgkc_tc_gemm_args &g)
 {
-    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 &&
-           (g.gamma ? g.ln_stats && !g.residual && !g.R16 : g.residual != nullptr || g.R16 != nullptr);
-}
-/* and on 16-bit operands (h16), whose LayerNorm GEMMs read A16: its rows a
- * multiple of 16 bytes (TMA) */
-static inline bool sgkc_wg_takes(const sgkc_tc_gemm_args &g, bool h16)
-{
-    return sgkc_wg_takes(g) &&
-           (!h16 || !g.gamma || (g.A16 && g.K % 8 == 0 && ((uintptr_t)g.A16 & 15) == 0));
+    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 && (g.gamma ? g.ln_stats && !g.residual : g.residual != nullptr);
 }
 
 /* The driver's tensor-map encoder, looked up once; null where the driver
@@ -607,23 +593,22 @@ static inline cudaError_t sgkc_wg_map(CUtensorMap *m, const float *p, int inner,
 }
 
 /* One instance on g, with w's maps, after the previous kernel where pdl,
- * in arithmetic ar (SGKC_WG_X3, _BF16, _F16); S: 3xTF32's stages */
+ * in arithmetic ar (SGKC_WG_X3, _TF32 with LayerNorm, _BF16 or _F16 with
+ * the residual); S: the float operands' stages */
 template <int BN, int S>
 static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, int ar,
                                          bool pdl, cudaStream_t s)
 {
     constexpr int S16 = sgkc_wg_s16(BN);
-    const bool h16 = ar != SGKC_WG_X3;
+    const bool h16 = ar == SGKC_WG_BF16 || ar == SGKC_WG_F16;
     sgkc_wg_maps m = {};
     const int kp = sgkc_wg_kp(g.K, h16);
-    const CUtensorMapDataType t16 = ar == SGKC_WG_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    cudaError_t e = h16 && g.gamma ? sgkc_wg_map(&m.a, (const float *)g.A16, g.K, g.M, SGKC_WG_BM, t16)
-                                   : sgkc_wg_map(&m.a, g.A, g.K, g.M, SGKC_WG_BM);
-    if (e == cudaSuccess && h16)
-        e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN, t16);
-    if (e == cudaSuccess && !h16)
-        e = sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN);
-    if (e == cudaSuccess && !h16)
+    cudaError_t e = sgkc_wg_map(&m.a, g.A, g.K, g.M, SGKC_WG_BM);
+    if (e == cudaSuccess)
+        e = h16 ? sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN,
+                              ar == SGKC_WG_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
+                : sgkc_wg_map(&m.wb, w.wb, kp, g.Nc, BN);
+    if (e == cudaSuccess && ar == SGKC_WG_X3) /* one pass never reads W's small part */
         e = sgkc_wg_map(&m.wl, w.wl, kp, g.Nc, BN);
     if (e != cudaSuccess)
         return e;
@@ -655,14 +640,8 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
         lc.numAttrs++;
     }
     if (g.gamma)
-        switch (ar) {
-        case SGKC_WG_BF16:
-            return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_BF16>, m, g, w.bias, f);
-        case SGKC_WG_F16:
-            return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_F16>, m, g, w.bias, f);
-        default:
-            return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, SGKC_WG_X3>, m, g, w.bias, f);
-        }
+        return ar == SGKC_WG_TF32 ? cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, SGKC_WG_TF32>, m, g, w.bias, f)
+                                  : cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S, true, false, SGKC_WG_X3>, m, g, w.bias, f);
     switch (ar) {
     case SGKC_WG_BF16:
         return cudaLaunchKernelEx(&lc, sgkc_wg_kernel<BN, S16, false, true, SGKC_WG_BF16>, m, g, w.bias, f);
@@ -719,17 +698,16 @@ static inline int sgkc_wg_bn(int64_t M, int Nc, int sms, bool ln)
 /* C = op(A) W^T (+ residual) with g's LayerNorm, scaling and residual, W
  * as w holds it, in blocks of 128 x bn (64, 128, 192, 256: sgkc_wg_bn), each output tile's k
  * range split over ks blocks (1, 2, 4 or 8: sgkc_wg_ks); in 3xTF32 (ar
- * SGKC_WG_X3) or on 16-bit operands (SGKC_WG_BF16, SGKC_WG_F16: w from
+ * SGKC_WG_X3), one TF32 pass (SGKC_WG_TF32, LayerNorm GEMMs) or on 16-bit
+ * operands (SGKC_WG_BF16, SGKC_WG_F16, residual GEMMs: w from
  * sgkc_wg_prep16) */
 static inline cudaError_t sgkc_wg_gemm(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int bn, int ks,
                                        int ar, bool pdl, cudaStream_t s)
 {
-    const int kb = ar == SGKC_WG_X3 ? SGKC_WG_BK : 2 * SGKC_WG_BK;
-    if (!sgkc_wg_takes(g, ar != SGKC_WG_X3) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + kb - 1) / kb ||
-        (ar != SGKC_WG_X3 && ar != SGKC_WG_BF16 && ar != SGKC_WG_F16))
-        return cudaErrorInvalidValue;
-    /* 16-bit operands read gamma and beta four floats at a time */
-    if (ar != SGKC_WG_X3 && g.gamma && (((uintptr_t)g.gamma | (uintptr_t)g.beta) & 15) != 0)
+    const bool h16 = ar == SGKC_WG_BF16 || ar == SGKC_WG_F16;
+    const int kb = h16 ? 2 * SGKC_WG_BK : SGKC_WG_BK;
+    if (!sgkc_wg_takes(g) || (ks != 1 && ks != 2 && ks != 4 && ks != 8) || ks > (g.K + kb - 1) / kb ||
+        (ar != SGKC_WG_X3 && (g.gamma ? ar != SGKC_WG_TF32 : !h16)))
         return cudaErrorInvalidValue;
     switch (bn) {
     case 64:
@@ -755,9 +733,8 @@ static inline cudaError_t sgkc_wg_prepare_inst()
         int smem;
     } fns[] = {{(const void *)sgkc_wg_kernel<BN, S, true, false, SGKC_WG_X3>, smem},
                {(const void *)sgkc_wg_kernel<BN, S, false, true, SGKC_WG_X3>, smem},
-               {(const void *)sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_BF16>, smem16},
+               {(const void *)sgkc_wg_kernel<BN, S, true, false, SGKC_WG_TF32>, smem},
                {(const void *)sgkc_wg_kernel<BN, S16, false, true, SGKC_WG_BF16>, smem16},
-               {(const void *)sgkc_wg_kernel<BN, S16, true, false, SGKC_WG_F16>, smem16},
                {(const void *)sgkc_wg_kernel<BN, S16, false, true, SGKC_WG_F16>, smem16}};
     cudaError_t e = cudaSuccess;
     for (const auto &f : fns)
