@@ -104,29 +104,6 @@ int sgkc_tc_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd 
     return L->dtype != SGK_DTYPE_F32;
 }
 
-/* LayerNorm and the Q/K/V projection of f into qkv, its statistics in ctx
- * (free until the attention writes it) */
-static sgkc_tc_gemm_args tc_qkv_args(const sgkc_layer *L, const sgkc_fwd *f, float *qkv, float *ctx)
-{
-    const int D = L->D;
-    const int64_t M = f->B * f->N;
-    sgkc_tc_gemm_args g;
-    memset(&g, 0, sizeof g);
-    g.A = f->nodes;
-    g.W = L->gen + L->gen_off.wqkv; /* Wq | Wk | Wv as given: [n][k] */
-    g.C = qkv;
-    g.M = M;
-    g.Nc = 3 * D;
-    g.K = D;
-    g.gamma = L->gamma;
-    g.beta = L->beta;
-    g.eps = L->eps;
-    g.scale_cols = D;
-    g.scale = 1.0f / sqrtf((float)L->hd);
-    g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)M * (size_t)D, M);
-    return g;
-}
-
 /* The plan holds the attention instance, picked once a call. */
 int sgkc_tc_plan(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend_plan *plan)
 {
@@ -163,7 +140,21 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     uintptr_t base = ((uintptr_t)f->ws + TC_ALIGN - 1) & ~(uintptr_t)(TC_ALIGN - 1);
     float *qkv = (float *)base, *ctx = qkv + (size_t)M * 3u * (size_t)D;
 
-    cudaError_t e = tc_gemm_any(L, tc_qkv_args(L, f, qkv, ctx), f->stream);
+    sgkc_tc_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.A = f->nodes;
+    g.W = L->gen + L->gen_off.wqkv; /* Wq | Wk | Wv as given: [n][k] */
+    g.C = qkv;
+    g.M = M;
+    g.Nc = 3 * D;
+    g.K = D;
+    g.gamma = L->gamma;
+    g.beta = L->beta;
+    g.eps = L->eps;
+    g.scale_cols = D;
+    g.scale = 1.0f / sqrtf((float)L->hd);
+    g.ln_stats = sgkc_ln_stats_in(ctx, (size_t)M * (size_t)D, M); /* free until the attention writes it */
+    cudaError_t e = tc_gemm_any(L, g, f->stream);
     if (e != cudaSuccess)
         return e;
 
@@ -186,7 +177,6 @@ cudaError_t sgkc_tc_launch(const sgkc_layer *L, const sgk_backend_plan *plan, co
     if (e != cudaSuccess)
         return e;
 
-    sgkc_tc_gemm_args g;
     memset(&g, 0, sizeof g);
     g.A = ctx;
     g.W = L->gen + L->gen_off.wo;

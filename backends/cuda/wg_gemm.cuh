@@ -294,6 +294,19 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
         }
         __syncwarp();
     };
+    /* before group kp (0, 1) of k-tile kt in one pass or 16-bit: the group
+     * two before it, which read its fragment sets, is done, and after
+     * group 1's wait all of k-tile kt - 1's are, whose stage goes back */
+    auto group_wait = [&](int kt, int kp) {
+        if (kt > 0) {
+            sgkc_wg_wait<1>();
+            sgkc_wg_hold(acc);
+            sgkc_wg_hold4(ah[2 * kp]);
+            sgkc_wg_hold4(ah[2 * kp + 1]);
+        }
+        if (kt > 0 && kp == 1)
+            give_back(kt);
+    };
 
     /* 3xTF32: the k-steps run as one sequence i = 4 kt + ks, fragment set
      * i % 2: before step i's fragments are made, step i - 2's MMAs (which
@@ -336,14 +349,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 (void)Wl;
 #pragma unroll
                 for (int kp = 0; kp < 2; kp++) {
-                    if (kt > 0) {
-                        sgkc_wg_wait<1>();
-                        sgkc_wg_hold(acc);
-                        sgkc_wg_hold4(ah[2 * kp]);
-                        sgkc_wg_hold4(ah[2 * kp + 1]);
-                    }
-                    if (kt > 0 && kp == 1)
-                        give_back(kt);
+                    group_wait(kt, kp);
                     frag(2 * kp, 2 * kp, xa, xb);
                     frag(2 * kp + 1, 2 * kp + 1, xa, xb);
                     sgkc_wg_step2_tf32(acc, ah[2 * kp], ah[2 * kp + 1], Wb + 16 * kp, Wb + 16 * kp + 8);
@@ -360,14 +366,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                     xa[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(ra, 2 * t + c));
                     xb[c] = *reinterpret_cast<const float4 *>(Ab + sgkc_wg_at(rb, 2 * t + c));
                 }
-                if (kt > 0) {
-                    sgkc_wg_wait<1>();
-                    sgkc_wg_hold(acc);
-                    sgkc_wg_hold4(ah[2 * kp]);
-                    sgkc_wg_hold4(ah[2 * kp + 1]);
-                }
-                if (kt > 0 && kp == 1)
-                    give_back(kt);
+                group_wait(kt, kp);
                 frag16(2 * kp, 0, xa, xb);
                 frag16(2 * kp + 1, 1, xa, xb);
                 sgkc_wg_step2<R, F16>(acc, ah[2 * kp], ah[2 * kp + 1], Wt + 16 * kp, Wt + 16 * kp + 8);
