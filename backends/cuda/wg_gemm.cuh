@@ -141,7 +141,7 @@ __device__ __forceinline__ uint32_t sgkc_wg_pack16(float lo, float hi)
         return *reinterpret_cast<const uint32_t *>(&h);
     }
 }
-/* AR: SGKC_WG_X3, SGKC_WG_BF16 or SGKC_WG_F16 */
+/* AR: SGKC_WG_X3; SGKC_WG_TF32 (LN); SGKC_WG_BF16 or SGKC_WG_F16 (RES) */
 template <int BN, int S, bool LN, bool RES, int AR>
 __global__ void __launch_bounds__(SGKC_WG_NT, 1)
     sgkc_wg_kernel(const __grid_constant__ sgkc_wg_maps maps, sgkc_tc_gemm_args a, const float *__restrict__ bias,
