@@ -83,6 +83,16 @@ struct sgkc_tc_flags {
     int x3;           /* 3xTF32 products; 0: the big halves' alone (one_pass) */
 };
 
+/* Output element o written as a 16-bit layer's dtype (a.C16), the
+ * residual added where RES */
+template <bool RES>
+__device__ __forceinline__ void sgkc_tc_store16(const sgkc_tc_gemm_args &a, size_t o, float v)
+{
+    if constexpr (RES)
+        v += __ldg(a.residual + o);
+    a.C16[o] = sgkc_narrow16(v, a.k16 == 2);
+}
+
 /* Outputs (m, n) and (m, n + 1) of the MMA kernels' fragments: scaled
  * where the column is under a.scale_cols, the residual added where RES,
  * stored as one float2 where f allows, else each where its column is under
@@ -97,14 +107,11 @@ __device__ __forceinline__ void sgkc_tc_store2(const sgkc_tc_gemm_args &a, const
     for (int e = 0; e < 2; e++)
         if (n + e < a.scale_cols)
             v[e] *= a.scale;
-    if (a.C16) { /* a 16-bit output: the residual as floats, the sum rounded */
+    if (a.C16) {
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            if (n + e < a.Nc) {
-                if constexpr (RES)
-                    v[e] += __ldg(a.residual + o + e);
-                a.C16[o + e] = sgkc_narrow16(v[e], a.k16 == 2);
-            }
+            if (n + e < a.Nc)
+                sgkc_tc_store16<RES>(a, o + e, v[e]);
         return;
     }
     if (f.vec_out && n < a.Nc) {
@@ -426,11 +433,8 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
             if (a.C16) {
 #pragma unroll
                 for (int i = 0; i < 4; i++)
-                    if (n + i < Nc) {
-                        if constexpr (RES)
-                            x[i] += __ldg(a.residual + o + i);
-                        a.C16[o + i] = sgkc_narrow16(x[i], a.k16 == 2);
-                    }
+                    if (n + i < Nc)
+                        sgkc_tc_store16<RES>(a, o + i, x[i]);
             } else if (f.vec_out4) {
                 if constexpr (RES) {
                     const float4 q = __ldg(reinterpret_cast<const float4 *>(a.residual + o));

@@ -305,7 +305,7 @@ static sgkc_gemm_args out_args(const sgkc_layer *L, const sgkc_fwd *f, const flo
 }
 
 /* out_args, writing a 16-bit layer's out as its dtype where f asks so
- * (f->out16; the launch then takes the tensor-core GEMMs: out_on_tc) */
+ * (f->out16; the launch then takes the tensor-core GEMMs: out_choice) */
 static sgkc_gemm_args out_args16(const sgkc_layer *L, const sgkc_fwd *f, const float *ctx)
 {
     sgkc_gemm_args g = out_args(L, f, ctx);
@@ -316,20 +316,10 @@ static sgkc_gemm_args out_args16(const sgkc_layer *L, const sgkc_fwd *f, const f
     return g;
 }
 
-/* Whether launch_out takes the tensor-core GEMMs (tc.cu) for g, the
- * GEMMs that can also write a 16-bit output (sgkc_gemm_args.C16) */
-static bool out_on_tc(const sgkc_layer *L, const sgkc_gemm_args &g)
-{
-    if (sgkc_tc_project_wg(L, g))
-        return true;
-    const dim3 pg = panel_grid<SGKC_GP_OUT>(L, g);
-    const bool few = (int64_t)pg.x * pg.y < L->sm_count && sgkc_tc_project_fits(L);
-    if (!few && (panel_fits<SGKC_GP_OUT2>(L, g, true) || panel_fits<SGKC_GP_OUT>(L, g, true)))
-        return false;
-    return tc_wins(L, g);
-}
-
-static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+/* Where launch_out runs the output projection g (only OUT_TC, the
+ * tensor-core GEMMs of tc.cu, can also write a 16-bit out: C16) */
+enum out_path { OUT_TC, OUT_PANEL2, OUT_PANEL, OUT_SGEMM };
+static out_path out_choice(const sgkc_layer *L, const sgkc_gemm_args &g)
 {
     /* wg_gemm.cuh where it takes g, as for Q/K/V. Else: D = 256 and the
      * grid in one wave of three blocks an SM, with a block for every SM:
@@ -341,15 +331,27 @@ static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_ge
      * 8x4 a thread were slower at every preset). */
     /* Two K groups where one wave has two blocks an SM: twice the warps to
      * hide latency (a small gain at mid). */
-    if (out_on_tc(L, g))
-        return sgkc_tc_project(L, g, s);
-    if (g.C16) /* only those write a 16-bit output */
-        return cudaErrorInvalidValue;
+    if (sgkc_tc_project_wg(L, g))
+        return OUT_TC;
     const dim3 pg = panel_grid<SGKC_GP_OUT>(L, g);
     const bool few = (int64_t)pg.x * pg.y < L->sm_count && sgkc_tc_project_fits(L);
     if (!few && panel_fits<SGKC_GP_OUT2>(L, g, true))
-        return launch_panel<SGKC_GP_OUT2>(L, s, g, panel_grid<SGKC_GP_OUT2>(L, g));
+        return OUT_PANEL2;
     if (!few && panel_fits<SGKC_GP_OUT>(L, g, true))
+        return OUT_PANEL;
+    return tc_wins(L, g) ? OUT_TC : OUT_SGEMM;
+}
+
+static cudaError_t launch_out(const sgkc_layer *L, cudaStream_t s, const sgkc_gemm_args &g)
+{
+    const out_path p = out_choice(L, g);
+    if (p == OUT_TC)
+        return sgkc_tc_project(L, g, s);
+    if (g.C16) /* only the tensor-core GEMMs write a 16-bit output */
+        return cudaErrorInvalidValue;
+    if (p == OUT_PANEL2)
+        return launch_panel<SGKC_GP_OUT2>(L, s, g, panel_grid<SGKC_GP_OUT2>(L, g));
+    if (p == OUT_PANEL)
         return launch_panel<SGKC_GP_OUT>(L, s, g, panel_grid<SGKC_GP_OUT>(L, g));
     return launch_gemm<false, true, 32, 64, 16, 4, 4, 4>(L, s, g);
 }
@@ -986,7 +988,7 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
 static int tiled_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc_fwd *f)
 {
     float *ctx = ws_base(f) + (size_t)f->B * f->N * 3 * L->D;
-    return L->dtype != SGK_DTYPE_F32 && out_on_tc(L, out_args(L, f, ctx));
+    return L->dtype != SGK_DTYPE_F32 && out_choice(L, out_args(L, f, ctx)) == OUT_TC;
 }
 
 /* A 16-bit layer's pass reads its pair features as they are; nothing else
@@ -1582,7 +1584,7 @@ cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc16, 
  * element and widened. A thread a packed float, found by a binary search
  * over first. */
 /* A bf16 or f16 element (dtype) as float: exact either way. */
-static __device__ float sgkc_widen_elem(unsigned short h, int dtype)
+static __device__ float sgkc_widen16(unsigned short h, int dtype)
 {
     return dtype == SGK_DTYPE_BF16 ? __uint_as_float((unsigned)h << 16) : __half2float(__ushort_as_half(h));
 }
@@ -1613,7 +1615,7 @@ __global__ void __launch_bounds__(256) sgkc_repack_kernel(const __grid_constant_
         const int64_t i = t - __ldg(a.first + lo);
         const int64_t at = u.src + i * u.stride;
         const float x = a.dtype == SGK_DTYPE_F32 ? __ldg((const float *)a.src[u.seg] + at)
-                                                 : sgkc_widen_elem(__ldg((const unsigned short *)a.src[u.seg] + at), a.dtype);
+                                                 : sgkc_widen16(__ldg((const unsigned short *)a.src[u.seg] + at), a.dtype);
         a.dst[u.dst + i] = u.scale ? __fmul_rn(x, a.scales[u.scale]) : x;
     }
 }

@@ -489,7 +489,7 @@ __global__ void sgkc_wg_prep16_kernel(const float *__restrict__ W, int Nc, int K
         const int j = q & 15, ks = (q >> 4) & 1, kp = (q >> 5) & 1;
         const int k = (q & ~63) + 32 * kp + 8 * ((j & 7) >> 1) + 4 * ks + 2 * (j >> 3) + (j & 1);
         const float v = k < K ? W[(size_t)n * K + k] : 0.0f;
-        w[i] = f16 ? __half_as_ushort(__float2half_rn(v)) : __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        w[i] = sgkc_narrow16(v, f16 != 0);
     }
 }
 
