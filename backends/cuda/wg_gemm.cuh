@@ -352,7 +352,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                     group_wait(kt, kp);
                     frag(2 * kp, 2 * kp, xa, xb);
                     frag(2 * kp + 1, 2 * kp + 1, xa, xb);
-                    sgkc_wg_step2_tf32(acc, ah[2 * kp], ah[2 * kp + 1], Wb + 16 * kp, Wb + 16 * kp + 8);
+                    sgkc_wg_step2<R, false, false>(acc, ah[2 * kp], ah[2 * kp + 1], Wb + 16 * kp, Wb + 16 * kp + 8);
                 }
             }
         } else {
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
                 group_wait(kt, kp);
                 frag16(2 * kp, 0, xa, xb);
                 frag16(2 * kp + 1, 1, xa, xb);
-                sgkc_wg_step2<R, F16>(acc, ah[2 * kp], ah[2 * kp + 1], Wt + 16 * kp, Wt + 16 * kp + 8);
+                sgkc_wg_step2<R, true, F16>(acc, ah[2 * kp], ah[2 * kp + 1], Wt + 16 * kp, Wt + 16 * kp + 8);
             }
         }
     }

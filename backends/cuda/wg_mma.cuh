@@ -170,23 +170,6 @@ __device__ __forceinline__ void sgkc_wg_step3(float (&d)[R], uint32_t (&ah)[4], 
     sgkc_wg_commit();
 }
 
-/* Two k-steps in one TF32 pass, for 16-bit layers (whose contract a TF32
- * product keeps: their operands carry 8 or 11 bits, TF32 11), issued as
- * one group: d += a0 B0 + a1 B1, B's big parts at big0 and big1. (A group
- * of one wgmma is serialized by ptxas: C7513.) */
-template <int R>
-__device__ __forceinline__ void sgkc_wg_step2_tf32(float (&d)[R], uint32_t (&a0)[4], uint32_t (&a1)[4],
-                                                   const float *big0, const float *big1)
-{
-    sgkc_wg_fence();
-    sgkc_wg_hold(d);
-    sgkc_wg_hold4(a0);
-    sgkc_wg_hold4(a1);
-    sgkc_wg_mma<R>(d, a0, sgkc_wg_desc(big0));
-    sgkc_wg_mma<R>(d, a1, sgkc_wg_desc(big1));
-    sgkc_wg_commit();
-}
-
 /* m64n(2R)k16 with 16-bit operands (F16: f16, else bf16), fp32
  * accumulators: A 64 x 16 from registers (a lane's a[0..3] hold rows g,
  * g + 8 at k 2t, 2t + 1, then rows g, g + 8 at k 2t + 8, 2t + 9, two
@@ -219,9 +202,13 @@ __device__ __forceinline__ void sgkc_wg_mma16(float (&d)[R], const uint32_t (&a)
     }
 }
 
-/* Two k-steps of 16 with 16-bit operands, issued as one group: d += a0 B0
- * + a1 B1, B's k-steps at b0 and b1 (C7513, as above). */
-template <int R, bool F16>
+/* Two k-steps issued as one group, d += a0 B0 + a1 B1 (B's k-steps at b0
+ * and b1): in one TF32 pass on B's big parts (W16 false; 16-bit layers,
+ * whose contract a TF32 product keeps: their operands carry 8 or 11 bits,
+ * TF32 11), or k-steps of 16 on 16-bit operands (F16: f16, else bf16).
+ * ptxas serializes a group of one wgmma whose A comes from registers
+ * (C7513). */
+template <int R, bool W16, bool F16>
 __device__ __forceinline__ void sgkc_wg_step2(float (&d)[R], uint32_t (&a0)[4], uint32_t (&a1)[4], const float *b0,
                                               const float *b1)
 {
@@ -229,8 +216,13 @@ __device__ __forceinline__ void sgkc_wg_step2(float (&d)[R], uint32_t (&a0)[4], 
     sgkc_wg_hold(d);
     sgkc_wg_hold4(a0);
     sgkc_wg_hold4(a1);
-    sgkc_wg_mma16<R, F16>(d, a0, sgkc_wg_desc(b0));
-    sgkc_wg_mma16<R, F16>(d, a1, sgkc_wg_desc(b1));
+    if constexpr (W16) {
+        sgkc_wg_mma16<R, F16>(d, a0, sgkc_wg_desc(b0));
+        sgkc_wg_mma16<R, F16>(d, a1, sgkc_wg_desc(b1));
+    } else {
+        sgkc_wg_mma<R>(d, a0, sgkc_wg_desc(b0));
+        sgkc_wg_mma<R>(d, a1, sgkc_wg_desc(b1));
+    }
     sgkc_wg_commit();
 }
 #endif
