@@ -4,9 +4,11 @@
  * copy, and the first layer (the P^2 of the pass's 2P^2 + 2PH FLOPs a
  * pair) runs in one m16n8k16 MMA of that type: a product of two 16-bit
  * values is exact in the fp32 accumulator, so the pass keeps the fp32
- * contract on the rounded inputs. The second layer stays mlp_tc.cuh's
- * 3xTF32 product on the fp32 hidden units (rounding them to 16 bits
- * would cost accuracy, and an f16 hidden unit can overflow).
+ * contract on the rounded inputs. The second layer is mlp_tc.cuh's product
+ * on the fp32 hidden units in one TF32 pass: TF32 keeps more bits than the
+ * layer's 16-bit data carry and fp32's range (an f16 hidden unit could
+ * overflow), at a third of 3xTF32's MMAs and without splitting the hidden
+ * units.
  *
  * A warp takes 16 pairs at a time (persistent, as mlp_tc.cuh). For each
  * k-step of 16 features, lane (g, t) loads features 16q + 4t .. + 3 of its
@@ -14,7 +16,7 @@
  * 2t + 1 and 2t + 8, 2t + 9; W1 sits in shared memory as 16-bit rows, read
  * in the same order (a dot product takes its terms in any order). The
  * hidden tiles then go through b1, silu and the second layer as in
- * mlp_tc.cuh, W2 split into its TF32 halves once a block.
+ * mlp_tc.cuh, W2 rounded to TF32 once a block.
  *
  * Weights arrive as the layer's floats (16-bit values widened, so the
  * conversion back is exact). */
@@ -61,10 +63,10 @@ __host__ __device__ constexpr int sgkc_mh_ldh(int pcap)
 {
     return pcap + 16;
 }
-/* Shared memory in floats: W1's 16-bit rows, b1, W2's TF32 halves, b2. */
+/* Shared memory in floats: W1's 16-bit rows, b1, W2 rounded to TF32, b2. */
 __host__ __device__ constexpr size_t sgkc_mh_smem_floats(int pcap, int ht)
 {
-    return (size_t)pcap * sgkc_mh_ldh(pcap) / 2 + pcap + 2 * (size_t)8 * ht * sgkc_mt_ldw2(pcap) + 8 * ht;
+    return (size_t)pcap * sgkc_mh_ldh(pcap) / 2 + pcap + (size_t)8 * ht * sgkc_mt_ldw2(pcap) + 8 * ht;
 }
 
 template <int PCAP, int HT, bool BF, int NW = SGKC_MT_NT / 32>
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
 {
     constexpr int NT = 32 * NW;
     constexpr int LDH = sgkc_mh_ldh(PCAP), LDW2 = sgkc_mt_ldw2(PCAP);
-    constexpr int W2F = 8 * HT * LDW2; /* floats of each TF32 half of W2 */
+    constexpr int W2F = 8 * HT * LDW2; /* floats of W2 */
     constexpr int NQ = PCAP / 16;      /* k-steps of 16 features */
     constexpr int NJ = PCAP / 8;       /* hidden units in tiles of 8 */
     constexpr int JG = NJ < 8 ? NJ : 8;
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
 
     extern __shared__ __align__(16) float smem[];
     uint16_t *W1h = reinterpret_cast<uint16_t *>(smem);
-    float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + 2 * W2F;
+    float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + W2F;
     const int P = a.P, H = a.H, tid = (int)threadIdx.x;
     for (int i = tid; i < PCAP * PCAP; i += NT) {
         const int n = i / PCAP, k = i % PCAP;
@@ -94,7 +96,6 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
         uint32_t hi, lo;
         sgkc_mt_split(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f, hi, lo);
         reinterpret_cast<uint32_t *>(W2s)[h * LDW2 + p] = hi;
-        reinterpret_cast<uint32_t *>(W2s)[W2F + h * LDW2 + p] = lo;
     }
     for (int i = tid; i < 8 * HT; i += NT)
         b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
@@ -158,7 +159,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
             /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second layer */
 #pragma unroll
             for (int j = 0; j < JG; j++)
-                sgkc_mt_layer2<HT, LDW2, W2F, true>(o, acc[j], b1s, W2s, 8 * (jg + j) + 2 * t, g);
+                sgkc_mt_layer2<HT, LDW2, W2F, true, false>(o, acc[j], b1s, W2s, 8 * (jg + j) + 2 * t, g);
         }
         sgkc_mt_store<HT>(a, o, b2s, tile, g, t);
 

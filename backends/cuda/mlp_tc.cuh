@@ -90,10 +90,11 @@ __device__ __forceinline__ void sgkc_mt_split(float x, uint32_t &hi, uint32_t &l
 /* One hidden tile of rows g, g + 8 (acc: the first layer's m16n8
  * accumulators of hidden units n = 8 j + 2t and n + 1, b1 not yet added)
  * through b1 and silu into the second layer: o[ht] += their product with
- * W2's rows 8 ht .. 8 ht + 7 in 3xTF32. Columns n, n + 1 are fed as the
+ * W2's rows 8 ht .. 8 ht + 7 in 3xTF32 (X3; else one TF32 pass on the
+ * big halves, which never reads W2's small halves). Columns n, n + 1 are fed as the
  * MMA's k = t, t + 4, W2's columns read in that order; W2s holds W2 as its
  * TF32 halves (SPLIT: the small halves W2F floats on) or as floats. */
-template <int HT, int LDW2, int W2F, bool SPLIT>
+template <int HT, int LDW2, int W2F, bool SPLIT, bool X3 = true>
 __device__ __forceinline__ void sgkc_mt_layer2(float (&o)[HT][4], const float (&acc)[4], const float *b1s,
                                                const float *W2s, int n, int g)
 {
@@ -116,7 +117,7 @@ __device__ __forceinline__ void sgkc_mt_layer2(float (&o)[HT][4], const float (&
             sgkc_mt_split(w.x, wh[0], wl[0]);
             sgkc_mt_split(w.y, wh[1], wl[1]);
         }
-        sgkc_mma3_tf32(o[ht], hh, hl, wh, wl);
+        sgkc_mma_x<X3>(o[ht], hh, hl, wh, wl);
     }
 }
 

@@ -429,16 +429,20 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
 }
 
 /* The LayerNorm statistics of a.A's rows into a.ln_stats (shift, then
- * mean, then rstd, sgkc_ln_stats_rows(M) floats each), four rows a warp,
- * as the GEMM's blocks would take them (the same function, so the same
- * bits). */
-__global__ void __launch_bounds__(256) sgkc_wg_stats_kernel(sgkc_tc_gemm_args a, int vec)
+ * mean, then rstd, sgkc_ln_stats_rows(M) floats each), as the GEMM's blocks
+ * would take them (the same function, so the same bits: a row's sums do not
+ * depend on how many rows a warp takes). One row a warp, four warps a block:
+ * the pass is latency-bound (two reads of a row that the second finds in
+ * L1), so it wants as many warps in flight as there are rows, and at small M
+ * as many blocks as there are rows to spread over the SMs. */
+constexpr int SGKC_WG_STATS_NT = 128;
+__global__ void __launch_bounds__(SGKC_WG_STATS_NT) sgkc_wg_stats_kernel(sgkc_tc_gemm_args a, int vec)
 {
     sgkc_grid_wait(); /* A may be the previous kernel's output */
     const int lane = (int)threadIdx.x & 31;
-    const int64_t m = 4 * (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    const int64_t m = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (m < a.M)
-        sgkc_tc_row_stats<4>(a, m, vec != 0, lane, a.ln_stats + m, a.ln_stats + sgkc_ln_stats_rows(a.M) + m,
+        sgkc_tc_row_stats<1>(a, m, vec != 0, lane, a.ln_stats + m, a.ln_stats + sgkc_ln_stats_rows(a.M) + m,
                              a.ln_stats + 2 * sgkc_ln_stats_rows(a.M) + m);
     sgkc_grid_trigger();
 }
@@ -623,8 +627,10 @@ static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_
     lc.numAttrs = pdl ? 1 : 0;
     const sgkc_tc_flags f = sgkc_tc_flags_of(g);
     if (g.gamma) {
-        lc.gridDim = dim3((unsigned)((g.M + 31) / 32));
+        lc.blockDim = dim3(SGKC_WG_STATS_NT);
+        lc.gridDim = dim3((unsigned)((g.M + SGKC_WG_STATS_NT / 32 - 1) / (SGKC_WG_STATS_NT / 32)));
         e = cudaLaunchKernelEx(&lc, sgkc_wg_stats_kernel, g, f.vec_a);
+        lc.blockDim = dim3(SGKC_WG_NT);
         if (e != cudaSuccess)
             return e;
         lc.numAttrs = 1; /* after the statistics */

@@ -14,10 +14,12 @@
  * (at P > 64); DESIGN.md says why. "bf16" and "f16" are mlp_h16.cuh (the
  * first layer in one 16-bit MMA on 16-bit features) on the same problem
  * with features and weights rounded to that type, against a double
- * reference of the rounded values, held to the same tolerance. Each runs on a grid of what fits on the
+ * reference of the rounded values. Each runs on a grid of what fits on the
  * SMs, as the library's launch does. The bias is poisoned
  * with NaN first; every element must come out within relative L2 1e-5 and
- * max abs 1e-4 (scaled to the bias's largest) of a double reference. Then
+ * max abs 1e-4 (scaled to the bias's largest) of a double reference; the
+ * 16-bit versions, whose second layer is one TF32 pass, within 1e-3 and
+ * 1e-2 (their layer's contract is 1e-2 end to end). Then
  * each is timed with events (3 warm-ups, median of 15). Exit status 1 on
  * any failure. */
 #include "mlp_tc.cuh"
@@ -123,7 +125,7 @@ static problem make_problem(const shape &s, int dt = 0)
 }
 
 static void check_and_time(const char *sname, const char *vname, void (*kernel)(sgkc_mlp_args), int nt, size_t smem,
-                           const problem &p)
+                           const problem &p, double tol_rel = 1e-5, double tol_max = 1e-4)
 {
     CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0;
@@ -155,7 +157,7 @@ static void check_and_time(const char *sname, const char *vname, void (*kernel)(
     const dev_error e = compare(got.data(), p.ref.data(), n);
     const double rel = e.rel_l2, mx = e.max_abs;
     const size_t bad = e.nonfinite + not_inf;
-    const bool ok = bad == 0 && rel <= 1e-5 && mx <= 1e-4 * std::max(p.scale, 1.0);
+    const bool ok = bad == 0 && rel <= tol_rel && mx <= tol_max * std::max(p.scale, 1.0);
     g_fail += !ok;
     float us = -1;
     if (ok)
@@ -184,9 +186,9 @@ static void versions16(const shape &s, const problem &p, int dt)
 {
     const size_t smem = sgkc_mh_smem_floats(PCAP, HT) * 4;
     if (dt == 1)
-        check_and_time(s.name, "bf16", sgkc_mlp_h16_kernel<PCAP, HT, true>, SGKC_MT_NT, smem, p);
+        check_and_time(s.name, "bf16", sgkc_mlp_h16_kernel<PCAP, HT, true>, SGKC_MT_NT, smem, p, 1e-3, 1e-2);
     else
-        check_and_time(s.name, "f16", sgkc_mlp_h16_kernel<PCAP, HT, false>, SGKC_MT_NT, smem, p);
+        check_and_time(s.name, "f16", sgkc_mlp_h16_kernel<PCAP, HT, false>, SGKC_MT_NT, smem, p, 1e-3, 1e-2);
 }
 
 int main(int argc, char **argv)
