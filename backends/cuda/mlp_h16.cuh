@@ -69,6 +69,32 @@ __host__ __device__ constexpr size_t sgkc_mh_smem_floats(int pcap, int ht)
     return (size_t)pcap * sgkc_mh_ldh(pcap) / 2 + pcap + (size_t)8 * ht * sgkc_mt_ldw2(pcap) + 8 * ht;
 }
 
+/* Features 16 q + 4 t .. + 3 of row r (lane t's share of each k-step of
+ * 16), two 16-bit values a word; zero past P, and everywhere where !in.
+ * 8-byte loads where a.pvec (P % 4 == 0 and the features 8-byte aligned). */
+template <int NQ>
+__device__ __forceinline__ void sgkc_mh_load_row(const sgkc_mlp_args &a, int64_t r, bool in, int t, uint2 (&x)[NQ])
+{
+    const int P = a.P;
+    const uint16_t *src = a.pair16 + (size_t)(in ? r : 0) * P;
+#pragma unroll
+    for (int q = 0; q < NQ; q++) {
+        const int f = 16 * q + 4 * t;
+        uint2 v = make_uint2(0u, 0u);
+        if (in && f < P) {
+            if (a.pvec) {
+                v = __ldg(reinterpret_cast<const uint2 *>(src + f));
+            } else {
+                const uint32_t e0 = __ldg(src + f), e1 = f + 1 < P ? __ldg(src + f + 1) : 0u;
+                const uint32_t e2 = f + 2 < P ? __ldg(src + f + 2) : 0u;
+                const uint32_t e3 = f + 3 < P ? __ldg(src + f + 3) : 0u;
+                v = make_uint2(e0 | e1 << 16, e2 | e3 << 16);
+            }
+        }
+        x[q] = v;
+    }
+}
+
 template <int PCAP, int HT, bool BF, int NW = SGKC_MT_NT / 32>
 __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
 {
@@ -105,33 +131,12 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
     const int lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int64_t M = a.M, tiles = (M + 15) / 16;
     const int64_t stride = (int64_t)gridDim.x * NW;
-    const uint16_t *pair = a.pair16;
 
-    /* rows g and g + 8 of a tile, features 16q + 4t .. + 3 as two 32-bit
-     * words (zero past P or M); vec: P % 4 == 0 and the features 8-byte aligned */
+    /* rows g and g + 8 of a tile */
     auto load = [&](uint2 (&x0)[NQ], uint2 (&x1)[NQ], int64_t tile) {
-        const int64_t r[2] = {tile * 16 + g, tile * 16 + g + 8};
-#pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const bool in = tile < tiles && r[s] < M;
-            const uint16_t *src = pair + (size_t)(in ? r[s] : 0) * P;
-#pragma unroll
-            for (int q = 0; q < NQ; q++) {
-                const int f = 16 * q + 4 * t;
-                uint2 v = make_uint2(0u, 0u);
-                if (in && f < P) {
-                    if (a.pvec) {
-                        v = __ldg(reinterpret_cast<const uint2 *>(src + f));
-                    } else {
-                        const uint32_t e0 = __ldg(src + f), e1 = f + 1 < P ? __ldg(src + f + 1) : 0u;
-                        const uint32_t e2 = f + 2 < P ? __ldg(src + f + 2) : 0u;
-                        const uint32_t e3 = f + 3 < P ? __ldg(src + f + 3) : 0u;
-                        v = make_uint2(e0 | e1 << 16, e2 | e3 << 16);
-                    }
-                }
-                (s ? x1 : x0)[q] = v;
-            }
-        }
+        const int64_t r0 = tile * 16 + g, r1 = r0 + 8;
+        sgkc_mh_load_row<NQ>(a, r0, tile < tiles && r0 < M, t, x0);
+        sgkc_mh_load_row<NQ>(a, r1, tile < tiles && r1 < M, t, x1);
     };
 
     int64_t tile = (int64_t)blockIdx.x * NW + (tid >> 5);

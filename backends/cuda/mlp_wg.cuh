@@ -53,6 +53,31 @@ __host__ __device__ constexpr size_t sgkc_mw_smem_floats(int pcap, int ht)
     return 2 * (size_t)pcap * pcap + 2 * (size_t)8 * ht * pcap + pcap + 8 * ht + 256;
 }
 
+/* A warpgroup's 64 x 8 HT second-layer accumulators (b2 in them) into the
+ * bias: o[4j + 2s + e] is pair 64 tile + 16 w4 + 8 s + g, head 8 j + 2 t +
+ * e; -inf at every head of a pair the mask makes no edge. */
+template <int HT>
+__device__ __forceinline__ void sgkc_mw_store(const sgkc_mlp_args &a, const float (&o)[4 * HT], int64_t tile, int w4,
+                                              int g, int t)
+{
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        const int64_t m = tile * 64 + 16 * w4 + 8 * s + g;
+        if (m >= a.M)
+            continue;
+        float *const dst = a.bias + sgkc_bias_at(m, a.H, a.NN);
+        const bool edge = sgkc_edge(a.mask, a.mask_u8, (size_t)m);
+#pragma unroll
+        for (int j = 0; j < HT; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int h = 8 * j + 2 * t + e;
+                if (h < a.H)
+                    dst[(size_t)h * a.NN] = edge ? o[4 * j + 2 * s + e] : SGKC_NEG_INF;
+            }
+    }
+}
+
 template <int PCAP, int HT>
 __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_args a)
 {
@@ -197,23 +222,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
         sgkc_wg_wait<0>();
         sgkc_wg_hold(o);
 
-        /* o[4j + 2s + e]: row 16 w4 + 8 s + g, head 8 j + 2 t + e */
-#pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const int64_t m = tile * 64 + 16 * w4 + 8 * s + g;
-            if (m >= M)
-                continue;
-            float *const dst = a.bias + sgkc_bias_at(m, H, a.NN);
-            const bool edge = sgkc_edge(a.mask, a.mask_u8, (size_t)m);
-#pragma unroll
-            for (int j = 0; j < HT; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int h = 8 * j + 2 * t + e;
-                    if (h < H)
-                        dst[(size_t)h * a.NN] = edge ? o[4 * j + 2 * s + e] : SGKC_NEG_INF;
-                }
-        }
+        sgkc_mw_store<HT>(a, o, tile, w4, g, t);
 
         if constexpr (PF) {
 #pragma unroll

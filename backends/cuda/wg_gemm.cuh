@@ -439,12 +439,15 @@ constexpr int SGKC_WG_STATS_NT = 128;
 __global__ void __launch_bounds__(SGKC_WG_STATS_NT) sgkc_wg_stats_kernel(sgkc_tc_gemm_args a, int vec)
 {
     sgkc_grid_wait(); /* A may be the previous kernel's output */
+    /* The GEMM may launch at once: it stages its first weight tiles while
+     * these statistics are taken, and its own grid wait returns only once
+     * this grid has completed. */
+    sgkc_grid_trigger();
     const int lane = (int)threadIdx.x & 31;
     const int64_t m = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (m < a.M)
         sgkc_tc_row_stats<1>(a, m, vec != 0, lane, a.ln_stats + m, a.ln_stats + sgkc_ln_stats_rows(a.M) + m,
                              a.ln_stats + 2 * sgkc_ln_stats_rows(a.M) + m);
-    sgkc_grid_trigger();
 }
 
 __global__ void sgkc_wg_prep_kernel(const float *__restrict__ W, const float *__restrict__ gamma,

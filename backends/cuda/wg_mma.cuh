@@ -33,23 +33,7 @@ __device__ __forceinline__ void sgkc_wg_mma_n8(float (&d)[4], const uint32_t (&a
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-__device__ __forceinline__ void sgkc_wg_mma_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, 1, 1, 1;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
-__device__ __forceinline__ void sgkc_wg_mma_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db)
-{
-    asm volatile("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1;\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-
-/* The forms of N 64 to 256, one asm statement each, as macros over the
+/* The forms of N 16 to 256, one asm statement each, as macros over the
  * instruction (OP) and what follows its scale operands (TAIL: 16-bit
  * operands take B's transpose flag, 0 for K-major), so that the TF32 and
  * the 16-bit forms share their operand lists: accumulators d[0 .. R - 1]
@@ -87,6 +71,22 @@ __device__ __forceinline__ void sgkc_wg_mma_n32(float (&d)[16], const uint32_t (
 #define SGKC_WG_ASM256(OP, TAIL) \
     asm volatile(OP " {" SGKC_WG_R32(0, 1, 2, 3) ", " SGKC_WG_R32(4, 5, 6, 7) ", " SGKC_WG_R32(8, 9, 10, 11) ", " SGKC_WG_R32(12, 13, 14, 15) "}, {%128, %129, %130, %131}, %132, 1, 1, 1" TAIL ";\n" \
                  : SGKC_WG_D32(0), SGKC_WG_D32(32), SGKC_WG_D32(64), SGKC_WG_D32(96) SGKC_WG_AB)
+
+#define SGKC_WG_ASM16(OP, TAIL) \
+    asm volatile(OP " {" SGKC_WG_R0 "}, {%8, %9, %10, %11}, %12, 1, 1, 1" TAIL ";\n" : SGKC_WG_D8(0) SGKC_WG_AB)
+#define SGKC_WG_ASM32(OP, TAIL) \
+    asm volatile(OP " {" SGKC_WG_R0 ", " SGKC_WG_R1 "}, {%16, %17, %18, %19}, %20, 1, 1, 1" TAIL ";\n" \
+                 : SGKC_WG_D8(0), SGKC_WG_D8(8) SGKC_WG_AB)
+
+__device__ __forceinline__ void sgkc_wg_mma_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t db)
+{
+    SGKC_WG_ASM16("wgmma.mma_async.sync.aligned.m64n16k8.f32.tf32.tf32", "");
+}
+
+__device__ __forceinline__ void sgkc_wg_mma_n32(float (&d)[16], const uint32_t (&a)[4], uint64_t db)
+{
+    SGKC_WG_ASM32("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", "");
+}
 
 __device__ __forceinline__ void sgkc_wg_mma_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t db)
 {
@@ -178,8 +178,18 @@ __device__ __forceinline__ void sgkc_wg_step3(float (&d)[R], uint32_t (&ah)[4], 
 template <int R, bool F16>
 __device__ __forceinline__ void sgkc_wg_mma16(float (&d)[R], const uint32_t (&a)[4], uint64_t db)
 {
-    static_assert(R == 32 || R == 64 || R == 96 || R == 128, "an N the 16-bit forms have");
-    if constexpr (R == 32) {
+    static_assert(R == 8 || R == 16 || R == 32 || R == 64 || R == 96 || R == 128, "an N the 16-bit forms have");
+    if constexpr (R == 8) {
+        if constexpr (F16)
+            SGKC_WG_ASM16("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16", ", 0");
+        else
+            SGKC_WG_ASM16("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16", ", 0");
+    } else if constexpr (R == 16) {
+        if constexpr (F16)
+            SGKC_WG_ASM32("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", ", 0");
+        else
+            SGKC_WG_ASM32("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16", ", 0");
+    } else if constexpr (R == 32) {
         if constexpr (F16)
             SGKC_WG_ASM64("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 0");
         else
