@@ -4,7 +4,8 @@
  * every variant that takes the shape, and the automatic choice, must come
  * within relative L2 1e-2 of it, with the same non-finite elements, fully
  * masked rows equal to their input bit for bit, and the guards around the
- * 16-bit output intact; the training calls against the reference backward.
+ * 16-bit output intact; NaN and Inf inputs where the math puts them; the
+ * training calls against the reference backward.
  * Then the dtype's own argument rules: 2-byte alignment (not 4), and a
  * forced variant that does not take the shape refused. A dtype the backend
  * does not run is skipped with its message; a backend that runs neither
@@ -175,6 +176,78 @@ static void table(sgk_dtype t)
     assert_int_equal(bad, 0);
 }
 
+/* NaN and Inf stay where the math puts them in a 16-bit layer too
+ * (test_nonfinite's rule): a poisoned node reaches the rows that attend to
+ * it and no other, a poisoned pair its own row. Arithmetic makes NaNs
+ * whose payload a TF32 rounding can carry into the sign, so the shapes are
+ * ones where CUDA's tuned-tiled multiplies computed operands in one TF32
+ * pass: a small one, and one wide enough for warpgroup projections, both
+ * with the relation MLP as a pass of its own (P > 16). */
+static void nonfinite(sgk_dtype t)
+{
+    const char *tname = t == SGK_DTYPE_BF16 ? "bf16" : "f16";
+    if (!(t == SGK_DTYPE_BF16 ? g_runs_bf16 : g_runs_f16)) {
+        printf("dtypes: backend=%s leaves %s out\n", g_backend, tname);
+        return;
+    }
+    static const sgkt_case shapes[] = {
+        {"nonfinite_small", 2, 9, 16, 2, 24, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
+        {"nonfinite_wide", 16, 64, 192, 6, 32, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0},
+    };
+    static const struct {
+        const char *what;
+        int in_pair; /* 0: nodes[0, 0, 0]; 1: pair_feats[0, 1, 2, 0] */
+        float value;
+    } poisons[] = {
+        {"NaN in node 0", 0, NAN},
+        {"+Inf in node 0", 0, INFINITY},
+        {"NaN in the pair (1, 2)", 1, NAN},
+    };
+    int bad = 0, runs_done = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const sgkt_case *cs = &shapes[k];
+        if (!sgkt_case_enabled(cs))
+            continue;
+        for (size_t q = 0; q < sizeof poisons / sizeof poisons[0]; q++) {
+            sgkt_prepared p;
+            assert_int_equal(sgkt_prepare(&p, cs, sgkt_seed_mix(g_seed ^ 0x6e616e00ull, 8 * k + q)), 0);
+            /* batch entry 0: rows 1 and 2 do not attend to node 0, row 3 attends to nothing */
+            const int64_t N = cs->N;
+            float *mask = (float *)p.in.edge_mask;
+            mask[1 * N + 0] = 0.0f;
+            mask[2 * N + 0] = 0.0f;
+            for (int64_t j = 0; j < N; j++)
+                mask[3 * N + j] = 0.0f;
+            if (poisons[q].in_pair)
+                p.in.pair_feats[(size_t)(1 * N + 2) * (size_t)cs->P] = poisons[q].value;
+            else
+                p.in.nodes[0] = poisons[q].value;
+            case16 c;
+            make16(t, &p, &c); /* the reference on the rounded, poisoned inputs */
+            sgk_layer *layer = NULL;
+            assert_int_equal(sgk_layer_create(g_ctx, &c.desc, &layer), SGK_OK);
+            const char *names[16];
+            int supported[16], count = 0;
+            assert_int_equal(sgk_layer_variants(layer, p.in.B, p.in.N, names, supported, 16, &count), SGK_OK);
+            for (int v = -1; v < count; v++) {
+                if (v >= 0 && !supported[v])
+                    continue;
+                assert_int_equal(sgk_layer_set_variant(layer, v < 0 ? NULL : names[v]), SGK_OK);
+                char what[200];
+                snprintf(what, sizeof what, "backend=%s dtype=%s case=%s %s variant=%s", g_backend, tname, cs->name,
+                         poisons[q].what, v < 0 ? "auto" : names[v]);
+                bad += check_run(t, layer, &p, &c, 0, what);
+                runs_done++;
+            }
+            sgk_layer_destroy(layer);
+            free16(&c);
+            sgkt_prepared_free(&p);
+        }
+    }
+    printf("dtypes: backend=%s dtype=%s: %d non-finite runs, %d failed\n", g_backend, tname, runs_done, bad);
+    assert_int_equal(bad, 0);
+}
+
 /* The training calls on a 16-bit layer, over the cases the double
  * reference backward takes quickly: out as the forward's contract, the
  * saved log-sum-exp within 1e-3 of the reference's, and every gradient
@@ -327,6 +400,18 @@ static void test_f16_table(void **state)
 {
     (void)state;
     table(SGK_DTYPE_F16);
+}
+
+static void test_bf16_nonfinite(void **state)
+{
+    (void)state;
+    nonfinite(SGK_DTYPE_BF16);
+}
+
+static void test_f16_nonfinite(void **state)
+{
+    (void)state;
+    nonfinite(SGK_DTYPE_F16);
 }
 
 /* 16-bit buffers need 2-byte alignment, not float's; an odd address is
@@ -501,6 +586,8 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_table),
         cmocka_unit_test(test_f16_table),
+        cmocka_unit_test(test_bf16_nonfinite),
+        cmocka_unit_test(test_f16_nonfinite),
         cmocka_unit_test(test_rules),
         cmocka_unit_test(test_bf16_train),
         cmocka_unit_test(test_f16_train),

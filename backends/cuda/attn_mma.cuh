@@ -247,16 +247,16 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
         for (int kk = 0; kk < ND; kk++) {
             uint32_t ah[4], al[4];
             const float *qa = Qs + r0 * LD + c0 + 8 * kk + t;
-            sgkc_split_tf32_inf(qa[0], ah[0], al[0]);
-            sgkc_split_tf32_inf(qa[8 * LD], ah[1], al[1]);
-            sgkc_split_tf32_inf(qa[4], ah[2], al[2]);
-            sgkc_split_tf32_inf(qa[8 * LD + 4], ah[3], al[3]);
+            sgkc_split_x<X3>(qa[0], ah[0], al[0]);
+            sgkc_split_x<X3>(qa[8 * LD], ah[1], al[1]);
+            sgkc_split_x<X3>(qa[4], ah[2], al[2]);
+            sgkc_split_x<X3>(qa[8 * LD + 4], ah[3], al[3]);
 #pragma unroll
             for (int j = 0; j < NK; j++) {
                 const float *kp = Kc + (8 * j + g) * LD + c0 + 8 * kk + t;
                 uint32_t bh[2], bl[2];
-                sgkc_split_tf32_inf(kp[0], bh[0], bl[0]);
-                sgkc_split_tf32_inf(kp[4], bh[1], bl[1]);
+                sgkc_split_x<X3>(kp[0], bh[0], bl[0]);
+                sgkc_split_x<X3>(kp[4], bh[1], bl[1]);
                 sgkc_mma_x<X3>(s[j], ah, al, bh, bl);
             }
         }
@@ -324,16 +324,16 @@ __global__ void __launch_bounds__(32 * WQ * WD, MINB) sgkc_attn_mma_kernel(sgkc_
 #pragma unroll
             for (int j = 0; j < NK; j++) {
                 uint32_t ph[4], pl[4];
-                sgkc_split_tf32(s[j][0], ph[0], pl[0]);
-                sgkc_split_tf32(s[j][2], ph[1], pl[1]);
-                sgkc_split_tf32(s[j][1], ph[2], pl[2]);
-                sgkc_split_tf32(s[j][3], ph[3], pl[3]);
+                sgkc_split_x<X3, false>(s[j][0], ph[0], pl[0]);
+                sgkc_split_x<X3, false>(s[j][2], ph[1], pl[1]);
+                sgkc_split_x<X3, false>(s[j][1], ph[2], pl[2]);
+                sgkc_split_x<X3, false>(s[j][3], ph[3], pl[3]);
                 const float *vp = Vc + (8 * j + 2 * t) * LD + c0 + g;
 #pragma unroll
                 for (int n = 0; n < ND; n++) {
                     uint32_t bh[2], bl[2];
-                    sgkc_split_tf32(vp[8 * n], bh[0], bl[0]);
-                    sgkc_split_tf32(vp[LD + 8 * n], bh[1], bl[1]);
+                    sgkc_split_x<X3, false>(vp[8 * n], bh[0], bl[0]);
+                    sgkc_split_x<X3, false>(vp[LD + 8 * n], bh[1], bl[1]);
                     sgkc_mma_x<X3>(O[n], ph, pl, bh, bl);
                 }
             }

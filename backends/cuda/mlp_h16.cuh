@@ -119,9 +119,7 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
         b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
     for (int i = tid; i < 8 * HT * PCAP; i += NT) {
         const int h = i / PCAP, p = i % PCAP;
-        uint32_t hi, lo;
-        sgkc_mt_split(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f, hi, lo);
-        reinterpret_cast<uint32_t *>(W2s)[h * LDW2 + p] = hi;
+        reinterpret_cast<uint32_t *>(W2s)[h * LDW2 + p] = sgkc_tf32(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f);
     }
     for (int i = tid; i < 8 * HT; i += NT)
         b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;

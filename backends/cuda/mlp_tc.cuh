@@ -100,10 +100,10 @@ __device__ __forceinline__ void sgkc_mt_layer2(float (&o)[HT][4], const float (&
 {
     const float2 bb = *reinterpret_cast<const float2 *>(b1s + n);
     uint32_t hh[4], hl[4];
-    sgkc_mt_split(sgkc_silu_fast(acc[0] + bb.x), hh[0], hl[0]);
-    sgkc_mt_split(sgkc_silu_fast(acc[2] + bb.x), hh[1], hl[1]);
-    sgkc_mt_split(sgkc_silu_fast(acc[1] + bb.y), hh[2], hl[2]);
-    sgkc_mt_split(sgkc_silu_fast(acc[3] + bb.y), hh[3], hl[3]);
+    sgkc_split_x<X3>(sgkc_silu_fast(acc[0] + bb.x), hh[0], hl[0]);
+    sgkc_split_x<X3>(sgkc_silu_fast(acc[2] + bb.x), hh[1], hl[1]);
+    sgkc_split_x<X3>(sgkc_silu_fast(acc[1] + bb.y), hh[2], hl[2]);
+    sgkc_split_x<X3>(sgkc_silu_fast(acc[3] + bb.y), hh[3], hl[3]);
 #pragma unroll
     for (int ht = 0; ht < HT; ht++) {
         const int off = (8 * ht + g) * LDW2 + n;

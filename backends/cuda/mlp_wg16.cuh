@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg16_kernel(sgkc_mlp_a
     constexpr int G2 = PCAP / 16;         /* second-layer groups of two k-steps of 8 */
     constexpr int R1 = PCAP / 2, R2 = 4 * HT;
     constexpr int W1T = PCAP * 32, W2T = 8 * HT * 32; /* floats of a k-tile */
-    constexpr bool PF = PCAP <= 64;       /* the next tile's features load during this one */
+    constexpr bool PF = true;             /* the next tile's features load during this one */
     extern __shared__ float4 mw_smem4[];
     float *W1 = reinterpret_cast<float *>(((uintptr_t)mw_smem4 + 1023) & ~(uintptr_t)1023);
     float *W2 = W1 + KT1 * W1T, *b1s = W2 + KT2 * W2T, *b2s = b1s + PCAP;
@@ -70,9 +70,8 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg16_kernel(sgkc_mlp_a
     for (int i = tid; i < 8 * HT * KT2 * 32; i += SGKC_MW_NT) {
         const int h = i / (KT2 * 32), kk = i % (KT2 * 32), kt = kk / 32, q = kk % 32, ks = q >> 3, s = q & 7;
         const int p = 32 * kt + 8 * ks + 2 * (s & 3) + (s >> 2); /* the hidden unit at column q */
-        uint32_t big, small;
-        sgkc_split_tf32_inf(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f, big, small);
-        reinterpret_cast<uint32_t *>(W2 + kt * W2T)[h * 32 + (((q >> 2) ^ (h & 7)) << 2) + (q & 3)] = big;
+        reinterpret_cast<uint32_t *>(W2 + kt * W2T)[h * 32 + (((q >> 2) ^ (h & 7)) << 2) + (q & 3)] =
+            sgkc_tf32(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f);
     }
     for (int i = tid; i < PCAP; i += SGKC_MW_NT)
         b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
@@ -155,10 +154,8 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg16_kernel(sgkc_mlp_a
                 /* {row g, k t}, {row g + 8, k t}, {row g, k t + 4}, {row g + 8, k t + 4} */
                 const float v[4] = {acc[4 * j], acc[4 * j + 2], acc[4 * j + 1], acc[4 * j + 3]};
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    uint32_t small;
-                    sgkc_split_tf32_inf(sgkc_silu_fast(v[c]), af[s0 + e][c], small);
-                }
+                for (int c = 0; c < 4; c++)
+                    af[s0 + e][c] = sgkc_tf32(sgkc_silu_fast(v[c]));
             }
             sgkc_wg_step2<R2, false, false>(o, af[s0], af[s0 + 1], w2_step(2 * gi), w2_step(2 * gi + 1));
         }

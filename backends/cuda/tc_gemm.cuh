@@ -368,6 +368,10 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
 #pragma unroll
                     for (int e = 0; e < 4; e++)
                         sgkc_split_tf32(x[e], ab[mt][e], as[mt][e]);
+                    if (!f.x3) /* one pass keeps a computed NaN only rounded by sgkc_tf32 */
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            ab[mt][e] = sgkc_tf32(x[e]);
                 }
 #pragma unroll
                 for (int nt = 0; nt < NTL; nt++) {

@@ -45,6 +45,34 @@ __device__ __forceinline__ void sgkc_split_tf32_inf(float x, uint32_t &big, uint
     small = (big & 0x7f800000u) == 0x7f800000u ? 0u : __float_as_uint(x - __uint_as_float(big));
 }
 
+/* x rounded to the nearest TF32 for a product in one pass. The integer
+ * rounding of the splits carries a NaN whose top mantissa bits are all set
+ * (the NaN arithmetic makes, 0x7fffffff) into the sign, leaving -0 or +0:
+ * harmless in 3xTF32, whose small half is then NaN, but a finite value
+ * where one pass has no small half. cvt.rna keeps NaN and inf. */
+__device__ __forceinline__ uint32_t sgkc_tf32(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+/* The split a product at a layer's precision takes (sgkc_mma_x): X3, the
+ * TF32 halves (INF: sgkc_split_tf32_inf's, else sgkc_split_tf32's); else x
+ * rounded by sgkc_tf32 and no small half. */
+template <bool X3, bool INF = true>
+__device__ __forceinline__ void sgkc_split_x(float x, uint32_t &big, uint32_t &small)
+{
+    if constexpr (!X3) {
+        big = sgkc_tf32(x);
+        small = 0u;
+    } else if constexpr (INF) {
+        sgkc_split_tf32_inf(x, big, small);
+    } else {
+        sgkc_split_tf32(x, big, small);
+    }
+}
+
 /* 3xTF32: c += ah bh + ah bl + al bh, the small products first. */
 __device__ __forceinline__ void sgkc_mma3_tf32(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
                                                const uint32_t (&bh)[2], const uint32_t (&bl)[2])
@@ -56,7 +84,8 @@ __device__ __forceinline__ void sgkc_mma3_tf32(float (&c)[4], const uint32_t (&a
 
 /* c += a b at a layer's precision: X3, 3xTF32 (the fp32 contract); else
  * one TF32 pass on the big halves (16-bit layers, whose data carry fewer
- * bits than TF32 keeps); the small halves are then dead code. */
+ * bits than TF32 keeps; computed operands rounded by sgkc_split_x); the
+ * small halves are then dead code. */
 template <bool X3>
 __device__ __forceinline__ void sgkc_mma_x(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
                                            const uint32_t (&bh)[2], const uint32_t (&bl)[2])

@@ -261,12 +261,10 @@ __global__ void __launch_bounds__(SGKC_WG_NT, 1)
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            if constexpr (X3) {
+            if constexpr (X3)
                 sgkc_split_tf32(v[e], ah[set][e], al[set][e]);
-            } else {
-                uint32_t unused;
-                sgkc_split_tf32(v[e], ah[set][e], unused);
-            }
+            else
+                ah[set][e] = sgkc_tf32(v[e]); /* one pass: NaN kept (sgkc_tf32) */
         }
     };
     /* 16-bit: fragments of k-step ks (0, 1) of the 32 k of one of A's boxes
