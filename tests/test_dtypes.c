@@ -378,41 +378,11 @@ static void train_table(sgk_dtype t)
     assert_int_equal(bad, 0);
 }
 
-static void test_bf16_train(void **state)
-{
-    (void)state;
-    train_table(SGK_DTYPE_BF16);
-}
-
-static void test_f16_train(void **state)
-{
-    (void)state;
-    train_table(SGK_DTYPE_F16);
-}
-
-static void test_bf16_table(void **state)
-{
-    (void)state;
-    table(SGK_DTYPE_BF16);
-}
-
-static void test_f16_table(void **state)
-{
-    (void)state;
-    table(SGK_DTYPE_F16);
-}
-
-static void test_bf16_nonfinite(void **state)
-{
-    (void)state;
-    nonfinite(SGK_DTYPE_BF16);
-}
-
-static void test_f16_nonfinite(void **state)
-{
-    (void)state;
-    nonfinite(SGK_DTYPE_F16);
-}
+/* The 16-bit tests, each run once a dtype: state points at the dtype. */
+static sgk_dtype dtype_of(void **state) { return *(const sgk_dtype *)*state; }
+static void test_table(void **state) { table(dtype_of(state)); }
+static void test_nonfinite(void **state) { nonfinite(dtype_of(state)); }
+static void test_train(void **state) { train_table(dtype_of(state)); }
 
 /* 16-bit buffers need 2-byte alignment, not float's; an odd address is
  * refused naming the buffer, with the output untouched. */
@@ -583,14 +553,15 @@ int main(int argc, char **argv)
         sgk_context_destroy(g_ctx);
         return SGKT_EXIT_SKIP;
     }
+    static sgk_dtype bf16 = SGK_DTYPE_BF16, f16 = SGK_DTYPE_F16;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bf16_table),
-        cmocka_unit_test(test_f16_table),
-        cmocka_unit_test(test_bf16_nonfinite),
-        cmocka_unit_test(test_f16_nonfinite),
+        {"test_bf16_table", test_table, NULL, NULL, &bf16},
+        {"test_f16_table", test_table, NULL, NULL, &f16},
+        {"test_bf16_nonfinite", test_nonfinite, NULL, NULL, &bf16},
+        {"test_f16_nonfinite", test_nonfinite, NULL, NULL, &f16},
         cmocka_unit_test(test_rules),
-        cmocka_unit_test(test_bf16_train),
-        cmocka_unit_test(test_f16_train),
+        {"test_bf16_train", test_train, NULL, NULL, &bf16},
+        {"test_f16_train", test_train, NULL, NULL, &f16},
     };
     int rc = cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
     sgk_context_destroy(g_ctx);
