@@ -133,6 +133,34 @@ static int probe(sgk_dtype t)
     return st == SGK_OK ? 1 : st == SGK_ERR_UNSUPPORTED ? 0 : -1;
 }
 
+/* The case c (p rounded) through the automatic choice and every variant
+ * that takes its shape, in forms call forms (host, then device); what
+ * names the case in a failure. Returns the failures, adds the runs. */
+static int each_variant(sgk_dtype t, const sgkt_prepared *p, const case16 *c, int forms, const char *what,
+                        int *runs)
+{
+    const char *tname = t == SGK_DTYPE_BF16 ? "bf16" : "f16";
+    sgk_layer *layer = NULL;
+    assert_int_equal(sgk_layer_create(g_ctx, &c->desc, &layer), SGK_OK);
+    const char *names[16];
+    int supported[16], count = 0, bad = 0;
+    assert_int_equal(sgk_layer_variants(layer, p->in.B, p->in.N, names, supported, 16, &count), SGK_OK);
+    for (int v = -1; v < count; v++) {
+        if (v >= 0 && !supported[v])
+            continue;
+        assert_int_equal(sgk_layer_set_variant(layer, v < 0 ? NULL : names[v]), SGK_OK);
+        for (int dev = 0; dev < forms; dev++) {
+            char full[240];
+            snprintf(full, sizeof full, "backend=%s dtype=%s %s variant=%s%s", g_backend, tname, what,
+                     v < 0 ? "auto" : names[v], dev ? " (device form)" : "");
+            bad += check_run(t, layer, p, c, dev, full);
+            (*runs)++;
+        }
+    }
+    sgk_layer_destroy(layer);
+    return bad;
+}
+
 static void table(sgk_dtype t)
 {
     const char *tname = t == SGK_DTYPE_BF16 ? "bf16" : "f16";
@@ -151,24 +179,9 @@ static void table(sgk_dtype t)
         assert_int_equal(sgkt_prepare(&p, cs, sgkt_seed_mix(g_seed, (uint64_t)k)), 0);
         case16 c;
         make16(t, &p, &c);
-        sgk_layer *layer = NULL;
-        assert_int_equal(sgk_layer_create(g_ctx, &c.desc, &layer), SGK_OK);
-        const char *names[16];
-        int supported[16], count = 0;
-        assert_int_equal(sgk_layer_variants(layer, p.in.B, p.in.N, names, supported, 16, &count), SGK_OK);
-        for (int v = -1; v < count; v++) {
-            if (v >= 0 && !supported[v])
-                continue;
-            assert_int_equal(sgk_layer_set_variant(layer, v < 0 ? NULL : names[v]), SGK_OK);
-            for (int dev = 0; dev < forms; dev++) {
-                char what[200];
-                snprintf(what, sizeof what, "backend=%s dtype=%s case=%s variant=%s%s", g_backend, tname,
-                         cs->name, v < 0 ? "auto" : names[v], dev ? " (device form)" : "");
-                bad += check_run(t, layer, &p, &c, dev, what);
-                runs_done++;
-            }
-        }
-        sgk_layer_destroy(layer);
+        char what[120];
+        snprintf(what, sizeof what, "case=%s", cs->name);
+        bad += each_variant(t, &p, &c, forms, what, &runs_done);
         free16(&c);
         sgkt_prepared_free(&p);
     }
@@ -224,22 +237,9 @@ static void nonfinite(sgk_dtype t)
                 p.in.nodes[0] = poisons[q].value;
             case16 c;
             make16(t, &p, &c); /* the reference on the rounded, poisoned inputs */
-            sgk_layer *layer = NULL;
-            assert_int_equal(sgk_layer_create(g_ctx, &c.desc, &layer), SGK_OK);
-            const char *names[16];
-            int supported[16], count = 0;
-            assert_int_equal(sgk_layer_variants(layer, p.in.B, p.in.N, names, supported, 16, &count), SGK_OK);
-            for (int v = -1; v < count; v++) {
-                if (v >= 0 && !supported[v])
-                    continue;
-                assert_int_equal(sgk_layer_set_variant(layer, v < 0 ? NULL : names[v]), SGK_OK);
-                char what[200];
-                snprintf(what, sizeof what, "backend=%s dtype=%s case=%s %s variant=%s", g_backend, tname, cs->name,
-                         poisons[q].what, v < 0 ? "auto" : names[v]);
-                bad += check_run(t, layer, &p, &c, 0, what);
-                runs_done++;
-            }
-            sgk_layer_destroy(layer);
+            char what[120];
+            snprintf(what, sizeof what, "case=%s %s", cs->name, poisons[q].what);
+            bad += each_variant(t, &p, &c, 1, what, &runs_done);
             free16(&c);
             sgkt_prepared_free(&p);
         }
