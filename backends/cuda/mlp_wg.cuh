@@ -78,7 +78,7 @@ __device__ __forceinline__ void sgkc_mw_store(const sgkc_mlp_args &a, const floa
     }
 }
 
-template <int PCAP, int HT, bool L2PF = false>
+template <int PCAP, int HT>
 __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_args a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -148,16 +148,6 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
         float4 na[PF ? 2 * KT : 1], nb[PF ? 2 * KT : 1];
         if constexpr (PF)
             load(na, nb, tile + stride);
-        if constexpr (!PF && L2PF) {
-            /* the next tile's rows into L2: lane t takes each row's 128-byte line t (of P * 4 <= 512 bytes) */
-            const int64_t ra = (tile + stride) * 64 + 16 * w4 + g, rb = ra + 8;
-            if (32 * t < P) {
-                if (ra < M)
-                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a.pair + (size_t)ra * P + 32 * t));
-                if (rb < M)
-                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a.pair + (size_t)rb * P + 32 * t));
-            }
-        }
 
         /* acc[4j + 2s + e]: row 16 w4 + 8 s + g, hidden unit 8 j + 2 t + e */
         float acc[R1];

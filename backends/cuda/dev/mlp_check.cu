@@ -180,9 +180,6 @@ static void versions(const shape &s, const problem &p)
                    sgkc_mt_smem_floats(PCAP, HT, true) * 4, p);
     if constexpr (PCAP >= 32)
         check_and_time(s.name, "wgmma", sgkc_mlp_wg_kernel<PCAP, HT>, SGKC_MW_NT, sgkc_mw_smem_floats(PCAP, HT) * 4, p);
-    if constexpr (PCAP > 64)
-        check_and_time(s.name, "wgmma-l2pf", sgkc_mlp_wg_kernel<PCAP, HT, true>, SGKC_MW_NT,
-                       sgkc_mw_smem_floats(PCAP, HT) * 4, p);
 }
 
 /* mlp_h16.cuh on a problem rounded to bf16 (dt 1) or f16 (dt 2) */
