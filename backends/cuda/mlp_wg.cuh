@@ -53,6 +53,29 @@ __host__ __device__ constexpr size_t sgkc_mw_smem_floats(int pcap, int ht)
     return 2 * (size_t)pcap * pcap + 2 * (size_t)8 * ht * pcap + pcap + 8 * ht + 256;
 }
 
+/* b1 (PCAP floats) and b2 (8 HT) into shared memory, zero past P and H */
+template <int PCAP, int HT>
+__device__ __forceinline__ void sgkc_mw_stage_biases(const sgkc_mlp_args &a, float *b1s, float *b2s, int tid)
+{
+    for (int i = tid; i < PCAP; i += SGKC_MW_NT)
+        b1s[i] = i < a.P ? __ldg(a.b1 + i) : 0.0f;
+    for (int i = tid; i < 8 * HT; i += SGKC_MW_NT)
+        b2s[i] = i < a.H ? __ldg(a.b2 + i) : 0.0f;
+}
+
+/* A warpgroup's m64n(8 J) accumulators started at a bias of their columns:
+ * d[4j + 2s + e] (row 8 s + g of a warp's 16, column 8 j + 2 t + e) =
+ * bs[8 j + 2 t + e] */
+template <int J>
+__device__ __forceinline__ void sgkc_mw_start(float (&d)[4 * J], const float *bs, int t)
+{
+#pragma unroll
+    for (int j = 0; j < J; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            d[4 * j + e] = d[4 * j + 2 + e] = bs[8 * j + 2 * t + e];
+}
+
 /* A warpgroup's 64 x 8 HT second-layer accumulators (b2 in them) into the
  * bias: o[4j + 2s + e] is pair 64 tile + 16 w4 + 8 s + g, head 8 j + 2 t +
  * e; -inf at every head of a pair the mask makes no edge. */
@@ -118,10 +141,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
         const int p = 32 * kt + 8 * ks + 2 * (s & 3) + (s >> 2); /* the hidden unit at column q */
         put(W2h + kt * W2T, W2l + kt * W2T, h, q, h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f);
     }
-    for (int i = tid; i < PCAP; i += SGKC_MW_NT)
-        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
-    for (int i = tid; i < 8 * HT; i += SGKC_MW_NT)
-        b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
+    sgkc_mw_stage_biases<PCAP, HT>(a, b1s, b2s, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* wgmma reads what these stores wrote */
     __syncthreads();
     sgkc_grid_wait();
@@ -151,11 +171,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
 
         /* acc[4j + 2s + e]: row 16 w4 + 8 s + g, hidden unit 8 j + 2 t + e */
         float acc[R1];
-#pragma unroll
-        for (int j = 0; j < PCAP / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                acc[4 * j + e] = acc[4 * j + 2 + e] = b1s[8 * j + 2 * t + e];
+        sgkc_mw_start<PCAP / 8>(acc, b1s, t);
 
         uint32_t ah[2][4], al[2][4];
         /* first layer: k-step i = 4 kt + ks, fragment set i % 2 */
@@ -189,11 +205,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg_kernel(sgkc_mlp_arg
 
         /* second layer: k-step j takes hidden units 8 j .. 8 j + 7 */
         float o[R2];
-#pragma unroll
-        for (int j = 0; j < HT; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                o[4 * j + e] = o[4 * j + 2 + e] = b2s[8 * j + 2 * t + e];
+        sgkc_mw_start<HT>(o, b2s, t);
 #pragma unroll
         for (int j = 0; j < PCAP / 8; j++) {
             const int set = j & 1;

@@ -73,10 +73,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg16_kernel(sgkc_mlp_a
         reinterpret_cast<uint32_t *>(W2 + kt * W2T)[h * 32 + (((q >> 2) ^ (h & 7)) << 2) + (q & 3)] =
             sgkc_tf32(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f);
     }
-    for (int i = tid; i < PCAP; i += SGKC_MW_NT)
-        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
-    for (int i = tid; i < 8 * HT; i += SGKC_MW_NT)
-        b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
+    sgkc_mw_stage_biases<PCAP, HT>(a, b1s, b2s, tid);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* wgmma reads what these stores wrote */
     __syncthreads();
     sgkc_grid_wait();
@@ -102,11 +99,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg16_kernel(sgkc_mlp_a
 
         /* acc[4j + 2s + e]: row 16 w4 + 8 s + g, hidden unit 8 j + 2 t + e */
         float acc[R1];
-#pragma unroll
-        for (int j = 0; j < PCAP / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                acc[4 * j + e] = acc[4 * j + 2 + e] = b1s[8 * j + 2 * t + e];
+        sgkc_mw_start<PCAP / 8>(acc, b1s, t);
 
         uint32_t af[4][4];
         /* first layer: group gi takes k-steps 2 gi and 2 gi + 1 in sets 2 (gi % 2) and + 1 */
@@ -121,11 +114,12 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg16_kernel(sgkc_mlp_a
             }
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int q = 2 * gi + e;
-                af[s0 + e][0] = q < NQ ? xa[q < NQ ? q : 0].x : 0u;
-                af[s0 + e][1] = q < NQ ? xb[q < NQ ? q : 0].x : 0u;
-                af[s0 + e][2] = q < NQ ? xa[q < NQ ? q : 0].y : 0u;
-                af[s0 + e][3] = q < NQ ? xb[q < NQ ? q : 0].y : 0u;
+                const int q = 2 * gi + e; /* past NQ only at PCAP 16: zero features */
+                const uint2 va = q < NQ ? xa[q % NQ] : make_uint2(0u, 0u), vb = q < NQ ? xb[q % NQ] : make_uint2(0u, 0u);
+                af[s0 + e][0] = va.x;
+                af[s0 + e][1] = vb.x;
+                af[s0 + e][2] = va.y;
+                af[s0 + e][3] = vb.y;
             }
             sgkc_wg_step2<R1, true, F16>(acc, af[s0], af[s0 + 1], w1_step(2 * gi), w1_step(2 * gi + 1));
         }
@@ -134,11 +128,7 @@ __global__ void __launch_bounds__(SGKC_MW_NT, 1) sgkc_mlp_wg16_kernel(sgkc_mlp_a
 
         /* second layer: k-step j takes hidden units 8 j .. 8 j + 7 */
         float o[R2];
-#pragma unroll
-        for (int j = 0; j < HT; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++)
-                o[4 * j + e] = o[4 * j + 2 + e] = b2s[8 * j + 2 * t + e];
+        sgkc_mw_start<HT>(o, b2s, t);
 #pragma unroll
         for (int gi = 0; gi < G2; gi++) {
             const int s0 = 2 * (gi & 1);

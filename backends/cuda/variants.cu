@@ -833,7 +833,8 @@ static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
 {
     const int ht = L->H <= 8 ? 1 : 2;
     if (L->dtype != SGK_DTYPE_F32) { /* the features as they are, 2 bytes each */
-        const int i = (L->dtype == SGK_DTYPE_BF16 ? 0 : 8) + 2 * (c.mpcap == 16 ? 0 : c.mpcap == 32 ? 1 : c.mpcap == 64 ? 2 : 3) + (ht - 1);
+        const int pi = c.mpcap == 16 ? 0 : c.mpcap == 32 ? 1 : c.mpcap == 64 ? 2 : 3;
+        const int i = (L->dtype == SGK_DTYPE_BF16 ? 0 : 8) + 2 * pi + (ht - 1);
         if (mlp_wg_device(L) && L->H <= 16)
             return {mlp_wg16_fns[i], SGKC_MW_NT, sgkc_mw16_smem_floats(c.mpcap, ht) * sizeof(float), 2 * 64};
         return {mlp_h16_fns[i], SGKC_MT_NT, sgkc_mh_smem_floats(c.mpcap, ht) * sizeof(float), 16 * (SGKC_MT_NT / 32)};
