@@ -101,6 +101,10 @@ struct sgkc_fwd {
     /* a 16-bit layer's own out, for a variant that writes it as its dtype
      * (sgkc_variant.out16; out is then NULL), else NULL */
     void *out16;
+    /* a 16-bit layer's own nodes, for a variant that reads every buffer
+     * as it is (sgkc_variant.io16; nodes, pair and out are then NULL, and
+     * pair16 and out16 set), else NULL */
+    const void *nodes16;
     void *ws;
     size_t ws_bytes;
     cudaStream_t stream;
@@ -129,6 +133,11 @@ struct sgkc_variant {
      * buffers) can write out as the layer's dtype instead (f->out16), so
      * the call needs no conversion of out */
     int (*out16)(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f);
+    /* NULL, or 1 where the launch reads a 16-bit layer's nodes and pair
+     * features and writes its out as they are (f->nodes16, f->pair16,
+     * f->out16), so the call converts nothing and needs no workspace past
+     * the variant's own */
+    int (*io16)(const sgkc_layer *L, const sgk_backend_plan *plan);
 };
 
 /* Whether the automatic choice takes v at (B, N), given the plan v.plan

@@ -27,6 +27,8 @@ struct sgkc_fs_gemm_job {
     int ldh, hs, Cr, hg, r0;
     float scale;
     float *out;
+    uint16_t *out16; /* out as a 16-bit dtype (f16, else bf16) where not null */
+    bool f16;
     const float *res;
     int ldres, ldo;
 };
@@ -123,11 +125,19 @@ __device__ __forceinline__ void sgkc_fs_gemm(const sgkc_fs_gemm_job &j)
                 }
             } else {
                 const float *res = j.res + (size_t)r * j.ldres + c;
-                float *o = j.out + (size_t)r * j.ldo + c;
-                o[0] = res[0] + v.x;
-                o[1] = res[1] + v.y;
-                o[2] = res[2] + v.z;
-                o[3] = res[3] + v.w;
+                if (j.out16) {
+                    uint16_t *o = j.out16 + (size_t)r * j.ldo + c;
+                    o[0] = sgkc_narrow16(res[0] + v.x, j.f16);
+                    o[1] = sgkc_narrow16(res[1] + v.y, j.f16);
+                    o[2] = sgkc_narrow16(res[2] + v.z, j.f16);
+                    o[3] = sgkc_narrow16(res[3] + v.w, j.f16);
+                } else {
+                    float *o = j.out + (size_t)r * j.ldo + c;
+                    o[0] = res[0] + v.x;
+                    o[1] = res[1] + v.y;
+                    o[2] = res[2] + v.z;
+                    o[3] = res[3] + v.w;
+                }
             }
         }
     }

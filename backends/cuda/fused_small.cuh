@@ -60,14 +60,20 @@ struct sgkc_fused_args {
      * group; null for other layers. */
     const float *rw, *rwo;
     float *out;
+    /* a 16-bit layer's own buffers (t16 1: bf16, 2: f16), read and written
+     * as they are, converted on load and store; nodes, pair and out are
+     * then null. t16 0: the float buffers above. */
+    const uint16_t *nodes16, *pair16;
+    uint16_t *out16;
+    int t16;
     int N, D, H, P, hd;
     float eps, scale;
     int Ch, Cr;  /* head groups x row slices = cluster size */
     int rows_r;  /* ceil(N / Cr) */
     int prow;    /* ceil(N / (Ch*Cr)): pair rows per block in step 2 */
     int lmsplit; /* log2 of the lanes per pair in step 2 (0 to 3) */
-    int pvec;    /* P % 4 == 0 and pair 16-byte aligned */
-    int nvec;    /* nodes 16-byte aligned */
+    int pvec;    /* P % 4 == 0 and pair 16-byte aligned (16-bit: 8-byte) */
+    int nvec;    /* nodes 16-byte aligned (16-bit: and D % 8 == 0) */
 };
 
 /* log2 of the lanes per pair in step 2: as many as keep one pass over the
@@ -200,11 +206,28 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
      * grid leaves idle and wait (below) until this one has finished. */
     sgkc_grid_trigger();
 
-    const float *nodes_b = a.nodes + (size_t)b * N * D;
+    const float *nodes_b = a.t16 ? nullptr : a.nodes + (size_t)b * N * D;
+    const bool f16 = a.t16 == 2;
     SGKC_TL(21);
     sgkc_grid_wait(); /* the inputs may be the previous kernel's output */
     SGKC_TL(22);
-    if (a.nvec) {
+    if (a.t16) {
+        /* 16-bit rows: this block's, contiguous in global memory, copied
+         * as they are into Xs (free until LayerNorm), widened into Ns once
+         * they land (below); else loaded and widened here */
+        const uint16_t *src = a.nodes16 + ((size_t)b * N + r0) * D;
+        if (a.nvec) {
+#pragma unroll 1
+            for (int e = tid; e < nr * D / 8; e += NT)
+                sgkc_cp_async16(Xs + 4 * e, src + 8 * e);
+        } else {
+#pragma unroll 1
+            for (int e = tid; e < nr * D; e += NT) {
+                const int r = e / D;
+                Ns[r * L.ldx + e - r * D] = sgkc_widen16(__ldg(src + e), f16);
+            }
+        }
+    } else if (a.nvec) {
         const int c4 = D / 4;
 #pragma unroll 1
         for (int e = tid; e < nr * c4; e += NT) {
@@ -243,7 +266,13 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
         const int i = pr0 + ti, j = t - ti * N;
         const size_t pi = ((size_t)b * N + i) * N + j;
         const unsigned m = valid ? sgkc_mask_bits(a.mask, a.mask_u8, pi) : 0u;
-        sgkc_ld_feats<R4>(x, a.pair + pi * P, P, a.pvec, valid);
+        if (a.t16) {
+#pragma unroll
+            for (int r4 = 0; r4 < R4; r4++)
+                x[r4] = valid ? sgkc_ld_feat4_16(a.pair16 + pi * P, r4, P, a.pvec, f16) : make_float4(0.f, 0.f, 0.f, 0.f);
+        } else {
+            sgkc_ld_feats<R4>(x, a.pair + pi * P, P, a.pvec, valid);
+        }
         return m;
     };
     float4 x[R4];
@@ -253,6 +282,20 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     SGKC_TL(1);
     sgkc_cp_wait<0>();
     __syncthreads(); /* also orders the mbarrier's initialisation before the waits */
+    if (a.t16 && a.nvec) { /* the 16-bit rows copied into Xs, widened into Ns */
+        const uint16_t *raw = reinterpret_cast<const uint16_t *>(Xs);
+#pragma unroll 1
+        for (int e = tid; e < nr * D / 8; e += NT) {
+            const uint4 u = *reinterpret_cast<const uint4 *>(raw + 8 * e);
+            const int r = 8 * e / D, c = 8 * e - r * D;
+            float4 *dst = reinterpret_cast<float4 *>(Ns + r * L.ldx + c);
+            dst[0] = make_float4(sgkc_widen16(u.x & 0xffffu, f16), sgkc_widen16(u.x >> 16, f16),
+                                 sgkc_widen16(u.y & 0xffffu, f16), sgkc_widen16(u.y >> 16, f16));
+            dst[1] = make_float4(sgkc_widen16(u.z & 0xffffu, f16), sgkc_widen16(u.z >> 16, f16),
+                                 sgkc_widen16(u.w & 0xffffu, f16), sgkc_widen16(u.w >> 16, f16));
+        }
+        __syncthreads(); /* Ns complete, Xs free for LayerNorm */
+    }
     SGKC_TL(2);
 
     /* ---- 1. LayerNorm of this block's rows: Ns -> Xs ----
@@ -461,7 +504,9 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     job.hg = hg;
     job.r0 = r0;
     job.scale = a.scale;
-    job.out = a.out + ((size_t)b * N + r0) * D + hg * hs;
+    job.out = a.t16 ? nullptr : a.out + ((size_t)b * N + r0) * D + hg * hs;
+    job.out16 = a.t16 ? a.out16 + ((size_t)b * N + r0) * D + hg * hs : nullptr;
+    job.f16 = f16;
     job.res = Ns + hg * hs;
     job.ldres = L.ldx;
     job.ldo = D;
@@ -555,9 +600,13 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
     /* ---- 5. out = nodes + ctx Wo^T, this block's rows and hs columns ---- */
     if constexpr (FIX) {
         if (tid < ONT) {
-            float *ob = a.out + ((size_t)b * SN + r0) * SD;
+            const size_t o0 = ((size_t)b * SN + r0) * SD;
             sgkc_fs_rw_run<FROWS, SD, ONT, 20>(Wc, Cs, L.ldx, tid, hg * FHS, nr, [&](int r, int cc, float x) {
-                ob[(size_t)r * SD + cc] = Ns[r * L.ldx + cc] + x;
+                const float v = Ns[r * L.ldx + cc] + x;
+                if (a.t16)
+                    a.out16[o0 + (size_t)r * SD + cc] = sgkc_narrow16(v, f16);
+                else
+                    a.out[o0 + (size_t)r * SD + cc] = v;
             });
         }
     } else {

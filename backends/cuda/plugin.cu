@@ -287,7 +287,8 @@ static const char *sgkc_variant_name(void *blayer, int variant)
 }
 
 /* ---- 16-bit layers on the float variants ------------------------------
- * The generated variants read and write 16-bit buffers themselves. Every
+ * The generated variants, and those whose plan says so (sgkc_variant.io16:
+ * tuned-fused-small), read and write 16-bit buffers themselves. Every
  * other variant computes on float buffers: a 16-bit call widens nodes and
  * pair features into the workspace past the variant's own, runs the
  * variant there and narrows out (kernels/dtype.h's rounding, as the
@@ -301,9 +302,9 @@ struct wide16 {
     size_t nodes, pair, out, total; /* byte offsets into the workspace, and its size */
 };
 
-static int wide16_runs(const sgkc_layer *L, const sgkc_variant &v)
+static int wide16_runs(const sgkc_layer *L, const sgkc_variant &v, const sgk_backend_plan *plan)
 {
-    return L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch;
+    return L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch && !(v.io16 && v.io16(L, plan));
 }
 
 static int wide16_pair16(const sgkc_layer *L, const sgkc_variant &v, const sgk_backend_plan *plan)
@@ -348,7 +349,7 @@ static size_t sgkc_workspace_size(void *blayer, int variant, int64_t B, int64_t 
     const sgkc_layer *L = (const sgkc_layer *)blayer;
     const sgkc_variant &v = sgkc_variants[variant];
     const size_t own = v.workspace(L, B, N, plan);
-    if (!wide16_runs(L, v) || own == SIZE_MAX)
+    if (!wide16_runs(L, v, plan) || own == SIZE_MAX)
         return own;
     return wide16_layout(L, own, B, N, wide16_pair16(L, v, plan)).total;
 }
@@ -366,6 +367,7 @@ static sgkc_fwd fwd_of(const sgk_fwd *a)
     f.mask_u8 = a->mask_type == SGK_MASK_U8;
     f.out = (float *)a->out;
     f.out16 = NULL;
+    f.nodes16 = NULL;
     f.ws = a->workspace;
     f.ws_bytes = a->workspace_bytes;
     f.stream = (cudaStream_t)a->stream;
@@ -387,7 +389,16 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
         return cuda_fail(scope.error(), "cudaSetDevice");
     const sgkc_fwd f = fwd_of(args);
     cudaError_t e;
-    if (wide16_runs(L, v)) {
+    if (L->dtype != SGK_DTYPE_F32 && v.io16 && v.io16(L, plan)) {
+        sgkc_fwd g = f; /* the variant converts on load and store itself */
+        g.nodes = NULL;
+        g.pair = NULL;
+        g.out = NULL;
+        g.nodes16 = args->nodes;
+        g.pair16 = args->pair_feats;
+        g.out16 = args->out;
+        e = v.launch(L, plan, &g);
+    } else if (wide16_runs(L, v, plan)) {
         const size_t own = v.workspace(L, f.B, f.N, plan);
         const int p16 = wide16_pair16(L, v, plan);
         const wide16 w = wide16_layout(L, own, f.B, f.N, p16);

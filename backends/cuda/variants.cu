@@ -1111,6 +1111,13 @@ static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_ba
     return 0;
 }
 
+/* A 16-bit layer's buffers are read and written as they are: the widened
+ * copies and the two conversion launches would be most of such a call */
+static int fused_io16(const sgkc_layer *, const sgk_backend_plan *)
+{
+    return 1;
+}
+
 template <int PCAP, int HMAX, int... SHAPE>
 static cudaError_t fused_go(const sgkc_layer *L, const sgkc_fused_args &a, unsigned blocks, unsigned cluster,
                             size_t smem, cudaStream_t s)
@@ -1138,8 +1145,17 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
     a.rows_r = c.rows_r;
     a.prow = c.prow;
     a.lmsplit = c.lmsplit;
-    a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
-    a.nvec = sgkc_aligned16(f->nodes);
+    a.nodes16 = (const uint16_t *)f->nodes16;
+    a.pair16 = (const uint16_t *)f->pair16;
+    a.out16 = (uint16_t *)f->out16;
+    a.t16 = f->nodes16 ? (L->dtype == SGK_DTYPE_F16 ? 2 : 1) : 0;
+    if (a.t16) {
+        a.pvec = L->P % 4 == 0 && ((uintptr_t)f->pair16 & 7u) == 0;
+        a.nvec = L->D % 8 == 0 && ((uintptr_t)f->nodes16 & 15u) == 0;
+    } else {
+        a.pvec = L->P % 4 == 0 && sgkc_aligned16(f->pair);
+        a.nvec = sgkc_aligned16(f->nodes);
+    }
     const unsigned C = (unsigned)(c.Ch * c.Cr);
     const unsigned blocks = (unsigned)(f->B * C);
     /* the seed preset's shape, compiled in (fused_small.cuh) */
@@ -1159,7 +1175,7 @@ static cudaError_t fused_launch(const sgkc_layer *L, const sgk_backend_plan *pla
 /* ------------------------------------------------------------------ */
 
 const sgkc_variant sgkc_variants[] = {
-    {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch},
+    {"tuned-fused-small", fused_supports, fused_prefer, fused_workspace, fused_launch, nullptr, nullptr, fused_io16},
     {"tuned-tiled-dmma", tiled_dmma_supports, tiled_dmma_prefer, ws_qkv_ctx, tiled_dmma_launch},
     {"tuned-tiled", tiled_supports, nullptr, tiled_workspace, tiled_launch, tiled_pair16, tiled_out16},
     {"tuned-tc", sgkc_tc_plan, nullptr, sgkc_tc_workspace, sgkc_tc_launch, nullptr, sgkc_tc_out16},

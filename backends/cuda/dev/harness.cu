@@ -225,7 +225,7 @@ static sgkc_fwd fwd_of(const DevSet &s, int B, int N, bool u8, void *ws, size_t 
     sgkc_fwd f;
     f.B = B; f.N = N;
     f.nodes = s.nodes; f.pair = s.pair; f.pair16 = nullptr; f.mask = s.mask; f.mask_u8 = u8;
-    f.out = s.out; f.out16 = nullptr; f.ws = ws; f.ws_bytes = wsb; f.stream = st;
+    f.out = s.out; f.out16 = nullptr; f.nodes16 = nullptr; f.ws = ws; f.ws_bytes = wsb; f.stream = st;
     return f;
 }
 
