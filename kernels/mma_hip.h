@@ -60,6 +60,10 @@
 #define SGK_MFMA_D_ROW(l, r) (4 * ((l) / 16) + (r))
 #define SGK_MFMA_D_COL(l) ((l) % 16)
 
+/* NT, the block width in MFMA columns (16): the width of 16, 32 or 64
+ * columns that covers NC with the least to spare. */
+SGK_TC_FN int sgk_tc_width(int NC) { return NC <= 16 ? 1 : NC <= 32 ? 2 : 4; }
+
 /* Block task of a wavefront: batch entry b, first row i0, first column j0
  * of a 16 x (16 NT) block, blocks row-major within a product. */
 SGK_TC_FN void sgk_tc_task(int task, int M, int NC, int NT, int *b, int *i0, int *j0)
@@ -173,16 +177,16 @@ __device__ __forceinline__ void sgk_tc_mm_nt(int NB, int M, int NC, int K, const
     }
 }
 
-/* The block width that covers NC with the least to spare: 16, 32 or 64
- * columns. */
+/* Runs the product with the block width sgk_tc_width picks. */
 __device__ __forceinline__ void sgk_tc_mm(int NB, int M, int NC, int K, const float *A, sgk_off ABS,
                                           sgk_off ARS, sgk_off ASK, const float *B, sgk_off BBS,
                                           sgk_off LDB, float *C, sgk_off CBS, sgk_off CRS, sgk_off CCS,
                                           const float *R, sgk_off RBS, sgk_off RRS, int ACC)
 {
-    if (NC <= 16)
+    const int nt = sgk_tc_width(NC);
+    if (nt == 1)
         sgk_tc_mm_nt<1>(NB, M, NC, K, A, ABS, ARS, ASK, B, BBS, LDB, C, CBS, CRS, CCS, R, RBS, RRS, ACC);
-    else if (NC <= 32)
+    else if (nt == 2)
         sgk_tc_mm_nt<2>(NB, M, NC, K, A, ABS, ARS, ASK, B, BBS, LDB, C, CBS, CRS, CCS, R, RBS, RRS, ACC);
     else
         sgk_tc_mm_nt<4>(NB, M, NC, K, A, ABS, ARS, ASK, B, BBS, LDB, C, CBS, CRS, CCS, R, RBS, RRS, ACC);
