@@ -73,7 +73,7 @@ def main(argv):
         print("%s: no kernel calls sgk_tc_mm" % a.source)
         return 1
     name = os.path.basename(a.plugin)
-    bad, checked = 0, 0
+    bad, checked, unread = 0, [], []
     with tempfile.TemporaryDirectory() as work:
         section_path = os.path.join(work, "hip_fatbin.bin")
         cut = subprocess.run([a.objcopy, "-O", "binary", "--only-section=.hip_fatbin", a.plugin, section_path],
@@ -102,9 +102,10 @@ def main(argv):
                 counts, ok, err = mfma_counts(a.objdump, co)
                 if not ok:
                     print("%s: bundle %d, %s: %s cannot disassemble it (%s); not checked"
-                          % (name, i + 1, t, a.objdump, err or "no instructions"))
+                          % (name, i + 1, t, a.objdump, (err.splitlines() or ["no instructions"])[0]))
+                    unread.append(t)
                     continue
-                checked += 1
+                checked.append(t)
                 arch = t.split(":")[0]
                 kernels = sorted(k for k in counts if k.startswith("sgk_k_"))
                 listing = ", ".join("%s %d" % (k, counts[k]) for k in kernels if counts[k])
@@ -123,8 +124,9 @@ def main(argv):
     if not checked:
         print("%s: %s disassembled none of the code objects" % (name, a.objdump))
         return SKIP
-    print("%s: every kernel that calls sgk_tc_mm (%s) runs v_mfma on the matrix-core targets among %s"
-          % (name, ", ".join(sorted(want)), ", ".join(a.targets)))
+    print("%s: every kernel that calls sgk_tc_mm (%s) runs v_mfma on the matrix-core targets among %s%s"
+          % (name, ", ".join(sorted(want)), ", ".join(checked),
+             "; not disassembled: " + ", ".join(unread) if unread else ""))
     return 0
 
 
