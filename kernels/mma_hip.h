@@ -19,15 +19,17 @@
  * not written), and k past K and columns past NC read as zero, so nothing
  * past the operands is read.
  *
- * The lane layout is AMD's for this instruction (the matrix instruction
- * calculator, CDNA1 to CDNA3, no CBSZ/ABID/BLGP modifiers): lane l holds
+ * The lane layout is AMD's for this instruction (its matrix instruction
+ * calculator, github.com/ROCm/amd_matrix_instruction_calculator, CDNA1 to
+ * CDNA3, no CBSZ/ABID/BLGP modifiers; the AMD lab notes' matrix-cores
+ * example for this instruction agrees): lane l holds
  * A[l % 16][l / 16] and B[l / 16][l % 16] of the 16 x 4 and 4 x 16
  * operands, and its accumulator register r is D[4 (l / 16) + r][l % 16].
  * The index math below is plain C (SGK_TC_FN), so that
  * tests/test_mfma_map.c runs it on the host against an emulation of the
  * instruction as documented.
  *
- * NaN and Inf: AMD documents no special-value behaviour for MFMA, so an
+ * NaN and Inf: those documents say nothing of MFMA's special values, so an
  * output that comes out NaN or +-Inf is computed again on FMA, summed over
  * k as tile_mm sums it, as mma_cuda.h does: what the other targets give,
  * whatever the matrix core did with it. Exact fp32 products should keep
@@ -36,8 +38,8 @@
  * that must be skipped against a non-finite operand (ZSKIP: 0 * inf is
  * NaN on FMA too) take the FMA tile.
  *
- * Sums: how the matrix core adds its four products and the accumulator is
- * not documented either, so the accumulator is folded into a float sum
+ * Sums: how the matrix core adds its four products and the accumulator
+ * they do not say either, so the accumulator is folded into a float sum
  * every SGK_TC_CHUNK of k and products longer than SGK_TC_MAX_K take the
  * FMA tile, as on CUDA, until a run on the hardware says they need not. */
 #define SGK_TC_LANES 64
