@@ -1,14 +1,14 @@
 /* The HIP target's tile product on AMD CDNA matrix cores (sgkgen.py pastes
  * this into relation_hip.hip; relation.sgk's `mm` calls it where
  * SGK_TC_MMA, which the HIP prelude sets for gfx908, gfx90a and gfx94x
- * device code only: RDNA has no matrix cores).
+ * device code only: RDNA has no MFMA).
  *
  * sgk_tc_mm computes what relation.sgk's tile_mm does, C = A B or
  * C = R + A B for NB independent products read and written through the
  * same strides, as mma_cuda.h's does, with v_mfma_f32_16x16x4f32: fp32
- * operands, fp32 accumulation. The products are those of fp32 FMA, so
- * no big/small split is needed (CUDA's tensor cores take TF32, AMD's this
- * instruction full fp32), and one MFMA does the work of 16 x 16 x 4 FMAs.
+ * operands, fp32 accumulation. No operand is rounded (CUDA's tensor cores
+ * take TF32, this instruction full fp32), so no big/small split is needed,
+ * and one MFMA does the work of 16 x 16 x 4 FMAs.
  *
  * One wavefront (64 lanes) computes a 16 x (16 NT) block of one product at
  * a time, the group's wavefronts taking blocks in turn, so every work-item
