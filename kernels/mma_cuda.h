@@ -38,6 +38,7 @@
  * fp32's exact products, is still larger than a sum over thousands of rows
  * with cancellation can take (weight gradients over B N rows): the caller
  * runs products with K above SGK_TC_MAX_K on the FMA tile. */
+#define SGK_TC_LANES 32
 #define SGK_TC_CHUNK 128
 #define SGK_TC_MAX_K 2048
 #if SGK_TC_MMA
