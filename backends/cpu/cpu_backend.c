@@ -364,7 +364,7 @@ static void tiled_context(const cpu_layer *l, const sgk_plan *p, const sgk_fwd *
     sgk_cpu_norm(threads, (int)p->groups_norm, 1, pool_mem, pool, a->nodes, w + o.gamma, w + o.beta, l->eps, ws, xn0,
                  p->ldc, rows, p->D, p->rt);
     sgk_cpu_proj(threads, (int)p->groups_rows, (int)p->groups_qkv, pool_mem, pool, ws, xn0, p->ldc, w + o.wqkv,
-                 sgk_gen_ldw(&o, p->ldk), 0, ws, ws, 0, p->ldk, rows, p->D, p->ldk, p->mt, p->nt);
+                 sgk_gen_ldw(&o, p->ldk), 0, ws, ws, 0, p->ldk, rows, p->D, 3 * p->D, p->mt, p->nt);
     sgk_cpu_attn(threads, (int)p->groups_attn, 1, pool_mem, pool, ws, p->ldk, a->pair_feats, (int)l->dtype,
                  a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.w1, p->ldp, w + o.b1, w + o.w2, p->ldh, w + o.b2,
                  ws, ctx0, p->ldc, p->N, p->D, p->H, p->P, p->tq, p->tqp, p->tk, p->qc, (int)p->groups_q, p->scale,
