@@ -29,6 +29,8 @@ typedef struct bench_device_rec {
     char copy_source[128];  /* measured, --peak-gbps, or the H200 default */
     double peak_gflops;     /* fp32 FMA peak of the FFMA floor; 0 when unknown */
     char peak_source[128];
+    double peak16_gflops; /* dense 16-bit tensor-core peak of a 16-bit run's TC floor; 0 when unknown */
+    char peak16_source[128];
     double cache_bytes; /* 0 when unknown */
     int threads;        /* cpu backend threads, 0 elsewhere */
 } bench_device_rec;
@@ -49,6 +51,7 @@ typedef struct bench_row {
     double flops, bytes, gflops, gbps;
     double ffma_floor_us; /* flops / fp32 FMA peak; NaN when the peak is unknown */
     double copy_floor_us; /* bytes / copy bandwidth; NaN when it is unknown */
+    double tc_floor_us;   /* a 16-bit run's flops / the dtype's tensor-core peak; NaN elsewhere or unknown */
     double floor_us;      /* the largest of those and the launch cost; NaN when none is known */
     char floor_bound[16];
     double floor_share;

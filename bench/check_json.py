@@ -80,9 +80,17 @@ def check_floors(r, d, where, problems):
                 problems.append(f"{where}.{key}: {r[key]} without a device {peak}")
         elif r[key] is None or not close(r[key], r[work] / d[peak] / 1e3):
             problems.append(f"{where}.{key}: {r[key]} is not {work} / {peak}")
-    known = [r[k] for k in ("ffma_floor_us", "copy_floor_us") if r[k] is not None]
+    # A 16-bit row's compute floor is its TC floor (the dtype's tensor-core
+    # peak) where its device has one; files before it have neither key.
+    tc = r.get("tc_floor_us")
+    if tc is not None:
+        peak16 = d.get("peak16_gflops")
+        if peak16 is None or not close(tc, r["flop"] / peak16 / 1e3):
+            problems.append(f"{where}.tc_floor_us: {tc} is not flop / peak16_gflops")
+    compute = tc if tc is not None else r["ffma_floor_us"]
+    known = [x for x in (compute, r["copy_floor_us"]) if x is not None]
     if r["floor_us"] is not None and known and r["floor_us"] < max(known) * (1 - 1e-6):
-        problems.append(f"{where}.floor_us: {r['floor_us']} below its FFMA or copy floor")
+        problems.append(f"{where}.floor_us: {r['floor_us']} below its compute or copy floor")
 
 
 def check_aggregate(r, before, where, problems):

@@ -252,7 +252,7 @@ static void add_aggregate(dev_slot *slots, int n)
     snprintf(r->device_name, sizeof r->device_name, "all");
     snprintf(r->mode, sizeof r->mode, "aggregate");
     r->variant[0] = r->note[0] = r->floor_bound[0] = 0;
-    r->ffma_floor_us = r->copy_floor_us = r->floor_us = r->floor_share = NAN;
+    r->ffma_floor_us = r->copy_floor_us = r->tc_floor_us = r->floor_us = r->floor_share = NAN;
     r->rel_l2 = r->max_abs = 0;
     r->checked = 1;
     r->input_sets = 0;

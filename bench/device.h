@@ -26,6 +26,8 @@ typedef struct bench_dev_info {
     char driver[128];     /* driver / runtime version, "" when unknown */
     double peak_gflops;   /* fp32 FMA peak from device properties, 0 when unknown */
     char peak_source[96]; /* how peak_gflops was derived */
+    double peak16_gflops;   /* dense bf16/f16 tensor-core peak (fp32 accumulation), 0 when unknown */
+    char peak16_source[96]; /* how peak16_gflops was derived */
     double cache_bytes;   /* last-level (L2) cache size, 0 when unknown */
     char clock[96];       /* how time_calls measures, "" for ops->clock */
 } bench_dev_info;

@@ -78,7 +78,10 @@ void finish_timing(const backend_run *br, bench_row *r, const bench_timing *t, i
     double floor = NAN;
     const char *bound = "";
     if (r->copy_floor_us > 0) floor = r->copy_floor_us, bound = "bandwidth";
-    if (r->ffma_floor_us > 0 && !(floor >= r->ffma_floor_us)) floor = r->ffma_floor_us, bound = "compute";
+    /* a 16-bit run is held to its dtype's tensor-core rate where that is
+     * known, not to fp32 FMA */
+    const double compute = r->tc_floor_us > 0 ? r->tc_floor_us : r->ffma_floor_us;
+    if (compute > 0 && !(floor >= compute)) floor = compute, bound = "compute";
     double launch = graph ? d->graph_launch_us : d->launch_us;
     if (launch > 0 && !(floor >= launch)) floor = launch, bound = "launch";
     r->floor_us = floor;

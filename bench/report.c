@@ -75,7 +75,7 @@ static void row_cells(const bench_results *res, const bench_row *r, char cells[N
     }
     fmt_rate(cells[8], CELL, r->gflops);
     fmt_rate(cells[9], CELL, r->gbps);
-    fmt_us(cells[10], CELL, r->ffma_floor_us);
+    fmt_us(cells[10], CELL, r->tc_floor_us > 0 ? r->tc_floor_us : r->ffma_floor_us);
     fmt_us(cells[11], CELL, r->copy_floor_us);
     if (isnan(r->floor_share)) snprintf(cells[12], CELL, "-");
     else snprintf(cells[12], CELL, "%.1f%% %s", 100 * r->floor_share, r->floor_bound);
@@ -110,6 +110,12 @@ static void print_device(FILE *out, const bench_options *opt, const bench_device
     if (d->peak_gflops > 0)
         fprintf(out, "    fp32 FMA peak (FFMA floor): %.0f GFLOP/s (%s)\n", d->peak_gflops, d->peak_source);
     else fprintf(out, "    fp32 FMA peak (FFMA floor): %s\n", d->peak_source);
+    if (opt->dtype != SGK_DTYPE_F32 && d->peak16_gflops > 0)
+        fprintf(out, "    %s tensor-core peak (TC floor): %.0f GFLOP/s (%s)\n", bench_dtype_name(opt),
+                d->peak16_gflops, d->peak16_source);
+    else if (opt->dtype != SGK_DTYPE_F32)
+        fprintf(out, "    %s tensor-core peak (TC floor): %s; rows take the FFMA floor\n", bench_dtype_name(opt),
+                d->peak16_source[0] ? d->peak16_source : "unknown");
     if (d->cache_bytes > 0 && opt->rotate)
         fprintf(out, "    L2 %.1f MB: shapes whose inputs and output take less than %.1f MB rotate among input "
                "sets (column 'sets')\n", d->cache_bytes / 1e6, 2 * d->cache_bytes / 1e6);
@@ -138,14 +144,18 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
     if (res->ndevices) fputs("\n", out);
 
     int width[NCOLS];
-    for (int c = 0; c < NCOLS; c++) width[c] = text_width(headers[c]);
+    /* a 16-bit run's compute floor is its TC floor (bench_row.tc_floor_us) */
+    const char *head[NCOLS];
+    for (int c = 0; c < NCOLS; c++) head[c] = headers[c];
+    if (opt->dtype != SGK_DTYPE_F32) head[10] = "TC floor µs";
+    for (int c = 0; c < NCOLS; c++) width[c] = text_width(head[c]);
     char cells[NCOLS][CELL];
     for (int i = 0; i < res->nrows; i++) {
         row_cells(res, &res->rows[i], cells);
         for (int c = 0; c < NCOLS; c++)
             if (text_width(cells[c]) > width[c]) width[c] = text_width(cells[c]);
     }
-    for (int c = 0; c < NCOLS; c++) print_cell(out, headers[c], width[c], right_aligned[c], c == NCOLS - 1);
+    for (int c = 0; c < NCOLS; c++) print_cell(out, head[c], width[c], right_aligned[c], c == NCOLS - 1);
     for (int i = 0; i < res->nrows; i++) {
         row_cells(res, &res->rows[i], cells);
         for (int c = 0; c < NCOLS; c++) print_cell(out, cells[c], width[c], right_aligned[c], c == NCOLS - 1);
@@ -159,7 +169,11 @@ void bench_print_table(FILE *out, const bench_options *opt, const bench_results 
         }
     fprintf(out, "\n* the variant sgk picks by itself for that shape. FFMA floor = FLOP / fp32 FMA peak, copy floor = "
            "bytes / copy bandwidth, in µs; floor = max(FFMA floor, copy floor, launch cost); floor%% = floor / "
-           "median (100%% = at the floor), with its bound. Check: %s against the double reference%s.\n",
+           "median (100%% = at the floor), with its bound.%s Check: %s against the double reference%s.\n",
+           opt->dtype == SGK_DTYPE_F32 ? ""
+                                       : " TC floor = FLOP / the dtype's dense tensor-core peak "
+                                         "(the FFMA floor where the device's is unknown), in the FFMA floor's "
+                                         "place.",
            opt->dtype == SGK_DTYPE_F32 ? "rel L2 <= 1e-05 and max abs <= 1e-04" : "rel L2 <= 1e-02",
            opt->dtype == SGK_DTYPE_F32 ? "" : " on the same rounded weights and inputs; bytes at 2 an element");
     for (int i = 0; i < res->nrows; i++)
@@ -242,6 +256,8 @@ static void json_device(FILE *f, const bench_device_rec *d)
     json_kstr(f, ",\n     ", "copy_source", d->copy_source);
     json_knum(f, ",\n     ", "peak_gflops", d->peak_gflops > 0 ? d->peak_gflops : NAN);
     json_kstr(f, ", ", "peak_source", d->peak_source);
+    json_knum(f, ",\n     ", "peak16_gflops", d->peak16_gflops > 0 ? d->peak16_gflops : NAN);
+    json_kstr(f, ", ", "peak16_source", d->peak16_source);
     json_knum(f, ", ", "cache_bytes", d->cache_bytes > 0 ? d->cache_bytes : NAN);
     fprintf(f, ", \"threads\": %d}", d->threads);
 }
@@ -271,6 +287,7 @@ static void json_row(FILE *f, const bench_results *res, const bench_row *r)
     json_knum(f, ", ", "gbps", r->gbps);
     json_knum(f, ",\n     ", "ffma_floor_us", r->ffma_floor_us);
     json_knum(f, ", ", "copy_floor_us", r->copy_floor_us);
+    json_knum(f, ", ", "tc_floor_us", r->tc_floor_us);
     json_knum(f, ", ", "floor_us", r->floor_us);
     if (r->floor_bound[0])
         json_kstr(f, ", ", "floor_bound", r->floor_bound);

@@ -23,7 +23,7 @@ bench_row *new_row(bench_results *res)
     bench_row *r = &res->rows[res->nrows++];
     memset(r, 0, sizeof *r);
     r->us_median = r->us_min = r->us_max = NAN;
-    r->gflops = r->gbps = r->ffma_floor_us = r->copy_floor_us = r->floor_us = r->floor_share = NAN;
+    r->gflops = r->gbps = r->ffma_floor_us = r->copy_floor_us = r->tc_floor_us = r->floor_us = r->floor_share = NAN;
     r->rel_l2 = r->max_abs = NAN;
     return r;
 }
@@ -194,7 +194,7 @@ static void run_train(backend_run *br, const bench_row *tmpl, sgk_layer *layer, 
     snprintf(r->variant, sizeof r->variant, "train");
     r->is_auto = 0;
     r->input_sets = 1;
-    r->flops *= 2, r->bytes *= 2, r->ffma_floor_us *= 2, r->copy_floor_us *= 2;
+    r->flops *= 2, r->bytes *= 2, r->ffma_floor_us *= 2, r->copy_floor_us *= 2, r->tc_floor_us *= 2;
     progress(br->opt, "%s %s backward ...", r->backend, r->preset);
     const size_t nd = (size_t)(s->B * s->N * s->D);
     size_t counts[SGKT_N_GRADS];
@@ -309,6 +309,9 @@ void row_template(const backend_run *br, int ci, bench_row *tmpl)
     tmpl->gflops = tmpl->gbps = tmpl->floor_us = tmpl->floor_share = tmpl->rel_l2 = tmpl->max_abs = NAN;
     tmpl->ffma_floor_us = d->peak_gflops > 0 ? tmpl->flops / (d->peak_gflops * 1e9) * 1e6 : NAN;
     tmpl->copy_floor_us = d->copy_gbps > 0 ? tmpl->bytes / (d->copy_gbps * 1e9) * 1e6 : NAN;
+    tmpl->tc_floor_us = opt->dtype != SGK_DTYPE_F32 && d->peak16_gflops > 0
+                            ? tmpl->flops / (d->peak16_gflops * 1e9) * 1e6
+                            : NAN;
     tmpl->input_sets = 1;
 }
 
@@ -505,6 +508,8 @@ static void open_module(backend_run *br, bench_device_rec *d)
         snprintf(d->clock, sizeof d->clock, "%s", info.clock[0] ? info.clock : ops->clock);
         d->peak_gflops = info.peak_gflops;
         snprintf(d->peak_source, sizeof d->peak_source, "%s", info.peak_source);
+        d->peak16_gflops = info.peak16_gflops;
+        snprintf(d->peak16_source, sizeof d->peak16_source, "%s", info.peak16_source);
         d->cache_bytes = info.cache_bytes;
     }
     if (!br->ops) snprintf(d->clock, sizeof d->clock, "monotonic clock around sgk_forward");

@@ -101,6 +101,17 @@ static int fp32_lanes_per_sm(int major, int minor)
     return 128;
 }
 
+/* Dense bf16 and f16 tensor-core FLOP a clock an SM with fp32 accumulation,
+ * where the architecture's figure is one (datasheets: A100 312 TFLOP/s,
+ * 108 SMs at 1410 MHz; H100 SXM 989, 132 at 1830); 0 elsewhere, where
+ * GeForce parts run fp32 accumulation at a fraction of the rate. */
+static int tc16_flop_per_sm(int major, int minor)
+{
+    if (major == 8 && minor == 0) return 2048;
+    if (major == 9 && minor == 0) return 4096;
+    return 0;
+}
+
 static void driver_version(char *buf, size_t len, int cuda_driver)
 {
     char kmod[64] = "";
@@ -134,6 +145,14 @@ static void cu_info(bench_dev *d, bench_dev_info *info)
         info->peak_gflops = (double)sms * (khz / 1e3) * lanes * 2.0 / 1e3;
         snprintf(info->peak_source, sizeof info->peak_source, "%d SMs x %d MHz x %d FMA x 2 (sm_%d%d)",
                  sms, khz / 1000, lanes, p.major, p.minor);
+        const int tc = tc16_flop_per_sm(p.major, p.minor);
+        if (tc > 0) {
+            info->peak16_gflops = (double)sms * (khz / 1e3) * tc / 1e3;
+            snprintf(info->peak16_source, sizeof info->peak16_source, "%d SMs x %d MHz x %d (sm_%d%d, dense)", sms,
+                     khz / 1000, tc, p.major, p.minor);
+        } else {
+            snprintf(info->peak16_source, sizeof info->peak16_source, "unknown for sm_%d%d", p.major, p.minor);
+        }
         info->cache_bytes = (double)l2;
     }
     int drv = 0;

@@ -38,6 +38,8 @@ static void fk_info(bench_dev *d, bench_dev_info *info)
     snprintf(info->driver, sizeof info->driver, "none");
     info->peak_gflops = 100;
     snprintf(info->peak_source, sizeof info->peak_source, "made up");
+    info->peak16_gflops = 800;
+    snprintf(info->peak16_source, sizeof info->peak16_source, "made up");
     info->cache_bytes = 1 << 20; /* small, so that seed rotates */
 }
 

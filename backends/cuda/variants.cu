@@ -18,7 +18,6 @@
 #include "mlp_tc.cuh"
 #include "mlp_wg.cuh"
 #include "mlp_h16.cuh"
-#include "mlp_wg16.cuh"
 #include "sgemm.cuh"
 
 #include <cuda_fp16.h>
@@ -803,17 +802,6 @@ static const mlp_fn mlp_h16_fns[] = {
     sgkc_mlp_h16_kernel<128, 2, false>,
 };
 
-/* mlp_wg16.cuh's instances for 16-bit layers where mlp_wg_device: PCAP 16,
- * 32, 64, 128 x HT 1, 2, bf16 then f16. */
-static const mlp_fn mlp_wg16_fns[] = {
-    sgkc_mlp_wg16_kernel<16, 1, false>,  sgkc_mlp_wg16_kernel<16, 2, false>,  sgkc_mlp_wg16_kernel<32, 1, false>,
-    sgkc_mlp_wg16_kernel<32, 2, false>,  sgkc_mlp_wg16_kernel<64, 1, false>,  sgkc_mlp_wg16_kernel<64, 2, false>,
-    sgkc_mlp_wg16_kernel<128, 1, false>, sgkc_mlp_wg16_kernel<128, 2, false>, sgkc_mlp_wg16_kernel<16, 1, true>,
-    sgkc_mlp_wg16_kernel<16, 2, true>,   sgkc_mlp_wg16_kernel<32, 1, true>,   sgkc_mlp_wg16_kernel<32, 2, true>,
-    sgkc_mlp_wg16_kernel<64, 1, true>,   sgkc_mlp_wg16_kernel<64, 2, true>,   sgkc_mlp_wg16_kernel<128, 1, true>,
-    sgkc_mlp_wg16_kernel<128, 2, true>,
-};
-
 /* The MLP pass of a plan: its kernel, threads and shared memory a block,
  * and the pairs a block takes a step (its warps' tiles). mlp_wg.cuh on
  * mlp_wg_device for every PCAP the pass runs at (P > 16: 32, 64, 128) and
@@ -821,8 +809,8 @@ static const mlp_fn mlp_wg16_fns[] = {
  * as mlp_tc.cuh's do (float4 only where pvec), so alignment and P % 4 do
  * not matter. mlp_tc.cuh otherwise: at compute capability 8.x and 9.x
  * other than 9.0, in builds without sm_90a, and at PCAP 16. 16-bit layers
- * read their features as they are: mlp_wg16.cuh where mlp_wg_device and
- * H <= 16 (every PCAP), mlp_h16.cuh elsewhere. */
+ * read their features as they are, on mlp_h16.cuh (DESIGN.md: its
+ * warpgroup form ran no faster). */
 struct mlp_pass {
     mlp_fn fn;
     unsigned nt;
@@ -835,8 +823,6 @@ static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
     if (L->dtype != SGK_DTYPE_F32) { /* the features as they are, 2 bytes each */
         const int pi = c.mpcap == 16 ? 0 : c.mpcap == 32 ? 1 : c.mpcap == 64 ? 2 : 3;
         const int i = (L->dtype == SGK_DTYPE_BF16 ? 0 : 8) + 2 * pi + (ht - 1);
-        if (mlp_wg_device(L) && L->H <= 16)
-            return {mlp_wg16_fns[i], SGKC_MW_NT, sgkc_mw16_smem_floats(c.mpcap, ht) * sizeof(float), 2 * 64};
         return {mlp_h16_fns[i], SGKC_MT_NT, sgkc_mh_smem_floats(c.mpcap, ht) * sizeof(float), 16 * (SGKC_MT_NT / 32)};
     }
     const size_t wg_smem = sgkc_mw_smem_floats(c.mpcap, ht) * sizeof(float);
@@ -1247,9 +1233,6 @@ static cudaError_t mlp_wg_prepare(const sgkc_layer *L)
     if (!mlp_wg_device(L))
         return cudaSuccess;
     for (mlp_fn fn : mlp_wg_fns)
-        SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)L->smem_optin));
-    for (mlp_fn fn : mlp_wg16_fns)
         SGKC_RETURN_IF(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)L->smem_optin));
     return cudaSuccess;

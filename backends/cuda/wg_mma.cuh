@@ -178,18 +178,8 @@ __device__ __forceinline__ void sgkc_wg_step3(float (&d)[R], uint32_t (&ah)[4], 
 template <int R, bool F16>
 __device__ __forceinline__ void sgkc_wg_mma16(float (&d)[R], const uint32_t (&a)[4], uint64_t db)
 {
-    static_assert(R == 8 || R == 16 || R == 32 || R == 64 || R == 96 || R == 128, "an N the 16-bit forms have");
-    if constexpr (R == 8) {
-        if constexpr (F16)
-            SGKC_WG_ASM16("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16", ", 0");
-        else
-            SGKC_WG_ASM16("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16", ", 0");
-    } else if constexpr (R == 16) {
-        if constexpr (F16)
-            SGKC_WG_ASM32("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", ", 0");
-        else
-            SGKC_WG_ASM32("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16", ", 0");
-    } else if constexpr (R == 32) {
+    static_assert(R == 32 || R == 64 || R == 96 || R == 128, "an N the 16-bit forms have");
+    if constexpr (R == 32) {
         if constexpr (F16)
             SGKC_WG_ASM64("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 0");
         else

@@ -12,8 +12,7 @@
  * (warpgroup MMA, at P > 16). The library runs wgmma on compute capability
  * 9.0 with sm_90a code, elsewhere presplit (at P <= 64) and presplit-nw8
  * (at P > 64); DESIGN.md says why. "bf16" and "f16" are mlp_h16.cuh (the
- * first layer in one 16-bit MMA on 16-bit features; "-wgmma" mlp_wg16.cuh,
- * the same arithmetic on warpgroup MMA) on the same problem
+ * first layer in one 16-bit MMA on 16-bit features) on the same problem
  * with features and weights rounded to that type, against a double
  * reference of the rounded values. Each runs on a grid of what fits on the
  * SMs, as the library's launch does. The bias is poisoned
@@ -26,7 +25,6 @@
 #include "mlp_tc.cuh"
 #include "mlp_wg.cuh"
 #include "mlp_h16.cuh"
-#include "mlp_wg16.cuh"
 #include "dev_common.h"
 
 #include <algorithm>
@@ -186,14 +184,11 @@ static void versions(const shape &s, const problem &p)
 template <int PCAP, int HT>
 static void versions16(const shape &s, const problem &p, int dt)
 {
-    const size_t smem = sgkc_mh_smem_floats(PCAP, HT) * 4, smem_wg = sgkc_mw16_smem_floats(PCAP, HT) * 4;
-    if (dt == 1) {
+    const size_t smem = sgkc_mh_smem_floats(PCAP, HT) * 4;
+    if (dt == 1)
         check_and_time(s.name, "bf16", sgkc_mlp_h16_kernel<PCAP, HT, true>, SGKC_MT_NT, smem, p, 1e-3, 1e-2);
-        check_and_time(s.name, "bf16-wgmma", sgkc_mlp_wg16_kernel<PCAP, HT, false>, SGKC_MW_NT, smem_wg, p, 1e-3, 1e-2);
-    } else {
+    else
         check_and_time(s.name, "f16", sgkc_mlp_h16_kernel<PCAP, HT, false>, SGKC_MT_NT, smem, p, 1e-3, 1e-2);
-        check_and_time(s.name, "f16-wgmma", sgkc_mlp_wg16_kernel<PCAP, HT, true>, SGKC_MW_NT, smem_wg, p, 1e-3, 1e-2);
-    }
 }
 
 int main(int argc, char **argv)
