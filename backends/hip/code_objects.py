@@ -28,6 +28,22 @@ def bundles(section):
     return [section[a:b] for a, b in zip(starts, starts[1:] + [len(section)])]
 
 
+def plugin_bundles(objcopy, plugin, workdir):
+    """The offload bundles of the plugin's .hip_fatbin section; RuntimeError
+    with the reason where there are none."""
+    name = os.path.basename(plugin)
+    section_path = os.path.join(workdir, "hip_fatbin.bin")
+    cut = subprocess.run([objcopy, "-O", "binary", "--only-section=.hip_fatbin", plugin, section_path],
+                         capture_output=True, text=True, check=False)
+    if cut.returncode != 0:
+        raise RuntimeError("%s: objcopy failed: %s" % (name, cut.stderr.strip()))
+    with open(section_path, "rb") as f:
+        found = bundles(f.read())
+    if not found:
+        raise RuntimeError("%s: no offload bundle in its .hip_fatbin section" % name)
+    return found
+
+
 def list_bundle(bundler, data, workdir, index):
     path = os.path.join(workdir, "bundle%d.bin" % index)
     with open(path, "wb") as f:
@@ -48,16 +64,10 @@ def main(argv):
     a = ap.parse_args(argv)
     name = os.path.basename(a.plugin)
     with tempfile.TemporaryDirectory() as work:
-        section_path = os.path.join(work, "hip_fatbin.bin")
-        cut = subprocess.run([a.objcopy, "-O", "binary", "--only-section=.hip_fatbin", a.plugin,
-                              section_path], capture_output=True, text=True, check=False)
-        if cut.returncode != 0:
-            print("%s: objcopy failed: %s" % (name, cut.stderr.strip()))
-            return 1
-        with open(section_path, "rb") as f:
-            found = bundles(f.read())
-        if not found:
-            print("%s: no offload bundle in its .hip_fatbin section" % name)
+        try:
+            found = plugin_bundles(a.objcopy, a.plugin, work)
+        except RuntimeError as e:
+            print(e)
             return 1
         missing = []
         for i, data in enumerate(found):

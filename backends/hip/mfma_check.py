@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from code_objects import bundles  # noqa: E402
+from code_objects import plugin_bundles  # noqa: E402
 
 # Targets on which the HIP prelude sets SGK_TC_MMA (kernels/sgkgen.py).
 MFMA_ARCHS = {"gfx908", "gfx90a", "gfx940", "gfx941", "gfx942"}
@@ -75,16 +75,10 @@ def main(argv):
     name = os.path.basename(a.plugin)
     bad, checked, unread = 0, [], []
     with tempfile.TemporaryDirectory() as work:
-        section_path = os.path.join(work, "hip_fatbin.bin")
-        cut = subprocess.run([a.objcopy, "-O", "binary", "--only-section=.hip_fatbin", a.plugin, section_path],
-                             capture_output=True, text=True, check=False)
-        if cut.returncode != 0:
-            print("%s: objcopy failed: %s" % (name, cut.stderr.strip()))
-            return 1
-        with open(section_path, "rb") as f:
-            found = bundles(f.read())
-        if not found:
-            print("%s: no offload bundle in its .hip_fatbin section" % name)
+        try:
+            found = plugin_bundles(a.objcopy, a.plugin, work)
+        except RuntimeError as e:
+            print(e)
             return 1
         for i, data in enumerate(found):
             bundle = os.path.join(work, "bundle%d.bin" % i)
