@@ -102,9 +102,9 @@ static int fp32_lanes_per_sm(int major, int minor)
 }
 
 /* Dense bf16 and f16 tensor-core FLOP a clock an SM with fp32 accumulation,
- * where the architecture's figure is one (datasheets: A100 312 TFLOP/s,
- * 108 SMs at 1410 MHz; H100 SXM 989, 132 at 1830); 0 elsewhere, where
- * GeForce parts run fp32 accumulation at a fraction of the rate. */
+ * where one figure holds for the architecture (bench/README.md derives them
+ * from the datasheets); 0 elsewhere, since parts of one compute capability
+ * differ there (GeForce runs fp32 accumulation at a fraction of the rate). */
 static int tc16_flop_per_sm(int major, int minor)
 {
     if (major == 8 && minor == 0) return 2048;

@@ -289,10 +289,8 @@ __global__ void __launch_bounds__(SGKC_FS_NT, 1) sgkc_fused_small_kernel(sgkc_fu
             const uint4 u = *reinterpret_cast<const uint4 *>(raw + 8 * e);
             const int r = 8 * e / D, c = 8 * e - r * D;
             float4 *dst = reinterpret_cast<float4 *>(Ns + r * L.ldx + c);
-            dst[0] = make_float4(sgkc_widen16(u.x & 0xffffu, f16), sgkc_widen16(u.x >> 16, f16),
-                                 sgkc_widen16(u.y & 0xffffu, f16), sgkc_widen16(u.y >> 16, f16));
-            dst[1] = make_float4(sgkc_widen16(u.z & 0xffffu, f16), sgkc_widen16(u.z >> 16, f16),
-                                 sgkc_widen16(u.w & 0xffffu, f16), sgkc_widen16(u.w >> 16, f16));
+            dst[0] = sgkc_widen16x4(make_uint2(u.x, u.y), f16);
+            dst[1] = sgkc_widen16x4(make_uint2(u.z, u.w), f16);
         }
         __syncthreads(); /* Ns complete, Xs free for LayerNorm */
     }

@@ -135,6 +135,13 @@ __device__ __forceinline__ float sgkc_widen16(uint32_t h, bool f16)
     return f16 ? __half2float(__ushort_as_half((unsigned short)h)) : __uint_as_float(h << 16);
 }
 
+/* Four 16-bit values packed two a word, lower first, as floats */
+__device__ __forceinline__ float4 sgkc_widen16x4(uint2 u, bool f16)
+{
+    return make_float4(sgkc_widen16(u.x & 0xffffu, f16), sgkc_widen16(u.x >> 16, f16), sgkc_widen16(u.y & 0xffffu, f16),
+                       sgkc_widen16(u.y >> 16, f16));
+}
+
 /* sgkc_ld_feat4 on a 16-bit layer's features (f16, else bf16); vec: P % 4
  * == 0 and src 8-byte aligned */
 __device__ __forceinline__ float4 sgkc_ld_feat4_16(const uint16_t *src, int r4, int P, bool vec, bool f16)
@@ -142,11 +149,8 @@ __device__ __forceinline__ float4 sgkc_ld_feat4_16(const uint16_t *src, int r4, 
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (r4 * 4 >= P)
         return v;
-    if (vec) {
-        const uint2 u = __ldg(reinterpret_cast<const uint2 *>(src + r4 * 4));
-        return make_float4(sgkc_widen16(u.x & 0xffffu, f16), sgkc_widen16(u.x >> 16, f16),
-                           sgkc_widen16(u.y & 0xffffu, f16), sgkc_widen16(u.y >> 16, f16));
-    }
+    if (vec)
+        return sgkc_widen16x4(__ldg(reinterpret_cast<const uint2 *>(src + r4 * 4)), f16);
     v.x = sgkc_widen16(__ldg(src + r4 * 4), f16);
     if (r4 * 4 + 1 < P) v.y = sgkc_widen16(__ldg(src + r4 * 4 + 1), f16);
     if (r4 * 4 + 2 < P) v.z = sgkc_widen16(__ldg(src + r4 * 4 + 2), f16);

@@ -302,9 +302,15 @@ struct wide16 {
     size_t nodes, pair, out, total; /* byte offsets into the workspace, and its size */
 };
 
+/* a 16-bit call the variant's plan takes on the caller's buffers as they are */
+static int io16_runs(const sgkc_layer *L, const sgkc_variant &v, const sgk_backend_plan *plan)
+{
+    return L->dtype != SGK_DTYPE_F32 && v.io16 && v.io16(L, plan);
+}
+
 static int wide16_runs(const sgkc_layer *L, const sgkc_variant &v, const sgk_backend_plan *plan)
 {
-    return L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch && !(v.io16 && v.io16(L, plan));
+    return L->dtype != SGK_DTYPE_F32 && v.launch != sgkc_generic_launch && !io16_runs(L, v, plan);
 }
 
 static int wide16_pair16(const sgkc_layer *L, const sgkc_variant &v, const sgk_backend_plan *plan)
@@ -389,7 +395,7 @@ static sgk_status sgkc_forward(void *blayer, int variant, const sgk_backend_plan
         return cuda_fail(scope.error(), "cudaSetDevice");
     const sgkc_fwd f = fwd_of(args);
     cudaError_t e;
-    if (L->dtype != SGK_DTYPE_F32 && v.io16 && v.io16(L, plan)) {
+    if (io16_runs(L, v, plan)) {
         sgkc_fwd g = f; /* the variant converts on load and store itself */
         g.nodes = NULL;
         g.pair = NULL;

@@ -1601,12 +1601,6 @@ cudaError_t sgkc_layer_repack_host(sgkc_layer *L, const sgk_layer_desc *desc16, 
  * runs[r].seg's element src + i * stride (times a scale), read as dtype's
  * element and widened. A thread a packed float, found by a binary search
  * over first. */
-/* A bf16 or f16 element (dtype) as float: exact either way. */
-static __device__ float sgkc_widen16(unsigned short h, int dtype)
-{
-    return dtype == SGK_DTYPE_BF16 ? __uint_as_float((unsigned)h << 16) : __half2float(__ushort_as_half(h));
-}
-
 struct sgkc_repack_args {
     const void *src[SGK_SRC_COUNT];
     int dtype; /* sgk_dtype */
@@ -1633,7 +1627,7 @@ __global__ void __launch_bounds__(256) sgkc_repack_kernel(const __grid_constant_
         const int64_t i = t - __ldg(a.first + lo);
         const int64_t at = u.src + i * u.stride;
         const float x = a.dtype == SGK_DTYPE_F32 ? __ldg((const float *)a.src[u.seg] + at)
-                                                 : sgkc_widen16(__ldg((const unsigned short *)a.src[u.seg] + at), a.dtype);
+                                                 : sgkc_widen16(__ldg((const unsigned short *)a.src[u.seg] + at), a.dtype == SGK_DTYPE_F16);
         a.dst[u.dst + i] = u.scale ? __fmul_rn(x, a.scales[u.scale]) : x;
     }
 }
