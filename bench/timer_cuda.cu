@@ -163,6 +163,15 @@ static int cu_alloc(bench_dev *d, size_t bytes, void **ptr)
 {
     USE(d);
     CK(d, cudaMalloc(ptr, bytes));
+    // Defined contents from the start: the copy kernel that times the
+    // bandwidth floor reads its source unwritten otherwise, which
+    // compute-sanitizer's initcheck reports as the bench's error.
+    cudaError_t e = cudaMemset(*ptr, 0, bytes);
+    if (e != cudaSuccess) {
+        cudaFree(*ptr);
+        *ptr = NULL;
+        return fail(d, "cudaMemset", e);
+    }
     return 0;
 }
 
