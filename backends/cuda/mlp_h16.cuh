@@ -111,10 +111,11 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
     uint16_t *W1h = reinterpret_cast<uint16_t *>(smem);
     float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + W2F;
     const int P = a.P, H = a.H, tid = (int)threadIdx.x;
-    for (int i = tid; i < PCAP * PCAP; i += NT) {
-        const int n = i / PCAP, k = i % PCAP;
-        W1h[n * LDH + k] = sgkc_h16_bits<BF>(n < P && k < P ? __ldg(a.w1 + (size_t)n * P + k) : 0.0f);
-    }
+    sgkc_mt_stage_w1<PCAP, NT>(a.w1, P, tid, [&](int n, int k, float4 v) {
+        const uint2 h = make_uint2(sgkc_h16_bits<BF>(v.x) | (uint32_t)sgkc_h16_bits<BF>(v.y) << 16,
+                                   sgkc_h16_bits<BF>(v.z) | (uint32_t)sgkc_h16_bits<BF>(v.w) << 16);
+        *reinterpret_cast<uint2 *>(W1h + n * LDH + k) = h; /* n LDH and k are multiples of 4 halves: 8-byte aligned */
+    });
     for (int i = tid; i < PCAP; i += NT)
         b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
     for (int i = tid; i < 8 * HT * PCAP; i += NT) {

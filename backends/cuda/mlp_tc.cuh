@@ -151,6 +151,34 @@ __device__ __forceinline__ void sgkc_mt_store(const sgkc_mlp_args &a, const floa
     }
 }
 
+/* W1 (P x P floats, row n at w1 + n P) into a block's PCAP x PCAP tile,
+ * four columns a step: put4(n, k, v) takes columns k .. k + 3 of row n,
+ * zero past P. float4 loads where P % 4 == 0 and w1 is 16-byte aligned:
+ * a persistent pass runs as many blocks as fit the SMs, each staging all
+ * of W1 for a few hundred pairs, so at P = 128 the staging was a large
+ * share of a block's instructions when it went a float at a time. */
+template <int PCAP, int NT, typename F>
+__device__ __forceinline__ void sgkc_mt_stage_w1(const float *w1, int P, int tid, F put4)
+{
+    const bool vec = P % 4 == 0 && ((uintptr_t)w1 & 15) == 0;
+    for (int i = tid; i < PCAP * PCAP / 4; i += NT) {
+        const int n = i / (PCAP / 4), k = (i % (PCAP / 4)) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (n < P && k < P) {
+            const float *src = w1 + (size_t)n * P + k;
+            if (vec) {
+                v = __ldg(reinterpret_cast<const float4 *>(src));
+            } else {
+                v.x = __ldg(src);
+                v.y = k + 1 < P ? __ldg(src + 1) : 0.0f;
+                v.z = k + 2 < P ? __ldg(src + 2) : 0.0f;
+                v.w = k + 3 < P ? __ldg(src + 3) : 0.0f;
+            }
+        }
+        put4(n, k, v);
+    }
+}
+
 template <int PCAP, int HT, int NW = SGKC_MT_NT / 32, bool SPLIT = false>
 __global__ void __launch_bounds__(32 * NW) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
 {
@@ -181,10 +209,12 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_tc_kernel(sgkc_mlp_args a)
             base[idx] = v;
         }
     };
-    for (int i = tid; i < PCAP * PCAP; i += NT) {
-        const int n = i / PCAP, k = i % PCAP;
-        put(W1s, n * LDW + k, W1F, n < P && k < P ? __ldg(a.w1 + (size_t)n * P + k) : 0.0f);
-    }
+    sgkc_mt_stage_w1<PCAP, NT>(a.w1, P, tid, [&](int n, int k, float4 v) {
+        put(W1s, n * LDW + k, W1F, v.x);
+        put(W1s, n * LDW + k + 1, W1F, v.y);
+        put(W1s, n * LDW + k + 2, W1F, v.z);
+        put(W1s, n * LDW + k + 3, W1F, v.w);
+    });
     for (int i = tid; i < PCAP; i += NT)
         b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
     for (int i = tid; i < 8 * HT * PCAP; i += NT) {
