@@ -5,7 +5,8 @@
  * nothing; k grows until the call succeeds with the hook armed, which
  * counts the injection points the call has; so too for
  * sgk_layer_set_weights, while its device form must allocate nothing; so
- * too for sgk_forward_train and sgk_backward.
+ * too for sgk_forward_train and sgk_backward, and for bf16 and f16 layers'
+ * creation and sgk_forward.
  * Usage: test_faults BACKEND */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -405,6 +406,93 @@ static void test_train(void **state)
     rel_fixture_free(&f);
 }
 
+/* A 16-bit layer, as the float one above: its creation, then sgk_forward
+ * with each variant and the automatic choice, each allocation failing in
+ * turn; a failed call leaves the 16-bit out as it was. A backend that does
+ * not run the dtype says so and the case is skipped. */
+static void faults16(sgk_dtype t, const char *tname)
+{
+    rel_fixture f;
+    rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_F32, 18);
+    sgkt_case16 h;
+    assert_int_equal(sgkt_round16(t, &f.w, &f.in, &h), 0);
+    sgk_layer_desc desc;
+    sgk_layer_desc_init(&desc);
+    sgkt_desc16(t, &f.w, &h, &desc);
+    sgk_layer *layer = NULL;
+    const sgk_status st = sgk_layer_create(f.ctx, &desc, &layer);
+    if (st == SGK_ERR_UNSUPPORTED) {
+        rel_figure("faults backend=%s dtype=%s skipped: %s", g_backend, tname, sgk_last_error());
+        sgkt_case16_free(&h);
+        rel_fixture_free(&f);
+        return;
+    }
+    assert_int_equal(st, SGK_OK);
+    sgk_layer_destroy(layer);
+
+    int64_t k;
+    for (k = 1; k <= MAX_POINTS; k++) {
+        sgk_layer *const sentinel = (sgk_layer *)(uintptr_t)0x5a5a5a5a;
+        layer = sentinel;
+        arm(k);
+        armed a = disarm(sgk_layer_create(f.ctx, &desc, &layer));
+        if (check_armed(&a, k, "sgk_layer_create (16-bit)"))
+            break;
+        assert_ptr_equal(layer, sentinel);
+    }
+    assert_true(k <= MAX_POINTS);
+    rel_figure("faults backend=%s dtype=%s call=sgk_layer_create points=%lld all_oom_untouched_noleak=1",
+               g_backend, tname, (long long)(k - 1));
+
+    const char *names[16];
+    const int n = rel_variants(layer, B_, N_, names, 16);
+    assert_true(n >= 1);
+    const size_t bytes = f.out_floats * sizeof(uint16_t);
+    unsigned char *expect = malloc(bytes), *out = malloc(bytes), *pattern = malloc(bytes);
+    assert_true(expect && out && pattern);
+    memset(pattern, 0x5a, bytes);
+    for (int v = 0; v <= n; v++) {
+        const char *name = v < n ? names[v] : NULL;
+        assert_int_equal(sgk_layer_set_variant(layer, name), SGK_OK);
+        /* Twice unarmed: the first run may fill caches a backend keeps. */
+        for (int i = 0; i < 2; i++)
+            assert_int_equal(sgk_forward(layer, B_, N_, h.nodes, h.pair, f.in.edge_mask, f.in.mask_type, expect),
+                             SGK_OK);
+        for (k = 1; k <= MAX_POINTS; k++) {
+            memcpy(out, pattern, bytes);
+            arm(k);
+            armed a = disarm(sgk_forward(layer, B_, N_, h.nodes, h.pair, f.in.edge_mask, f.in.mask_type, out));
+            if (check_armed(&a, k, "sgk_forward (16-bit)")) {
+                assert_memory_equal(out, expect, bytes);
+                break;
+            }
+            if (memcmp(out, pattern, bytes) != 0)
+                fail_msg("sgk_forward (%s) with allocation %lld failed wrote to out", tname, (long long)k);
+        }
+        assert_true(k <= MAX_POINTS);
+        rel_figure("faults backend=%s dtype=%s call=sgk_forward variant=%s points=%lld all_oom_untouched_noleak=1",
+                   g_backend, tname, name ? name : "auto", (long long)(k - 1));
+    }
+    free(expect);
+    free(out);
+    free(pattern);
+    sgk_layer_destroy(layer);
+    sgkt_case16_free(&h);
+    rel_fixture_free(&f);
+}
+
+static void test_forward_bf16(void **state)
+{
+    (void)state;
+    faults16(SGK_DTYPE_BF16, "bf16");
+}
+
+static void test_forward_f16(void **state)
+{
+    (void)state;
+    faults16(SGK_DTYPE_F16, "f16");
+}
+
 int main(int argc, char **argv)
 {
     g_backend = argc > 1 ? argv[1] : "cpu";
@@ -419,6 +507,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_set_weights),
         cmocka_unit_test(test_set_weights_device_allocates_nothing),
         cmocka_unit_test(test_train),
+        cmocka_unit_test(test_forward_bf16),
+        cmocka_unit_test(test_forward_f16),
     };
     return cmocka_run_group_tests_name(g_backend, tests, NULL, NULL);
 }
