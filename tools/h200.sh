@@ -41,6 +41,8 @@
 #                                        torch_compare at the same shapes, both on the cuda
 #                                        variants RESULT_VARIANTS names, then
 #                                        bench/check_autopick.py on the sgk-bench JSON
+#                                        (RESULT_DTYPE=bf16 or f16: that dtype, into
+#                                        h200-sgk-DTYPE.json and h200-torch-DTYPE.json)
 #   bash tools/h200.sh cpu               the host's CPU: sgk-bench on the cpu backend and
 #                                        torch_compare --device cpu at the same shapes (CPU_PRESETS,
 #                                        default the presets but xl and the sweep shapes under
@@ -65,6 +67,9 @@
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize"; with
 #                                        HARNESS_FLAGS=-DSGKC_TIMELINE, "timeline [B,N,D,H,P]")
+# BUNDLE=DIR (bench, torch, results, kernels, profile, cpu): run the binaries
+# tools/bundle.sh left in DIR instead of building (a build takes minutes of a
+# lease); the jobs that run meson's tests need the build and refuse it.
 # Each job builds first (a no-op while build/ is up to date on a warm machine),
 # but tcgemm, attncheck and mlpcheck, which build their own program alone.
 # Needs nvcc, meson, ninja, python3 (with torch for `torch`); CMocka and the OpenCL
@@ -99,19 +104,31 @@ commit=$(cat .dev/commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null |
 export SGK_GIT_COMMIT=$commit
 # The dev programs build with nvcc alone (dev_check), in under a minute:
 # a short lease runs them without the library's build.
+# Where sgk-bench and libsgk are: the build, or a bundle of them.
+BD=${BUNDLE:-build}
 case $mode in
 tcgemm|attncheck|mlpcheck) ;;
 *)
-  if [ ! -f build/build.ninja ]; then
-    meson setup build -Dsm_archs=90 -Dhip=disabled > "$O/setup.txt" 2>&1 || { tail -40 "$O/setup.txt"; exit 1; }
-  fi
-  # check builds what its tests run, not the opencl plugin and the rest
-  targets=()
-  [ "$mode" = check ] && targets=(backends/cuda/libsgk-cuda.so bench/sgk-bench tests/test_conformance tests/test_dtypes
-                                  tests/reliability/test_nonfinite)
-  ninja -C build "${targets[@]}" > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.txt" | head -60; exit 1; }
-  stamp "built ($commit)"
-  [ "$mode" = check ] || build/bench/sgk-bench --list | tee "$O/list.txt";;
+  if [ -n "${BUNDLE:-}" ]; then
+    case $mode in
+    bench|torch|results|kernels|profile|cpu) ;;
+    *) echo "BUNDLE runs bench, torch, results, kernels, profile and cpu only (mode $mode needs the build)"; exit 1;;
+    esac
+    [ -x "$BD/bench/sgk-bench" ] || { echo "BUNDLE=$BD has no bench/sgk-bench (tools/bundle.sh makes one)"; exit 1; }
+    stamp "prebuilt ($commit) in $BD"
+    "$BD/bench/sgk-bench" --list | tee "$O/list.txt"
+  else
+    if [ ! -f build/build.ninja ]; then
+      meson setup build -Dsm_archs=90 -Dhip=disabled > "$O/setup.txt" 2>&1 || { tail -40 "$O/setup.txt"; exit 1; }
+    fi
+    # check builds what its tests run, not the opencl plugin and the rest
+    targets=()
+    [ "$mode" = check ] && targets=(backends/cuda/libsgk-cuda.so bench/sgk-bench tests/test_conformance tests/test_dtypes
+                                    tests/reliability/test_nonfinite)
+    ninja -C build "${targets[@]}" > "$O/build.txt" 2>&1 || { grep -E "error|FAILED" -A3 "$O/build.txt" | head -60; exit 1; }
+    stamp "built ($commit)"
+    [ "$mode" = check ] || build/bench/sgk-bench --list | tee "$O/list.txt"
+  fi;;
 esac
 
 # A standalone program of backends/cuda/dev/ (NAME.cu): built, run with SEED, its log's tail.
@@ -158,7 +175,7 @@ bench)
   presets=$(echo "${*:-all}" | tr ' ' ',')
   variants=()
   [ -n "${BENCH_VARIANTS:-}" ] && variants=(--variant "$BENCH_VARIANTS")
-  build/bench/sgk-bench --backend "${BENCH_BACKENDS:-cuda,opencl}" --preset "$presets" "${variants[@]}" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
+  "$BD/bench/sgk-bench" --backend "${BENCH_BACKENDS:-cuda,opencl}" --preset "$presets" "${variants[@]}" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
   stamp "sgk-bench rc=$?"; cut -c1-200 "$O/h200-sgk.txt";;
 generated)
   presets=$(echo "${*:-seed mid large s02 s12 s13}" | tr ' ' ',')
@@ -201,20 +218,28 @@ devices)
       python/tests/test_ddp.py > "$O/devices-torch.txt" 2>&1
   stamp "torch two-GPU and DDP tests rc=$?"; tail -5 "$O/devices-torch.txt";;
 torch)
-  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
+  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib "$BD/api/libsgk.so.0" \
       ${TORCH_ARGS:-} --json "$O/h200-torch.json" > "$O/h200-torch.txt" 2>&1
   stamp "torch_compare rc=$?"; tail -60 "$O/h200-torch.txt";;
 results)
   v=${RESULT_VARIANTS:-tuned-tc,tuned-fused-small,tuned-tiled,tuned-tiled-dmma}
-  build/bench/sgk-bench --backend cuda --preset all --variant "$v" --json "$O/h200-sgk.json" > "$O/h200-sgk.txt" 2>&1
+  dt=${RESULT_DTYPE:-f32} sfx=
+  case $dt in
+  f32) tdt=float32;;
+  bf16) tdt=bfloat16 sfx=-bf16;;
+  f16) tdt=float16 sfx=-f16;;
+  *) echo "RESULT_DTYPE is f32, bf16 or f16, not $dt"; exit 1;;
+  esac
+  "$BD/bench/sgk-bench" --backend cuda --preset all --variant "$v" --dtype "$dt" --json "$O/h200-sgk$sfx.json" \
+      > "$O/h200-sgk$sfx.txt" 2>&1
   stamp "sgk-bench rc=$?"
-  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
-      --preset all --torch-variants eager,sdpa,compile --sgk-variants "$v" --json "$O/h200-torch.json" \
-      > "$O/h200-torch.txt" 2>&1
+  PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib "$BD/api/libsgk.so.0" \
+      --dtype "$tdt" --preset all --torch-variants eager,sdpa,compile --sgk-variants "$v" \
+      --json "$O/h200-torch$sfx.json" > "$O/h200-torch$sfx.txt" 2>&1
   stamp "torch_compare rc=$?"
-  python3 bench/check_autopick.py "$O/h200-sgk.json" > "$O/autopick.txt" 2>&1
-  stamp "check_autopick rc=$?"; grep -v " ok$" "$O/autopick.txt"
-  sed -n '/^shape  B,N,D,H,P/,$p' "$O/h200-torch.txt";;
+  python3 bench/check_autopick.py "$O/h200-sgk$sfx.json" > "$O/autopick$sfx.txt" 2>&1
+  stamp "check_autopick rc=$?"; grep -v " ok$" "$O/autopick$sfx.txt"
+  sed -n '/^shape  B,N,D,H,P/,$p' "$O/h200-torch$sfx.txt";;
 cpu)
   lscpu > "$O/lscpu.txt" 2>&1
   # one thread a physical core for both sides (sgk's libgomp and PyTorch's
@@ -223,10 +248,10 @@ cpu)
   export OMP_PLACES=${OMP_PLACES:-cores} OMP_PROC_BIND=${OMP_PROC_BIND:-close}
   shapes=${CPU_PRESETS:-seed,mid,large,s01,s02,s03,s04,s05,s06,s11,s14}
   for t in ${CPU_THREADS:-2 16}; do
-    build/bench/sgk-bench --backend cpu --threads "$t" --preset "$shapes" --json "$O/cpu$t-sgk.json" \
+    "$BD/bench/sgk-bench" --backend cpu --threads "$t" --preset "$shapes" --json "$O/cpu$t-sgk.json" \
         > "$O/cpu$t-sgk.txt" 2>&1
     stamp "sgk-bench cpu threads=$t rc=$?"
-    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib build/api/libsgk.so \
+    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_compare.py --lib "$BD/api/libsgk.so.0" \
         --device cpu --threads "$t" --preset "$shapes" --torch-variants eager,sdpa --json "$O/cpu$t-torch.json" \
         > "$O/cpu$t-torch.txt" 2>&1
     stamp "torch_compare cpu threads=$t rc=$?"
@@ -234,7 +259,7 @@ cpu)
   done;;
 kernels)
   for p in ${*:-s12 s13 s08}; do
-    ncu --clock-control none --metrics gpu__time_duration.sum -k regex:sgk -c 8 build/bench/sgk-bench \
+    ncu --clock-control none --metrics gpu__time_duration.sum -k regex:sgk -c 8 "$BD/bench/sgk-bench" \
         --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --preset "$p" --quick --no-check > "$O/ncu-$p.txt" 2>&1
     echo "$p: $(awk '/^  [a-zA-Z_]/ {name = $1 == "void" ? $2 : $1} /gpu__time_duration.sum/ {printf "%s %s %s; ", name, $NF, $(NF-1)}' "$O/ncu-$p.txt")"
   done | tee "$O/kernels.txt";;
@@ -259,7 +284,7 @@ tcgemm)
   # tuned-tc's 3xTF32 GEMM alone: validated against a double reference, then timed.
   dev_check tc_gemm_check "${1:-7}";;
 profile)
-  ncu --clock-control none --set full -k "regex:${1:?a kernel name regex}" -c 1 build/bench/sgk-bench \
+  ncu --clock-control none --set full -k "regex:${1:?a kernel name regex}" -c 1 "$BD/bench/sgk-bench" \
       --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --preset "${2:?a preset}" --quick --no-check \
       > "$O/profile.txt" 2>&1
   stamp "ncu rc=$?"
