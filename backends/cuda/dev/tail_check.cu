@@ -57,26 +57,32 @@ struct tail_args {
     int B, N, D, H, P, QT;
 };
 
-/* shared floats: W1, b1, W2, b2, the bias tile, Q and ctx tiles, row flags */
+/* shared floats: the Q and ctx tiles, W1, b1, W2, b2, the bias tile, row flags */
 static size_t tail_smem_floats(const tail_args &a)
 {
-    return (size_t)a.P * a.P + a.P + (size_t)a.H * a.P + a.H + (size_t)a.H * a.QT * a.N + 2 * (size_t)a.QT * a.D +
+    const size_t pp = (size_t)(a.P + 3) / 4 * 4;
+    return (size_t)a.P * pp + a.P + (size_t)a.H * a.P + a.H + (size_t)a.H * a.QT * a.N + 2 * (size_t)a.QT * a.D +
            a.QT;
 }
 
 __global__ void __launch_bounds__(TAIL_NT) tail_kernel(tail_args a)
 {
     extern __shared__ __align__(16) float sm[];
-    const int N = a.N, D = a.D, H = a.H, P = a.P, QT = a.QT, hd = D / H;
+    const int N = a.N, D = a.D, H = a.H, P = a.P, QT = a.QT, hd = D / H, PP = (P + 3) / 4 * 4;
     const int b = blockIdx.y, i0 = blockIdx.x * QT, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rows = min(QT, N - i0);
-    float *W1 = sm, *B1 = W1 + P * P, *W2 = B1 + P, *B2 = W2 + H * P, *bias = B2 + H;
-    float *Qs = bias + (size_t)H * QT * N, *Cs = Qs + (size_t)QT * D, *edges = Cs + (size_t)QT * D;
+    /* the float4-read tiles first, each a multiple of 4 floats long (D % 4
+     * == 0; W1's rows padded with zeros to PP), so that all stay 16-byte
+     * aligned */
+    float *Qs = sm, *Cs = Qs + (size_t)QT * D, *W1 = Cs + (size_t)QT * D;
+    float *B1 = W1 + P * PP, *W2 = B1 + P, *B2 = W2 + H * P, *bias = B2 + H, *edges = bias + (size_t)H * QT * N;
     const size_t ld = 3 * (size_t)D;
     const float *qkv = a.qkv + (size_t)b * N * ld;
 
-    for (int t = tid; t < P * P; t += TAIL_NT)
-        W1[t] = a.w1[t];
+    for (int t = tid; t < P * PP; t += TAIL_NT) {
+        const int p = t / PP, r = t % PP;
+        W1[t] = r < P ? a.w1[(size_t)p * P + r] : 0.0f;
+    }
     for (int t = tid; t < P; t += TAIL_NT)
         B1[t] = a.b1[t];
     for (int t = tid; t < H * P; t += TAIL_NT)
@@ -109,10 +115,16 @@ __global__ void __launch_bounds__(TAIL_NT) tail_kernel(tail_args a)
                 f[r] = r < P ? src[r] : 0.0f;
             for (int p = 0; p < P; p++) {
                 float s = B1[p];
+                const float4 *w = reinterpret_cast<const float4 *>(W1 + p * PP);
 #pragma unroll
-                for (int r = 0; r < TAIL_PMAX; r++)
-                    if (r < P)
-                        s = fmaf(W1[p * P + r], f[r], s);
+                for (int r = 0; r < TAIL_PMAX; r += 4)
+                    if (r < PP) {
+                        const float4 x = w[r / 4];
+                        s = fmaf(x.x, f[r], s);
+                        s = fmaf(x.y, f[r + 1], s);
+                        s = fmaf(x.z, f[r + 2], s);
+                        s = fmaf(x.w, f[r + 3], s);
+                    }
                 const float u = s / (1.0f + expf(-s));
 #pragma unroll
                 for (int h = 0; h < TAIL_HMAX; h++)
@@ -141,8 +153,19 @@ __global__ void __launch_bounds__(TAIL_NT) tail_kernel(tail_args a)
             if (j < N && bi[j] != -INFINITY) {
                 const float *k = qkv + (size_t)j * ld + D + h * hd;
                 float d0 = 0.0f;
-                for (int d = 0; d < hd; d++)
-                    d0 = fmaf(q[d], k[d], d0);
+                if (hd % 4 == 0) { /* rows of 3D floats, D % 4 == 0: 16-byte aligned */
+                    for (int d = 0; d < hd; d += 4) {
+                        const float4 kv = *reinterpret_cast<const float4 *>(k + d);
+                        const float4 qv = *reinterpret_cast<const float4 *>(q + d);
+                        d0 = fmaf(qv.x, kv.x, d0);
+                        d0 = fmaf(qv.y, kv.y, d0);
+                        d0 = fmaf(qv.z, kv.z, d0);
+                        d0 = fmaf(qv.w, kv.w, d0);
+                    }
+                } else {
+                    for (int d = 0; d < hd; d++)
+                        d0 = fmaf(q[d], k[d], d0);
+                }
                 s[js] = d0 + bi[j];
                 m = fmaxf(m, s[js]);
             }
@@ -204,12 +227,18 @@ __global__ void __launch_bounds__(TAIL_NT) tail_kernel(tail_args a)
 #pragma unroll
             for (int r = 0; r < RM; r++)
                 acc[r] = 0.0f;
-            for (int k = 0; k < D; k++) {
-                const float w = a.wo_t[(size_t)k * D + c];
+            for (int k = 0; k < D; k += 4) { /* D % 4 == 0 */
+                const float w0 = a.wo_t[(size_t)k * D + c], w1 = a.wo_t[(size_t)(k + 1) * D + c];
+                const float w2 = a.wo_t[(size_t)(k + 2) * D + c], w3 = a.wo_t[(size_t)(k + 3) * D + c];
 #pragma unroll
                 for (int r = 0; r < RM; r++)
-                    if (r0 + r < rows)
-                        acc[r] = fmaf(Cs[(size_t)(r0 + r) * D + k], w, acc[r]);
+                    if (r0 + r < rows) {
+                        const float4 x = *reinterpret_cast<const float4 *>(Cs + (size_t)(r0 + r) * D + k);
+                        acc[r] = fmaf(x.x, w0, acc[r]);
+                        acc[r] = fmaf(x.y, w1, acc[r]);
+                        acc[r] = fmaf(x.z, w2, acc[r]);
+                        acc[r] = fmaf(x.w, w3, acc[r]);
+                    }
             }
 #pragma unroll
             for (int r = 0; r < RM; r++)
