@@ -809,8 +809,8 @@ static const mlp_fn mlp_h16_fns[] = {
  * as mlp_tc.cuh's do (float4 only where pvec), so alignment and P % 4 do
  * not matter. mlp_tc.cuh otherwise: at compute capability 8.x and 9.x
  * other than 9.0, in builds without sm_90a, and at PCAP 16. 16-bit layers
- * read their features as they are, on mlp_h16.cuh (DESIGN.md: its
- * warpgroup form ran no faster). */
+ * read their features as they are, on mlp_h16.cuh (DESIGN.md says why
+ * it has no warpgroup form). */
 struct mlp_pass {
     mlp_fn fn;
     unsigned nt;

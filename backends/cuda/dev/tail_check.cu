@@ -5,16 +5,15 @@
  *       -o /tmp/tail_check
  *   /tmp/tail_check [seed]
  *
- * At small graphs (s04, s06, s11: 0.06 to 0.34 GFLOP) the layer's time is
- * the chain of its four or five kernels, each a few microseconds of
- * latency (DESIGN.md, "Small graphs: tiles are not the limit"). This
- * kernel is everything after the Q/K/V projection in one launch: a block
- * owns QT query rows of one batch entry and all heads; it runs the
- * relation MLP for its QT x N pairs into a shared bias tile (-inf where
- * the mask has no edge, and no MLP there), then the masked softmax
- * attention of each (row, head) on a warp (keys over lanes, scores in
- * registers), then out = nodes + ctx Wo^T for its rows. All FFMA in fp32:
- * at these sizes the work is latency, not FLOPs.
+ * At small graphs the layer's time is the chain of its four or five
+ * dependent kernels (DESIGN.md, "Small graphs: tiles are not the
+ * limit"), so this kernel is everything after the Q/K/V projection in
+ * one launch: a block owns QT query rows of one batch entry and all
+ * heads; it runs the relation MLP for its QT x N pairs into a shared
+ * bias tile (-inf where the mask has no edge, and no MLP there), then the
+ * masked softmax attention of each (row, head) on a warp (keys over
+ * lanes, scores in registers), then out = nodes + ctx Wo^T for its rows.
+ * All FFMA in fp32: at these sizes the work is latency, not FLOPs.
  *
  * Inputs are what the layer's Q/K/V GEMM leaves: rows of 3D floats (Q
  * already scaled by 1 / sqrt(hd)), plus pair features, an f32 mask, the
@@ -28,7 +27,7 @@
  * warm-ups, median of 15). Exit status 1 on any failure.
  *
  * Limits of this form: P <= 64, H <= 16, N <= 128, D % 4 == 0, the bias
- * tile H x QT x N within 64 KB. Not yet run on a GPU. */
+ * tile H x QT x N within 64 KB. */
 #include "dev_common.h"
 
 #include <algorithm>
