@@ -111,6 +111,33 @@ static void test_context_create(void **state)
                g_backend, (long long)(k - 1));
 }
 
+/* sgk_layer_create of desc with each of its allocations failing in turn:
+ * out of memory, the handle and the caller's weights untouched, nothing
+ * leaked; returns the layer the first unarmed creation made. */
+static sgk_layer *layer_create_faults(sgk_context *ctx, const sgk_layer_desc *desc, const char *dtype)
+{
+    unsigned char gamma0[4];
+    memcpy(gamma0, desc->ln_gamma, sizeof gamma0);
+    sgk_layer *layer = NULL;
+    int64_t k;
+    for (k = 1; k <= MAX_POINTS; k++) {
+        sgk_layer *const sentinel = (sgk_layer *)(uintptr_t)0x5a5a5a5a;
+        layer = sentinel;
+        arm(k);
+        armed a = disarm(sgk_layer_create(ctx, desc, &layer));
+        if (check_armed(&a, k, "sgk_layer_create")) {
+            assert_ptr_not_equal(layer, sentinel);
+            break;
+        }
+        assert_ptr_equal(layer, sentinel);
+        assert_memory_equal(desc->ln_gamma, gamma0, sizeof gamma0);
+    }
+    assert_true(k <= MAX_POINTS);
+    rel_figure("faults backend=%s dtype=%s call=sgk_layer_create points=%lld all_oom_untouched_noleak=1",
+               g_backend, dtype, (long long)(k - 1));
+    return layer;
+}
+
 static void test_layer_create(void **state)
 {
     (void)state;
@@ -119,67 +146,74 @@ static void test_layer_create(void **state)
     sgk_layer_desc desc;
     sgk_layer_desc_init(&desc);
     sgkt_weights_to_desc(&f.w, &desc);
-    float gamma0 = f.w.ln_gamma[0];
-
-    int64_t k;
-    for (k = 1; k <= MAX_POINTS; k++) {
-        sgk_layer *const sentinel = (sgk_layer *)(uintptr_t)0x5a5a5a5a;
-        sgk_layer *layer = sentinel;
-        arm(k);
-        armed a = disarm(sgk_layer_create(f.ctx, &desc, &layer));
-        if (check_armed(&a, k, "sgk_layer_create")) {
-            assert_ptr_not_equal(layer, sentinel);
-            sgk_layer_destroy(layer);
-            break;
-        }
-        assert_ptr_equal(layer, sentinel);
-        assert_true(f.w.ln_gamma[0] == gamma0);
-    }
-    assert_true(k <= MAX_POINTS);
-    rel_figure("faults backend=%s call=sgk_layer_create points=%lld all_oom_untouched_noleak=1",
-               g_backend, (long long)(k - 1));
+    sgk_layer_destroy(layer_create_faults(f.ctx, &desc, "f32"));
     rel_fixture_free(&f);
 }
 
-/* sgk_forward with each variant forced in turn, then the automatic choice. */
-static void forward_faults(rel_fixture *f, const char *variant)
+/* The inputs of one layer's forward: the fixture's floats, or their 16-bit
+ * copies for a bf16 or f16 layer; out_bytes of output. */
+typedef struct fwd_in {
+    sgk_layer *layer;
+    const sgkt_inputs *in;
+    const void *nodes, *pair;
+    size_t out_bytes;
+    const char *dtype; /* named in the figures */
+} fwd_in;
+
+static sgk_status forward(const fwd_in *x, void *out)
 {
-    assert_int_equal(sgk_layer_set_variant(f->layer, variant), SGK_OK);
-    size_t bytes = f->out_floats * sizeof(float);
-    float *expect = malloc(bytes), *out = malloc(bytes);
-    unsigned char *pattern = malloc(bytes);
+    return sgk_forward(x->layer, x->in->B, x->in->N, x->nodes, x->pair, x->in->edge_mask, x->in->mask_type, out);
+}
+
+/* sgk_forward with variant forced (NULL: the automatic choice) and each of
+ * its allocations failing in turn. */
+static void forward_faults(const fwd_in *x, const char *variant)
+{
+    assert_int_equal(sgk_layer_set_variant(x->layer, variant), SGK_OK);
+    const size_t bytes = x->out_bytes;
+    unsigned char *expect = malloc(bytes), *out = malloc(bytes), *pattern = malloc(bytes);
     assert_non_null(expect);
     assert_non_null(out);
     assert_non_null(pattern);
     memset(pattern, 0x5a, bytes);
     /* Twice unarmed: the first run may fill caches a backend keeps. */
-    rel_forward_ok(f->layer, &f->in, expect);
-    rel_forward_ok(f->layer, &f->in, expect);
+    assert_int_equal(forward(x, expect), SGK_OK);
+    assert_int_equal(forward(x, expect), SGK_OK);
 
     int64_t k;
     for (k = 1; k <= MAX_POINTS; k++) {
         memcpy(out, pattern, bytes);
         arm(k);
-        armed a = disarm(sgk_forward(f->layer, f->in.B, f->in.N, f->in.nodes, f->in.pair_feats,
-                                     f->in.edge_mask, f->in.mask_type, out));
+        armed a = disarm(forward(x, out));
         if (check_armed(&a, k, "sgk_forward")) {
-            assert_true(rel_bitwise_equal(out, expect, f->out_floats));
+            assert_memory_equal(out, expect, bytes);
             break;
         }
         if (memcmp(out, pattern, bytes) != 0)
-            fail_msg("sgk_forward with allocation %lld failed wrote to out", (long long)k);
+            fail_msg("sgk_forward (%s) with allocation %lld failed wrote to out", x->dtype, (long long)k);
     }
     assert_true(k <= MAX_POINTS);
-    rel_figure("faults backend=%s call=sgk_forward variant=%s points=%lld "
+    rel_figure("faults backend=%s dtype=%s call=sgk_forward variant=%s points=%lld "
                "all_oom_untouched_noleak=1",
-               g_backend, variant ? variant : "auto", (long long)(k - 1));
+               g_backend, x->dtype, variant ? variant : "auto", (long long)(k - 1));
     /* Still right after all those failures. */
-    rel_forward_ok(f->layer, &f->in, out);
-    assert_true(rel_bitwise_equal(out, expect, f->out_floats));
-    assert_int_equal(sgk_layer_set_variant(f->layer, NULL), SGK_OK);
+    assert_int_equal(forward(x, out), SGK_OK);
+    assert_memory_equal(out, expect, bytes);
+    assert_int_equal(sgk_layer_set_variant(x->layer, NULL), SGK_OK);
     free(expect);
     free(out);
     free(pattern);
+}
+
+/* Each variant the layer has at the fixture's shape, then the automatic choice. */
+static void forward_faults_all(const fwd_in *x)
+{
+    const char *names[16];
+    const int n = rel_variants(x->layer, x->in->B, x->in->N, names, 16);
+    assert_true(n >= 1);
+    for (int v = 0; v < n; v++)
+        forward_faults(x, names[v]);
+    forward_faults(x, NULL);
 }
 
 static void test_forward(void **state)
@@ -187,12 +221,8 @@ static void test_forward(void **state)
     (void)state;
     rel_fixture f;
     rel_fixture_init(&f, g_backend, 2, B_, N_, D_, H_, P_, SGK_MASK_F32, 12);
-    const char *names[16];
-    int n = rel_variants(f.layer, B_, N_, names, 16);
-    assert_true(n >= 1);
-    for (int v = 0; v < n; v++)
-        forward_faults(&f, names[v]);
-    forward_faults(&f, NULL);
+    const fwd_in x = {f.layer, &f.in, f.in.nodes, f.in.pair_feats, f.out_floats * sizeof(float), "f32"};
+    forward_faults_all(&x);
     rel_fixture_free(&f);
 }
 
@@ -429,53 +459,10 @@ static void faults16(sgk_dtype t, const char *tname)
     }
     assert_int_equal(st, SGK_OK);
     sgk_layer_destroy(layer);
+    layer = layer_create_faults(f.ctx, &desc, tname);
 
-    int64_t k;
-    for (k = 1; k <= MAX_POINTS; k++) {
-        sgk_layer *const sentinel = (sgk_layer *)(uintptr_t)0x5a5a5a5a;
-        layer = sentinel;
-        arm(k);
-        armed a = disarm(sgk_layer_create(f.ctx, &desc, &layer));
-        if (check_armed(&a, k, "sgk_layer_create (16-bit)"))
-            break;
-        assert_ptr_equal(layer, sentinel);
-    }
-    assert_true(k <= MAX_POINTS);
-    rel_figure("faults backend=%s dtype=%s call=sgk_layer_create points=%lld all_oom_untouched_noleak=1",
-               g_backend, tname, (long long)(k - 1));
-
-    const char *names[16];
-    const int n = rel_variants(layer, B_, N_, names, 16);
-    assert_true(n >= 1);
-    const size_t bytes = f.out_floats * sizeof(uint16_t);
-    unsigned char *expect = malloc(bytes), *out = malloc(bytes), *pattern = malloc(bytes);
-    assert_true(expect && out && pattern);
-    memset(pattern, 0x5a, bytes);
-    for (int v = 0; v <= n; v++) {
-        const char *name = v < n ? names[v] : NULL;
-        assert_int_equal(sgk_layer_set_variant(layer, name), SGK_OK);
-        /* Twice unarmed: the first run may fill caches a backend keeps. */
-        for (int i = 0; i < 2; i++)
-            assert_int_equal(sgk_forward(layer, B_, N_, h.nodes, h.pair, f.in.edge_mask, f.in.mask_type, expect),
-                             SGK_OK);
-        for (k = 1; k <= MAX_POINTS; k++) {
-            memcpy(out, pattern, bytes);
-            arm(k);
-            armed a = disarm(sgk_forward(layer, B_, N_, h.nodes, h.pair, f.in.edge_mask, f.in.mask_type, out));
-            if (check_armed(&a, k, "sgk_forward (16-bit)")) {
-                assert_memory_equal(out, expect, bytes);
-                break;
-            }
-            if (memcmp(out, pattern, bytes) != 0)
-                fail_msg("sgk_forward (%s) with allocation %lld failed wrote to out", tname, (long long)k);
-        }
-        assert_true(k <= MAX_POINTS);
-        rel_figure("faults backend=%s dtype=%s call=sgk_forward variant=%s points=%lld all_oom_untouched_noleak=1",
-                   g_backend, tname, name ? name : "auto", (long long)(k - 1));
-    }
-    free(expect);
-    free(out);
-    free(pattern);
+    const fwd_in x = {layer, &f.in, h.nodes, h.pair, f.out_floats * sizeof(uint16_t), tname};
+    forward_faults_all(&x);
     sgk_layer_destroy(layer);
     sgkt_case16_free(&h);
     rel_fixture_free(&f);
