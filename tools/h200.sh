@@ -63,8 +63,6 @@
 #                                        on the MLP pass's bias and candidates, validated, timed
 #   bash tools/h200.sh mlpcheck [SEED]   backends/cuda/dev/mlp_check.cu: the relation MLP pass
 #                                        and candidates, validated, timed
-#   bash tools/h200.sh tailcheck [SEED]  backends/cuda/dev/tail_check.cu: a small-graph candidate
-#                                        (everything after the Q/K/V GEMM in one kernel), validated, timed
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize"; with
@@ -73,7 +71,7 @@
 # tools/bundle.sh left in DIR instead of building (the cuda plugin's build is
 # most of a short lease); the jobs that run meson's tests need the build and refuse it.
 # Each job builds first (a no-op while build/ is up to date on a warm machine),
-# but tcgemm, attncheck, mlpcheck and tailcheck, which build their own program alone.
+# but tcgemm, attncheck and mlpcheck, which build their own program alone.
 # Needs nvcc, meson, ninja, python3 (with torch for `torch`); CMocka and the OpenCL
 # ICD loader and headers as Debian packages in .debs/ (see DEVELOPERS.md); the commit
 # to record in .dev/commit when the tree carries no .git.
@@ -109,7 +107,7 @@ export SGK_GIT_COMMIT=$commit
 # Where sgk-bench and libsgk are: the build, or a bundle of them.
 BD=${BUNDLE:-build}
 case $mode in
-tcgemm|attncheck|mlpcheck|tailcheck) ;;
+tcgemm|attncheck|mlpcheck) ;;
 *)
   if [ -n "${BUNDLE:-}" ]; then
     case $mode in
@@ -298,11 +296,8 @@ mlpcheck)
 attncheck)
   # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
   dev_check attn_check "${1:-7}";;
-tailcheck)
-  # the small-graph candidate (MLP, attention and output projection in one kernel): validated, then timed
-  dev_check tail_check "${1:-7}";;
 *)
-  echo "usage: tools/h200.sh test|check|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|devices [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]|tailcheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|check|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|devices [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
   exit 2;;
 esac
 stamp done
