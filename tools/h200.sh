@@ -68,8 +68,8 @@
 #                                        "bench"; "bench mid large", "sanitize"; with
 #                                        HARNESS_FLAGS=-DSGKC_TIMELINE, "timeline [B,N,D,H,P]")
 # BUNDLE=DIR (bench, torch, results, kernels, profile, cpu): run the binaries
-# tools/bundle.sh left in DIR instead of building (the cuda plugin's build is
-# most of a short lease); the jobs that run meson's tests need the build and refuse it.
+# tools/bundle.sh left in DIR instead of building, so that a lease's time goes to
+# running; the jobs that run meson's tests need the build and refuse it.
 # Each job builds first (a no-op while build/ is up to date on a warm machine),
 # but tcgemm, attncheck and mlpcheck, which build their own program alone.
 # Needs nvcc, meson, ninja, python3 (with torch for `torch`); CMocka and the OpenCL

@@ -155,8 +155,8 @@ __device__ __forceinline__ void sgkc_mt_store(const sgkc_mlp_args &a, const floa
  * four columns a step: put4(n, k, v) takes columns k .. k + 3 of row n,
  * zero past P. float4 loads where P % 4 == 0 and w1 is 16-byte aligned:
  * a persistent pass runs as many blocks as fit the SMs, each staging all
- * of W1 (P^2 values) for only a few hundred pairs, so the staging's
- * instructions count beside the pass's own. */
+ * of W1 (P^2 values) for the pairs it takes, which at large P are few
+ * beside it, so the staging's instructions count beside the pass's own. */
 template <int PCAP, int NT, typename F>
 __device__ __forceinline__ void sgkc_mt_stage_w1(const float *w1, int P, int tid, F put4)
 {
