@@ -95,7 +95,15 @@ __device__ __forceinline__ void sgkc_mh_load_row(const sgkc_mlp_args &a, int64_t
     }
 }
 
-template <int PCAP, int HT, bool BF, int NW = SGKC_MT_NT / 32>
+/* Warps a block: eight at PCAP >= 64, where a warp's tile is long enough
+ * that the block's weight staging pays for twice the warps; four below,
+ * where more warps a block cost blocks an SM. */
+__host__ __device__ constexpr int sgkc_mh_nw(int pcap)
+{
+    return pcap >= 64 ? 8 : 4;
+}
+
+template <int PCAP, int HT, bool BF, int NW = sgkc_mh_nw(PCAP)>
 __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
 {
     constexpr int NT = 32 * NW;

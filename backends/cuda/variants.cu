@@ -823,7 +823,8 @@ static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
     if (L->dtype != SGK_DTYPE_F32) { /* the features as they are, 2 bytes each */
         const int pi = c.mpcap == 16 ? 0 : c.mpcap == 32 ? 1 : c.mpcap == 64 ? 2 : 3;
         const int i = (L->dtype == SGK_DTYPE_BF16 ? 0 : 8) + 2 * pi + (ht - 1);
-        return {mlp_h16_fns[i], SGKC_MT_NT, sgkc_mh_smem_floats(c.mpcap, ht) * sizeof(float), 16 * (SGKC_MT_NT / 32)};
+        const int nw = sgkc_mh_nw(c.mpcap);
+        return {mlp_h16_fns[i], 32u * nw, sgkc_mh_smem_floats(c.mpcap, ht) * sizeof(float), 16 * nw};
     }
     const size_t wg_smem = sgkc_mw_smem_floats(c.mpcap, ht) * sizeof(float);
     if (mlp_wg_device(L) && (c.mpcap == 32 || c.mpcap == 64 || c.mpcap == 128) && L->H <= 16 &&

@@ -186,9 +186,9 @@ static void versions16(const shape &s, const problem &p, int dt)
 {
     const size_t smem = sgkc_mh_smem_floats(PCAP, HT) * 4;
     if (dt == 1)
-        check_and_time(s.name, "bf16", sgkc_mlp_h16_kernel<PCAP, HT, true>, SGKC_MT_NT, smem, p, 1e-3, 1e-2);
+        check_and_time(s.name, "bf16", sgkc_mlp_h16_kernel<PCAP, HT, true>, 32 * sgkc_mh_nw(PCAP), smem, p, 1e-3, 1e-2);
     else
-        check_and_time(s.name, "f16", sgkc_mlp_h16_kernel<PCAP, HT, false>, SGKC_MT_NT, smem, p, 1e-3, 1e-2);
+        check_and_time(s.name, "f16", sgkc_mlp_h16_kernel<PCAP, HT, false>, 32 * sgkc_mh_nw(PCAP), smem, p, 1e-3, 1e-2);
 }
 
 int main(int argc, char **argv)
