@@ -1080,17 +1080,17 @@ static int fused_supports(const sgkc_layer *L, int64_t B, int64_t N, sgk_backend
     return 1;
 }
 
-/* Little enough work that the chain of dependent phases in each block
- * (FFMA at runtime sizes, but at the seed's compiled-in shape) is shorter
- * than tuned-tiled's five launches; past it, even in one wave, the tiled
- * path is the faster (DESIGN.md, tuned-fused-small, where the line was
- * measured). */
+/* Short graphs with little enough work that each block's chain of
+ * dependent phases (FFMA at runtime sizes, its attention a chain over the
+ * keys) is shorter than tuned-tiled's five launches; at more keys or more
+ * work the tiled path is the faster (DESIGN.md, tuned-fused-small, where
+ * the line was measured). */
 static int fused_prefer(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *)
 {
     const double rows = (double)B * (double)N, pairs = rows * (double)N;
     const double flop = 8.0 * rows * L->D * L->D +
                         pairs * (4.0 * L->D + 2.0 * L->P * L->P + 2.0 * L->P * L->H);
-    return flop <= 3e7;
+    return N <= 32 && flop <= 1.4e8;
 }
 
 static size_t fused_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_backend_plan *)
