@@ -24,12 +24,18 @@
  *   NaN or Inf takes P.V on FFMA, skipping keys of weight 0, since an MMA
  *   would give 0 * inf = NaN to rows that do not attend to that key.
  *
+ * Grids too small for the GPU split each query tile's keys over the ks
+ * blocks of a cluster, which merge their O, row max and sum through
+ * distributed shared memory as attn_tiled.cuh's do (sgkc_attn_merge's
+ * arithmetic, in rank order).
+ *
  * Q, K and V arrive as 16-bit rows (B N, 3, H, HDP), each head's columns
  * padded with zeros to HDP, q pre-scaled by 1/sqrt(hd); ctx leaves as
  * floats (B N, D). A fully masked row's ctx is 0. */
 #ifndef SGK_CUDA_ATTN_REL16_CUH
 #define SGK_CUDA_ATTN_REL16_CUH
 
+#include "attn_tiled.cuh"
 #include "mlp_h16.cuh"
 
 struct sgkc_ar16_args {
@@ -43,6 +49,7 @@ struct sgkc_ar16_args {
     int N, D, H, P, hd;
     int qtiles;               /* query tiles of 16 a batch entry */
     int pvec;                 /* P % 4 == 0 and pair16 8-byte aligned */
+    int ks;                   /* blocks of a cluster splitting the keys (>= 1) */
 };
 
 /* Strides: a K or V row in halves (its 32-bit fragment reads and ldmatrix
@@ -122,11 +129,14 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
     const int CPR = RW / 8;                  /* 16-byte chunks of one */
     uint16_t *Ks = KV, *Vs = KV + 2 * BK * KLD; /* [stage][key][col] */
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int qt = (int)(blockIdx.x % (unsigned)a.qtiles);
-    const int64_t b = blockIdx.x / (unsigned)a.qtiles;
+    const int rank = (int)(blockIdx.x % (unsigned)a.ks);
+    const int64_t tile = blockIdx.x / (unsigned)a.ks;
+    const int qt = (int)(tile % a.qtiles);
+    const int64_t b = tile / a.qtiles;
     const int q0 = qt * 16;
     const uint16_t *qkv_b = a.qkv16 + (size_t)b * N * 3 * RW;
-    const int KT = (N + BK - 1) / BK;
+    int kb, ke; /* this block's key tiles */
+    sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
 
     /* the layer's weights: W1 as 16-bit rows, b1, W2 rounded to TF32, b2 */
     sgkc_mt_stage_w1<PCAP, NT>(a.w1, P, tid, [&](int n, int k, float4 v) {
@@ -171,7 +181,8 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
         return bad;
     };
 
-    load_kv(0, 0);
+    if (kb < ke)
+        load_kv(kb, kb & 1);
     sgkc_cp_commit();
 
     /* Q fragments of the warp's heads (rows q0 + g, + 8; zero past N) */
@@ -203,7 +214,7 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
     };
     auto load_feats = [&](feats &f, int kt, int mi) {
         const int q = q0 + warp + WH * mi, k = kt * BK + g;
-        const bool in0 = kt < KT && q < N && k < N, in1 = kt < KT && q < N && k + 8 < N;
+        const bool in0 = kt < ke && q < N && k < N, in1 = kt < ke && q < N && k + 8 < N;
         const int64_t r0 = ((int64_t)b * N + (q < N ? q : 0)) * N + k;
         sgkc_mlp_args ma;
         ma.pair16 = a.pair16;
@@ -227,12 +238,12 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
     }
 
     feats cur;
-    load_feats(cur, 0, 0);
+    load_feats(cur, kb, 0);
     __syncthreads(); /* the weights */
 
-    for (int kt = 0; kt < KT; kt++) {
+    for (int kt = kb; kt < ke; kt++) {
         const int st = kt & 1;
-        if (kt + 1 < KT)
+        if (kt + 1 < ke)
             load_kv(kt + 1, st ^ 1);
         sgkc_cp_commit();
 
@@ -377,18 +388,74 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
     }
     sgkc_cp_wait<0>();
 
-    /* ctx = O / l (0 for a row without an edge) */
     const int r0 = q0 + g, r1 = r0 + 8;
 #pragma unroll
     for (int i = 0; i < HPW; i++) {
         const int h = warp + WH * i;
         if (h >= H)
             break;
-        float l0 = lrow[i][0], l1 = lrow[i][1];
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            lrow[i][e] += __shfl_xor_sync(0xffffffffu, lrow[i][e], 1);
+            lrow[i][e] += __shfl_xor_sync(0xffffffffu, lrow[i][e], 2);
+        }
+    }
+    if (a.ks > 1) {
+        /* O (unnormalised), m and l of the block's rows into its own shared
+         * memory (K/V's and the bias tile's, free after the last tile's
+         * barrier), then each block of the cluster merges a share of the
+         * elements from every block's */
+        const int LDO = RW + 4;
+        float *Os = reinterpret_cast<float *>(KV), *Ms = Sb, *Ls = Sb + 16 * H;
+#pragma unroll
+        for (int i = 0; i < HPW; i++) {
+            const int h = warp + WH * i;
+            if (h >= H)
+                break;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                float *o0 = Os + g * LDO + h * HDP + 8 * n + 2 * t;
+                o0[0] = o[i][n][0];
+                o0[1] = o[i][n][1];
+                o0[8 * LDO] = o[i][n][2];
+                o0[8 * LDO + 1] = o[i][n][3];
+            }
+            if (t == 0) {
+                Ms[h * 16 + g] = mrow[i][0];
+                Ms[h * 16 + g + 8] = mrow[i][1];
+                Ls[h * 16 + g] = lrow[i][0];
+                Ls[h * 16 + g + 8] = lrow[i][1];
+            }
+        }
+        const int S = a.ks, D = a.D;
+        sgkc_cluster_sync(S);
+        for (int e = rank * NT + tid; e < 16 * D; e += S * NT) {
+            const int q = e / D, d = e - q * D, h = d / hd, c = d - h * hd;
+            if (q0 + q >= N)
+                continue;
+            float m = SGKC_NEG_INF;
+            for (int p = 0; p < S; p++)
+                m = fmaxf(m, *sgkc_cluster_peer(Ms + h * 16 + q, p, S));
+            const float mu = m == SGKC_NEG_INF ? 0.0f : m;
+            float l = 0.0f, ov = 0.0f;
+            for (int p = 0; p < S; p++) {
+                const float w = sgkc_ex2((*sgkc_cluster_peer(Ms + h * 16 + q, p, S) - mu) * SGKC_LOG2E);
+                l = fmaf(*sgkc_cluster_peer(Ls + h * 16 + q, p, S), w, l);
+                ov = fmaf(*sgkc_cluster_peer(Os + q * LDO + h * HDP + c, p, S), w, ov);
+            }
+            a.ctx[((size_t)b * N + q0 + q) * D + d] = l == 0.0f ? 0.0f : ov / l;
+        }
+        sgkc_cluster_sync(S);
+        return;
+    }
+
+    /* ctx = O / l (0 for a row without an edge) */
+#pragma unroll
+    for (int i = 0; i < HPW; i++) {
+        const int h = warp + WH * i;
+        if (h >= H)
+            break;
+        const float l0 = lrow[i][0], l1 = lrow[i][1];
         /* l = 0: no edge; a NaN l (a row that met a NaN) stays NaN */
         const bool z0 = l0 == 0.0f, z1 = l1 == 0.0f;
         const float i0 = 1.0f / l0, i1 = 1.0f / l1;

@@ -1,15 +1,15 @@
 /* attn_rel16.cuh's instances: one per padded head dim (16, 32, 64, 128),
- * padded P (16, 32, 64), heads in tiles of 8 (one or two) and type. A
- * warp's heads hold O in HPW HDP / 2 registers a lane, at most 64: four
- * warps where that covers the heads, else eight. */
+ * padded P (16, 32, 64), heads in tiles of 8 (one or two) and type; eight
+ * warps a block, a warp's heads (one or two) holding O in HPW HDP / 2
+ * registers a lane, at most 64. */
 #include "rel16.h"
 
 namespace {
 
 template <int HDP, int HT>
 struct r16_shape {
-    static constexpr int WH = HDP == 128 ? 8 : (HDP == 64 && HT == 2) ? 8 : 4;
-    static constexpr int HPW = (8 * HT + WH - 1) / WH;
+    static constexpr int WH = 8;
+    static constexpr int HPW = HT;
     static_assert(HPW * HDP <= 128, "O in at most 64 registers a lane");
 };
 
@@ -32,19 +32,6 @@ const sgkc_rel16_fn r16_fns[] = {R16_H(16), R16_H(32), R16_H(64), R16_P1(128, 16
 #undef R16_P
 #undef R16_T
 
-int warps_of(int hdp, int ht)
-{
-    switch (hdp * 10 + ht) {
-    case 161: return r16_shape<16, 1>::WH;
-    case 162: return r16_shape<16, 2>::WH;
-    case 321: return r16_shape<32, 1>::WH;
-    case 322: return r16_shape<32, 2>::WH;
-    case 641: return r16_shape<64, 1>::WH;
-    case 642: return r16_shape<64, 2>::WH;
-    default: return r16_shape<128, 1>::WH;
-    }
-}
-
 } // namespace
 
 sgkc_rel16_inst sgkc_rel16_of(const sgkc_layer *L)
@@ -58,7 +45,7 @@ sgkc_rel16_inst sgkc_rel16_of(const sgkc_layer *L)
     const int ht = L->H <= 8 ? 1 : 2;
     const bool bf = L->dtype == SGK_DTYPE_BF16;
     r.hdp = 16 << hdi;
-    r.warps = warps_of(r.hdp, ht);
+    r.warps = 8;
     r.smem = sgkc_ar16_smem(16 << pci, ht, L->H, r.hdp);
     if (r.smem > L->smem_optin)
         return r;
@@ -77,4 +64,17 @@ cudaError_t sgkc_rel16_prepare(int limit)
             return e;
     }
     return cudaSuccess;
+}
+
+int sgkc_rel16_ks(const sgkc_layer *L, int64_t B, int64_t N, int per_sm)
+{
+    const int64_t blocks = B * ((N + 15) / 16), slots = (int64_t)L->sm_count * (per_sm > 0 ? per_sm : 1);
+    const int ktiles = (int)((N + 15) / 16);
+    if (L->cc_major < 9 || blocks >= slots)
+        return 1;
+    int ks = (int)((slots + blocks - 1) / blocks);
+    ks = ks < 8 ? ks : 8;
+    ks = ks < ktiles ? ks : ktiles;
+    const int per = (ktiles + ks - 1) / ks;
+    return (ktiles + per - 1) / per;
 }

@@ -22,6 +22,12 @@ struct sgkc_rel16_inst {
  * otherwise. */
 sgkc_rel16_inst sgkc_rel16_of(const sgkc_layer *L);
 
+/* The blocks of a cluster that split each query tile's keys where B
+ * ceil(N / 16) blocks leave slots of the GPU (per_sm blocks an SM) empty:
+ * enough to fill them, up to 8 and the key tiles, each block the same
+ * number of key tiles; 1 below compute capability 9.0 (no clusters). */
+int sgkc_rel16_ks(const sgkc_layer *L, int64_t B, int64_t N, int per_sm);
+
 /* Raises every instance's shared memory limit to limit bytes on the
  * current device. */
 cudaError_t sgkc_rel16_prepare(int limit);

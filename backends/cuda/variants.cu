@@ -848,7 +848,7 @@ static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
 static void tiled_occupancy_of(sgkc_layer *L)
 {
     tiled_cfg c;
-    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = 1;
+    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = L->r16_per_sm = 1;
     for (int i = 0; i < SGKC_AM_INSTS; i++)
         L->am_per_sm[i] = 1;
     if (!tiled_plan(L, 1, 1, false, &c))
@@ -866,6 +866,10 @@ static void tiled_occupancy_of(sgkc_layer *L)
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mp.fn, (int)mp.nt, mp.smem) == cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
+    const sgkc_rel16_inst r16 = sgkc_rel16_of(L);
+    if (r16.fn && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, r16.fn, 32 * r16.warps, r16.smem) == cudaSuccess &&
+        n > 0)
+        L->r16_per_sm = n;
     /* attn_mma.cuh's instances */
     for (int i = 0; pass && i < SGKC_AM_INSTS; i++)
         if (am_smem(i) <= L->smem_optin &&
@@ -901,7 +905,8 @@ static size_t tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N, const s
 }
 
 /* Q, K and V into attn_rel16.cuh's 16-bit layout, then its kernel: one
- * block for each 16 queries of a batch entry. */
+ * block for each 16 queries of a batch entry, or a cluster of them split
+ * over the keys where that leaves SMs idle. */
 static cudaError_t launch_rel16(const sgkc_layer *L, const sgkc_fwd *f, const float *qkv, float *ctx)
 {
     const sgkc_rel16_inst r = sgkc_rel16_of(L);
@@ -925,7 +930,10 @@ static cudaError_t launch_rel16(const sgkc_layer *L, const sgkc_fwd *f, const fl
     a.hd = L->hd;
     a.qtiles = (int)((f->N + 15) / 16);
     a.pvec = L->P % 4 == 0 && ((uintptr_t)f->pair16 & 7u) == 0;
-    return launch_after(L, r.fn, dim3((unsigned)(f->B * a.qtiles)), 32u * r.warps, r.smem, f->stream, 0u, a);
+    a.ks = sgkc_rel16_ks(L, f->B, f->N, L->r16_per_sm);
+    const int64_t grid = f->B * a.qtiles * a.ks;
+    return launch_after(L, r.fn, dim3((unsigned)grid), 32u * r.warps, spread_smem(L, r.smem, grid, L->r16_per_sm),
+                        f->stream, a.ks > 1 ? (unsigned)a.ks : 0u, a);
 }
 
 /* The MLP pass into bias (mlp_pass_of's kernel): a grid of what fits on

@@ -28,6 +28,7 @@
 #include <string>
 
 static bool g_check_only = false;
+static int g_ks = 0; /* SGK_KS: a fixed key split */
 
 struct shape {
     const char *name;
@@ -256,22 +257,45 @@ static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
     auto fn = sgkc_attn_rel16_kernel<HDP, WH, HPW, PCAP, HT, BF>;
     const size_t smem = sgkc_ar16_smem(PCAP, HT, s.H, HDP);
     CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const unsigned blocks = (unsigned)(s.B * a.qtiles);
-    int per_sm = 0;
+    int per_sm = 0, sms = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 32 * WH, smem));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    /* rel16.cu's key split: enough cluster blocks to fill the slots, up to 8 */
+    const int64_t blocks0 = (int64_t)s.B * a.qtiles, slots = (int64_t)sms * per_sm;
+    const int ktiles = (s.N + 15) / 16;
+    a.ks = 1;
+    if (blocks0 < slots) {
+        int ks = (int)std::min<int64_t>(std::min<int64_t>((slots + blocks0 - 1) / blocks0, 8), ktiles);
+        const int per = (ktiles + ks - 1) / ks;
+        a.ks = (ktiles + per - 1) / per;
+    }
+    if (g_ks > 0)
+        a.ks = std::min(g_ks, ktiles);
+    const unsigned blocks = (unsigned)(blocks0 * a.ks);
     cudaFuncAttributes fa;
     CK(cudaFuncGetAttributes(&fa, fn));
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(32 * WH);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = a.ks;
+    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = a.ks > 1 ? 1 : 0;
+    auto go = [&] { CK(cudaLaunchKernelEx(&cfg, fn, a)); };
     CK(cudaMemset(d.ctx, 0xff, (size_t)s.B * s.N * s.D * 4));
-    fn<<<blocks, 32 * WH, smem>>>(a);
+    go();
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
     std::vector<float> got((size_t)s.B * s.N * s.D);
     CK(cudaMemcpy(got.data(), d.ctx, got.size() * 4, cudaMemcpyDeviceToHost));
-    printf("  rel16 <HDP %d, WH %d, HPW %d, PCAP %d, HT %d>: %u blocks, %d an SM, %d registers, %zu B shared\n", HDP, WH,
-           HPW, PCAP, HT, blocks, per_sm, fa.numRegs, smem);
+    printf("  rel16 <HDP %d, WH %d, HPW %d, PCAP %d, HT %d>: %u blocks (ks %d), %d an SM, %d registers, %zu B shared\n",
+           HDP, WH, HPW, PCAP, HT, blocks, a.ks, per_sm, fa.numRegs, smem);
     const bool ok = check(p, got.data(), "rel16");
     if (!g_check_only)
-        *t_us = median_us([&] { fn<<<blocks, 32 * WH, smem>>>(a); });
+        *t_us = median_us(go);
     return ok;
 }
 
@@ -338,16 +362,14 @@ static bool run_base(const problem &p, const dev_problem &d, float *t_us)
     if (hdp == HDP && wh == WH && hpw == HPW && pcap == PCAP && ht == HT)                                 \
         return s.bf ? run_rel16<HDP, WH, HPW, PCAP, HT, true>(p, d, t) : run_rel16<HDP, WH, HPW, PCAP, HT, false>(p, d, t);
 
-/* the instance a shape takes, as rel16.cu picks it: O in at most 64
- * registers a lane (HPW HDP <= 128), four warps or eight */
+/* the instance a shape takes, as rel16.cu picks it: eight warps, one or
+ * two heads a warp */
 static bool dispatch(const problem &p, const dev_problem &d, float *t)
 {
     const shape &s = p.s;
-    const int hdp = p.HDP, pcap = p.PCAP, ht = s.H <= 8 ? 1 : 2;
-    const int wh = hdp == 128 || (hdp == 64 && ht == 2) ? 8 : 4;
-    const int hpw = (8 * ht + wh - 1) / wh;
-    REL(32, 4, 2, 32, 1) REL(32, 4, 2, 16, 1) REL(16, 4, 4, 64, 2) REL(16, 4, 2, 16, 1) REL(16, 4, 2, 64, 1)
-    REL(64, 4, 2, 64, 1) REL(64, 4, 2, 32, 1) REL(64, 8, 2, 32, 2) REL(128, 8, 1, 32, 1) REL(128, 8, 1, 16, 1)
+    const int hdp = p.HDP, pcap = p.PCAP, ht = s.H <= 8 ? 1 : 2, wh = 8, hpw = ht;
+    REL(32, 8, 1, 32, 1) REL(32, 8, 1, 16, 1) REL(16, 8, 2, 64, 2) REL(16, 8, 1, 16, 1) REL(16, 8, 1, 64, 1)
+    REL(64, 8, 1, 64, 1) REL(64, 8, 1, 32, 1) REL(64, 8, 2, 32, 2) REL(128, 8, 1, 32, 1) REL(128, 8, 1, 16, 1)
     printf("  no instance for HDP %d WH %d HPW %d PCAP %d HT %d\n", hdp, wh, hpw, pcap, ht);
     return false;
 }
@@ -369,6 +391,8 @@ int main(int argc, char **argv)
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 1;
     const char *only = argc > 2 && strcmp(argv[2], "all") != 0 ? argv[2] : nullptr;
     g_check_only = argc > 3 && strcmp(argv[3], "check") == 0;
+    if (getenv("SGK_KS"))
+        g_ks = atoi(getenv("SGK_KS"));
     g_rng ^= seed * 0x2545f4914f6cdd1dull;
     printf("rel16_check seed %llu\n", seed);
     int fails = 0;
