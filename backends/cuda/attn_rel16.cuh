@@ -50,6 +50,7 @@ struct sgkc_ar16_args {
     int qtiles;               /* query tiles of 16 a batch entry */
     int pvec;                 /* P % 4 == 0 and pair16 8-byte aligned */
     int ks;                   /* blocks of a cluster splitting the keys (>= 1) */
+    const unsigned char *vrow; /* (B N): nonzero where the row's V holds a NaN or Inf (the pack kernel's) */
 };
 
 /* Strides: a K or V row in halves (its 32-bit fragment reads and ldmatrix
@@ -104,8 +105,8 @@ __device__ __forceinline__ bool sgkc_nonfinite16(uint32_t h)
     return BF ? (h & 0x7f80u) == 0x7f80u : (h & 0x7c00u) == 0x7c00u;
 }
 
-template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF>
-__global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args a)
+template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0>
+__global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar16_args a)
 {
     constexpr int NT = 32 * WH, BK = 16;
     constexpr int LDH = sgkc_mh_ldh(PCAP), LDW2 = sgkc_mt_ldw2(PCAP);
@@ -154,31 +155,34 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
         b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
     sgkc_grid_wait(); /* qkv16 is an earlier kernel's */
 
-    /* K and V of key tile kt into stage st; rows past N zero */
+    /* K and V of key tile kt into stage st; rows past N zero. The chunks
+     * (32 rows: K's 16, then V's; CPR 16-byte chunks a row) a thread copies
+     * are the same every tile, walked by adds from its first: a division
+     * by the runtime row width a chunk was most of the copy's work. */
+    const int dR = NT / CPR, dC = NT - dR * CPR, rr0 = tid / CPR, c00 = tid - rr0 * CPR;
     auto load_kv = [&](int kt, int st) {
         const int k0 = kt * BK;
-        for (int i = tid; i < 2 * BK * CPR; i += NT) {
-            const int which = i / (BK * CPR), rem = i - which * BK * CPR, r = rem / CPR, c = rem - r * CPR;
+        int rr = rr0, c = c00;
+        while (rr < 2 * BK) {
+            const int which = rr >= BK, r = rr - which * BK;
             const bool in = k0 + r < N;
             const uint16_t *src = qkv_b + (size_t)(in ? k0 + r : 0) * 3 * RW + (1 + which) * RW + 8 * c;
-            uint16_t *dst = (which ? Vs : Ks) + (st * BK + r) * KLD + 8 * c;
+            uint16_t *dst = KV + ((which * 2 + st) * BK + r) * KLD + 8 * c;
             sgkc_cp_async16_zfill(dst, src, in ? 16 : 0);
+            c += dC;
+            rr += dR;
+            if (c >= CPR) {
+                c -= CPR;
+                rr++;
+            }
         }
     };
-    /* does any V value this thread copied into stage st hold a NaN or Inf? */
-    auto own_v_nonfinite = [&](int st) {
-        bool bad = false;
-        for (int i = tid; i < 2 * BK * CPR; i += NT) { /* load_kv's chunks of this thread: only its own have arrived */
-            if (i < BK * CPR)
-                continue;
-            const int rem = i - BK * CPR, r = rem / CPR, c = rem - r * CPR;
-            const uint4 u = *reinterpret_cast<const uint4 *>(Vs + (st * BK + r) * KLD + 8 * c);
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                bad |= sgkc_nonfinite16<BF>(w[j] & 0xffffu) | sgkc_nonfinite16<BF>(w[j] >> 16);
-        }
-        return bad;
+    /* whether V of key tile kt holds a NaN or Inf (the pack kernel's flag
+     * of each row) */
+    const unsigned char *vrow_b = a.vrow + (size_t)b * N;
+    auto v_nonfinite = [&](int kt) {
+        const int k = kt * BK + (lane & 15);
+        return __any_sync(0xffffffffu, k < N && vrow_b[k] != 0) != 0;
     };
 
     if (kb < ke)
@@ -290,7 +294,8 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
         }
 
         sgkc_cp_wait<1>();
-        const bool vbad = __syncthreads_or(own_v_nonfinite(st));
+        const bool vbad = v_nonfinite(kt);
+        __syncthreads(); /* Sb written, this stage arrived */
 
         /* attention of the warp's heads over this tile */
         const uint16_t *Kst = Ks + st * BK * KLD, *Vst = Vs + st * BK * KLD;
@@ -480,23 +485,29 @@ __global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args
 }
 
 /* Q, K and V rows (B N, 3D floats, q pre-scaled) as the layer's 16-bit
- * values in the kernel's layout (B N, 3, H, hdp), zero past hd: one block
- * a row's q, k or v (r3 = 3 row + which), its threads over the halves in
- * pairs. */
+ * values in the kernel's layout (B N, 3, H, hdp), zero past hd, and for
+ * each V row whether it holds a NaN or Inf (vrow): one block a row's q, k
+ * or v (r3 = 3 row + which), its threads over the halves in pairs. */
 template <bool BF>
-__global__ void __launch_bounds__(128) sgkc_ar16_pack_kernel(const float *qkv, uint16_t *qkv16, int D, int H, int hd,
-                                                           int hdp)
+__global__ void __launch_bounds__(128) sgkc_ar16_pack_kernel(const float *qkv, uint16_t *qkv16, unsigned char *vrow,
+                                                           int D, int H, int hd, int hdp)
 {
     sgkc_grid_wait(); /* qkv is the GEMM's before */
     const size_t r3 = blockIdx.x;
     const float *src = qkv + r3 * D;
     uint32_t *dst = reinterpret_cast<uint32_t *>(qkv16 + r3 * H * hdp);
+    bool bad = false;
     for (int j = (int)threadIdx.x; j < H * hdp / 2; j += 128) {
         const int h = 2 * j / hdp, c = 2 * j - h * hdp;
         const float x0 = c < hd ? __ldg(src + h * hd + c) : 0.0f;
         const float x1 = c + 1 < hd ? __ldg(src + h * hd + c + 1) : 0.0f;
-        dst[j] = sgkc_pack16<BF>(x0, x1);
+        const uint32_t v = sgkc_pack16<BF>(x0, x1);
+        bad |= sgkc_nonfinite16<BF>(v & 0xffffu) | sgkc_nonfinite16<BF>(v >> 16);
+        dst[j] = v;
     }
+    const int any = __syncthreads_or(bad);
+    if (threadIdx.x == 0 && r3 % 3 == 2)
+        vrow[r3 / 3] = any ? 1 : 0;
 }
 
 #endif

@@ -7,7 +7,7 @@
 #include "cuda_layer.h"
 
 typedef void (*sgkc_rel16_fn)(sgkc_ar16_args);
-typedef void (*sgkc_rel16_pack_fn)(const float *, uint16_t *, int, int, int, int);
+typedef void (*sgkc_rel16_pack_fn)(const float *, uint16_t *, unsigned char *, int, int, int, int);
 
 struct sgkc_rel16_inst {
     sgkc_rel16_fn fn;        /* nullptr: no instance for the layer */

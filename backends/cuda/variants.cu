@@ -898,8 +898,8 @@ static void tiled_occupancy_of(sgkc_layer *L)
 static size_t tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan)
 {
     const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
-    if (c.r16) /* Q, K and V in the kernel's 16-bit layout */
-        return ws_qkv_ctx(L, B, N, plan) + (size_t)B * (size_t)N * 3 * (size_t)L->H * sgkc_rel16_of(L).hdp * 2;
+    if (c.r16) /* Q, K and V in the kernel's 16-bit layout, a byte a V row */
+        return ws_qkv_ctx(L, B, N, plan) + (size_t)B * (size_t)N * (3 * (size_t)L->H * sgkc_rel16_of(L).hdp * 2 + 1);
     const size_t bias = c.mpcap ? (size_t)B * (size_t)N * (size_t)N * (size_t)L->H * sizeof(float) : 0;
     return ws_qkv_ctx(L, B, N, plan) + bias;
 }
@@ -911,7 +911,8 @@ static cudaError_t launch_rel16(const sgkc_layer *L, const sgkc_fwd *f, const fl
 {
     const sgkc_rel16_inst r = sgkc_rel16_of(L);
     uint16_t *qkv16 = reinterpret_cast<uint16_t *>(ctx + (size_t)f->B * f->N * L->D);
-    SGKC_RETURN_IF(launch_after(L, r.pack, dim3((unsigned)(f->B * f->N * 3)), 128u, 0, f->stream, 0u, qkv, qkv16,
+    unsigned char *vrow = reinterpret_cast<unsigned char *>(qkv16 + (size_t)f->B * f->N * 3 * L->H * r.hdp);
+    SGKC_RETURN_IF(launch_after(L, r.pack, dim3((unsigned)(f->B * f->N * 3)), 128u, 0, f->stream, 0u, qkv, qkv16, vrow,
                                 L->D, L->H, L->hd, r.hdp));
     sgkc_ar16_args a;
     a.qkv16 = qkv16;
@@ -931,6 +932,7 @@ static cudaError_t launch_rel16(const sgkc_layer *L, const sgkc_fwd *f, const fl
     a.qtiles = (int)((f->N + 15) / 16);
     a.pvec = L->P % 4 == 0 && ((uintptr_t)f->pair16 & 7u) == 0;
     a.ks = sgkc_rel16_ks(L, f->B, f->N, L->r16_per_sm);
+    a.vrow = vrow;
     const int64_t grid = f->B * a.qtiles * a.ks;
     return launch_after(L, r.fn, dim3((unsigned)grid), 32u * r.warps, spread_smem(L, r.smem, grid, L->r16_per_sm),
                         f->stream, a.ks > 1 ? (unsigned)a.ks : 0u, a);

@@ -7,7 +7,9 @@
  *   /tmp/rel16_check [seed] [shape|all] [check]
  * ("check": validate only, no baseline and no timing, for compute-sanitizer)
  *
- * Inputs of each shape: Q (pre-scaled by 1/sqrt(hd)), K and V rows, pair
+ * Inputs of each shape: Q (pre-scaled by 1/sqrt(hd)), K and V rows (float
+ * rows put into the kernel's 16-bit layout by its pack kernel, whose output
+ * and V flags must equal the host's), pair
  * features and the MLP's weights, all rounded to the layer's type; a uint8
  * mask (float at one shape) of density 0.5 with every seventh query row
  * fully masked. ctx is poisoned with NaN before the run and must come out
@@ -86,7 +88,7 @@ struct problem {
     int hd, HDP, PCAP;
     std::vector<uint16_t> qkv16, pair16;
     std::vector<float> qkvf, w1, b1, w2t, b2; /* floats holding 16-bit values */
-    std::vector<unsigned char> mask;
+    std::vector<unsigned char> mask, vrow; /* vrow: a V row holds a NaN or Inf (what the pack kernel flags) */
     std::vector<double> ref;
 };
 
@@ -139,6 +141,11 @@ static problem make(const shape &s)
         p.mask[(size_t)2 * N + 4] = 0;
         p.pair16[((size_t)2 * N + 4) * P + 0] = to16(NAN, bf);
     }
+    p.vrow.assign(rows, 0);
+    for (size_t r = 0; r < rows; r++)
+        for (int e = 0; e < H * HDP; e++)
+            if (!std::isfinite(from16(p.qkv16[(r * 3 + 2) * H * HDP + e], bf)))
+                p.vrow[r] = 1;
     /* the double reference on the rounded values */
     p.ref.assign(rows * D, 0.0);
 #pragma omp parallel for schedule(dynamic)
@@ -203,7 +210,7 @@ static problem make(const shape &s)
 struct dev_problem {
     uint16_t *qkv16, *pair16;
     float *qkvf, *w1, *b1, *w2t, *b2, *ctx, *bias, *maskf;
-    unsigned char *mask;
+    unsigned char *mask, *vrow;
 };
 
 template <typename T>
@@ -240,7 +247,7 @@ static bool check(const problem &p, const float *got, const char *what)
     return ok;
 }
 
-template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF>
+template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0>
 static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
 {
     const shape &s = p.s;
@@ -251,10 +258,11 @@ static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
     a.mask = s.maskf ? (const void *)d.maskf : (const void *)d.mask;
     a.mask_u8 = !s.maskf;
     a.ctx = d.ctx;
+    a.vrow = d.vrow;
     a.N = s.N; a.D = s.D; a.H = s.H; a.P = s.P; a.hd = p.hd;
     a.qtiles = (s.N + 15) / 16;
     a.pvec = s.P % 4 == 0;
-    auto fn = sgkc_attn_rel16_kernel<HDP, WH, HPW, PCAP, HT, BF>;
+    auto fn = sgkc_attn_rel16_kernel<HDP, WH, HPW, PCAP, HT, BF, MINB>;
     const size_t smem = sgkc_ar16_smem(PCAP, HT, s.H, HDP);
     CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0, sms = 0;
@@ -291,8 +299,9 @@ static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
     CK(cudaDeviceSynchronize());
     std::vector<float> got((size_t)s.B * s.N * s.D);
     CK(cudaMemcpy(got.data(), d.ctx, got.size() * 4, cudaMemcpyDeviceToHost));
-    printf("  rel16 <HDP %d, WH %d, HPW %d, PCAP %d, HT %d>: %u blocks (ks %d), %d an SM, %d registers, %zu B shared\n",
-           HDP, WH, HPW, PCAP, HT, blocks, a.ks, per_sm, fa.numRegs, smem);
+    printf("  rel16 <HDP %d, WH %d, HPW %d, PCAP %d, HT %d, MINB %d>: %u blocks (ks %d), %d an SM, %d registers, %zu B "
+           "shared, %d B local\n",
+           HDP, WH, HPW, PCAP, HT, MINB, blocks, a.ks, per_sm, fa.numRegs, smem, (int)fa.localSizeBytes);
     const bool ok = check(p, got.data(), "rel16");
     if (!g_check_only)
         *t_us = median_us(go);
@@ -401,9 +410,27 @@ int main(int argc, char **argv)
             continue;
         problem p = make(s);
         dev_problem d{};
-        d.qkv16 = up(p.qkv16);
-        d.pair16 = up(p.pair16);
+        /* Q/K/V through the pack kernel, held to the host's rounding and V flags */
         d.qkvf = up(p.qkvf);
+        CK(cudaMalloc(&d.qkv16, p.qkv16.size() * 2));
+        CK(cudaMalloc(&d.vrow, p.vrow.size()));
+        {
+            const size_t r3 = (size_t)s.B * s.N * 3;
+            if (s.bf)
+                sgkc_ar16_pack_kernel<true><<<(unsigned)r3, 128>>>(d.qkvf, d.qkv16, d.vrow, s.D, s.H, p.hd, p.HDP);
+            else
+                sgkc_ar16_pack_kernel<false><<<(unsigned)r3, 128>>>(d.qkvf, d.qkv16, d.vrow, s.D, s.H, p.hd, p.HDP);
+            CK(cudaGetLastError());
+            std::vector<uint16_t> q16(p.qkv16.size());
+            std::vector<unsigned char> vr(p.vrow.size());
+            CK(cudaMemcpy(q16.data(), d.qkv16, q16.size() * 2, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(vr.data(), d.vrow, vr.size(), cudaMemcpyDeviceToHost));
+            const bool same = q16 == p.qkv16 && vr == p.vrow;
+            printf("  pack: Q/K/V and V flags %s the host's\n", same ? "equal" : "DIFFER FROM");
+            if (!same)
+                fails++;
+        }
+        d.pair16 = up(p.pair16);
         d.w1 = up(p.w1); d.b1 = up(p.b1); d.w2t = up(p.w2t); d.b2 = up(p.b2);
         d.mask = up(p.mask);
         std::vector<float> mf(p.mask.begin(), p.mask.end());
@@ -417,6 +444,11 @@ int main(int argc, char **argv)
         const bool ok1 = dispatch(p, d, &t1);
         if (!ok1)
             fails++;
+        if (!g_check_only && s.bf && p.HDP == 32 && s.H <= 8) {
+            float t3 = 0;
+            if (p.PCAP == 32 ? run_rel16<32, 8, 1, 32, 1, true, 3>(p, d, &t3) : p.PCAP == 16 ? run_rel16<32, 8, 1, 16, 1, true, 3>(p, d, &t3) : true)
+                printf("  time: rel16 at three blocks an SM %.1f us\n", t3);
+        }
         if (!g_check_only) {
             dispatch_base(p, d, &t0);
             const double fbytes = 2.0 * pairs * s.P;
@@ -424,7 +456,7 @@ int main(int argc, char **argv)
                    t0, t0 / t1);
         }
         cudaFree(d.qkv16); cudaFree(d.pair16); cudaFree(d.qkvf); cudaFree(d.w1); cudaFree(d.b1);
-        cudaFree(d.w2t); cudaFree(d.b2); cudaFree(d.mask); cudaFree(d.maskf); cudaFree(d.ctx); cudaFree(d.bias);
+        cudaFree(d.w2t); cudaFree(d.b2); cudaFree(d.mask); cudaFree(d.vrow); cudaFree(d.maskf); cudaFree(d.ctx); cudaFree(d.bias);
         CK(cudaGetLastError());
     }
     printf("%d failure(s)\n", fails);
