@@ -63,6 +63,9 @@
 #                                        on the MLP pass's bias and candidates, validated, timed
 #   bash tools/h200.sh mlpcheck [SEED]   backends/cuda/dev/mlp_check.cu: the relation MLP pass
 #                                        and candidates, validated, timed
+#   bash tools/h200.sh rel16check [SEED] backends/cuda/dev/rel16_check.cu: attn_rel16.cuh, the MLP and
+#                                        the attention of a 16-bit layer in one kernel (not yet in the
+#                                        library), validated, timed beside the pass and attn_mma.cuh
 #   bash tools/h200.sh harness [ARGS]    backends/cuda/dev/harness.cu: validate every cuda kernel
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize"; with
@@ -107,7 +110,7 @@ export SGK_GIT_COMMIT=$commit
 # Where sgk-bench and libsgk are: the build, or a bundle of them.
 BD=${BUNDLE:-build}
 case $mode in
-tcgemm|attncheck|mlpcheck) ;;
+tcgemm|attncheck|mlpcheck|rel16check) ;;
 *)
   if [ -n "${BUNDLE:-}" ]; then
     case $mode in
@@ -133,7 +136,8 @@ esac
 
 # A standalone program of backends/cuda/dev/ (NAME.cu): built, run with SEED, its log's tail.
 dev_check() {
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ibackends/cuda "backends/cuda/dev/$1.cu" -o "/tmp/sgk-$1" \
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fopenmp -Ibackends/cuda \
+      "backends/cuda/dev/$1.cu" -o "/tmp/sgk-$1" \
       > "$O/$1-build.txt" 2>&1 || { tail -40 "$O/$1-build.txt"; exit 1; }
   timeout "${DEV_TIMEOUT:-180}" "/tmp/sgk-$1" "$2" > "$O/$1.txt" 2>&1
   stamp "$1 rc=$?"; tail -80 "$O/$1.txt"
@@ -296,8 +300,12 @@ mlpcheck)
 attncheck)
   # the attention kernels on the MLP pass's bias, and attn_mma's other instances: validated, then timed
   dev_check attn_check "${1:-7}";;
+rel16check)
+  # attn_rel16.cuh (the 16-bit MLP and attention in one kernel) and its pack kernel: validated, then
+  # timed beside the pass and attn_mma.cuh
+  dev_check rel16_check "${1:-7}";;
 *)
-  echo "usage: tools/h200.sh test|check|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|devices [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]" >&2
+  echo "usage: tools/h200.sh test|check|sanitize [TOOLS]|bench [PRESETS]|generated [PRESETS]|train [PRESETS]|devices [PRESETS]|torch|results|cpu|kernels [PRESETS]|profile REGEX PRESET|harness [ARGS]|tcgemm [SEED]|attncheck [SEED]|mlpcheck [SEED]|rel16check [SEED]" >&2
   exit 2;;
 esac
 stamp done

@@ -2,7 +2,9 @@
  * f16 layers, on 16-bit m16n8k16 MMAs: the bias is computed where it is
  * used and never written to memory, so a call reads each pair's features
  * once (2 P bytes a pair) instead of the pass writing and the attention
- * reading 4 H bytes a pair more.
+ * reading 4 H bytes a pair more. The library does not launch it yet: it is
+ * slower than mlp_h16.cuh's pass and attn_mma.cuh together (DESIGN.md);
+ * dev/rel16_check.cu validates and times it.
  *
  * One block owns 16 queries of one batch entry and every head, with WH
  * warps. Per tile of 16 keys:

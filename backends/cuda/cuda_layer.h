@@ -84,7 +84,6 @@ struct sgkc_layer {
      * on this device) where tuned-tiled runs one */
     int mt_per_sm;                 /* and attn_mma.cuh's instances' (variants.cu, am_insts) after it */
     int am_per_sm[SGKC_AM_INSTS];
-    int r16_per_sm;                /* and attn_rel16.cuh's instance's (rel16.cu) for a 16-bit layer */
     /* shared memory of an SM, and what the device keeps back per block */
     size_t smem_sm, smem_rsv;
 };

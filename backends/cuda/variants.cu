@@ -18,7 +18,6 @@
 #include "mlp_tc.cuh"
 #include "mlp_wg.cuh"
 #include "mlp_h16.cuh"
-#include "rel16.h"
 #include "sgemm.cuh"
 
 #include <cuda_fp16.h>
@@ -488,7 +487,6 @@ struct tiled_cfg {
     bool rows;    /* warps own query rows (attn_rows.cuh) */
     int ks;       /* its key groups */
     size_t smem_rows;
-    bool r16;     /* a 16-bit layer's MLP and attention in one kernel (attn_rel16.cuh) */
 };
 
 /* Whether tuned-tiled runs the relation MLP as a pass of its own on the
@@ -599,7 +597,6 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
         c->smem_rows = smem_ks2;
     c->mpcap = 0;
     c->am = -1;
-    c->r16 = false;
     if (dm) /* rows' D = 256 is gemm_dmma.cuh's K, and 3D and D are whole column tiles */
         return c->rows;
     if (!c->rows && mlp_pass_pays(L)) {
@@ -618,11 +615,7 @@ static bool tiled_plan(const sgkc_layer *L, int64_t B, int64_t N, bool dm, tiled
         if (am_smem(am) <= L->smem_optin)
             c->am = am;
     }
-    /* A 16-bit layer's MLP and attention in one kernel wherever it has an
-     * instance: its features are read once and its bias never leaves the
-     * SM (DESIGN.md has the measurements). */
-    c->r16 = sgkc_rel16_of(L).fn != nullptr;
-    return c->smem <= L->smem_optin || c->rows || c->am >= 0 || c->r16;
+    return c->smem <= L->smem_optin || c->rows || c->am >= 0;
 }
 
 static int tiled_supports_dm(const sgkc_layer *L, int64_t B, int64_t N, bool dm, sgk_backend_plan *plan)
@@ -848,7 +841,7 @@ static mlp_pass mlp_pass_of(const sgkc_layer *L, const tiled_cfg &c)
 static void tiled_occupancy_of(sgkc_layer *L)
 {
     tiled_cfg c;
-    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = L->r16_per_sm = 1;
+    L->at_per_sm = L->at16_per_sm = L->mt_per_sm = 1;
     for (int i = 0; i < SGKC_AM_INSTS; i++)
         L->am_per_sm[i] = 1;
     if (!tiled_plan(L, 1, 1, false, &c))
@@ -866,10 +859,6 @@ static void tiled_occupancy_of(sgkc_layer *L)
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, (const void *)mp.fn, (int)mp.nt, mp.smem) == cudaSuccess &&
         n > 0)
         L->mt_per_sm = n;
-    const sgkc_rel16_inst r16 = sgkc_rel16_of(L);
-    if (r16.fn && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, r16.fn, 32 * r16.warps, r16.smem) == cudaSuccess &&
-        n > 0)
-        L->r16_per_sm = n;
     /* attn_mma.cuh's instances */
     for (int i = 0; pass && i < SGKC_AM_INSTS; i++)
         if (am_smem(i) <= L->smem_optin &&
@@ -898,44 +887,8 @@ static void tiled_occupancy_of(sgkc_layer *L)
 static size_t tiled_workspace(const sgkc_layer *L, int64_t B, int64_t N, const sgk_backend_plan *plan)
 {
     const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
-    if (c.r16) /* Q, K and V in the kernel's 16-bit layout, a byte a V row */
-        return ws_qkv_ctx(L, B, N, plan) + (size_t)B * (size_t)N * (3 * (size_t)L->H * sgkc_rel16_of(L).hdp * 2 + 1);
     const size_t bias = c.mpcap ? (size_t)B * (size_t)N * (size_t)N * (size_t)L->H * sizeof(float) : 0;
     return ws_qkv_ctx(L, B, N, plan) + bias;
-}
-
-/* Q, K and V into attn_rel16.cuh's 16-bit layout, then its kernel: one
- * block for each 16 queries of a batch entry, or a cluster of them split
- * over the keys where that leaves SMs idle. */
-static cudaError_t launch_rel16(const sgkc_layer *L, const sgkc_fwd *f, const float *qkv, float *ctx)
-{
-    const sgkc_rel16_inst r = sgkc_rel16_of(L);
-    uint16_t *qkv16 = reinterpret_cast<uint16_t *>(ctx + (size_t)f->B * f->N * L->D);
-    unsigned char *vrow = reinterpret_cast<unsigned char *>(qkv16 + (size_t)f->B * f->N * 3 * L->H * r.hdp);
-    SGKC_RETURN_IF(launch_after(L, r.pack, dim3((unsigned)(f->B * f->N * 3)), 128u, 0, f->stream, 0u, qkv, qkv16, vrow,
-                                L->D, L->H, L->hd, r.hdp));
-    sgkc_ar16_args a;
-    a.qkv16 = qkv16;
-    a.pair16 = (const uint16_t *)f->pair16;
-    a.w1 = L->w1;
-    a.b1 = L->b1;
-    a.w2t = L->w2t;
-    a.b2 = L->b2;
-    a.mask = f->mask;
-    a.mask_u8 = f->mask_u8;
-    a.ctx = ctx;
-    a.N = (int)f->N;
-    a.D = L->D;
-    a.H = L->H;
-    a.P = L->P;
-    a.hd = L->hd;
-    a.qtiles = (int)((f->N + 15) / 16);
-    a.pvec = L->P % 4 == 0 && ((uintptr_t)f->pair16 & 7u) == 0;
-    a.ks = sgkc_rel16_ks(L, f->B, f->N, L->r16_per_sm);
-    a.vrow = vrow;
-    const int64_t grid = f->B * a.qtiles * a.ks;
-    return launch_after(L, r.fn, dim3((unsigned)grid), 32u * r.warps, spread_smem(L, r.smem, grid, L->r16_per_sm),
-                        f->stream, a.ks > 1 ? (unsigned)a.ks : 0u, a);
 }
 
 /* The MLP pass into bias (mlp_pass_of's kernel): a grid of what fits on
@@ -975,10 +928,6 @@ static cudaError_t tiled_launch_dm(const sgkc_layer *L, const sgk_backend_plan *
     const sgkc_gemm_args gq = qkv_args(L, f, qkv, ctx), go = out_args16(L, f, ctx);
     SGKC_RETURN_IF(dm && !sgkc_tc_project_wg(L, gq) ? (launch_dgemm<true, false>)(L, f->stream, gq, dgemm_grid(L, gq, true))
                                                   : launch_qkv(L, f->stream, gq));
-    if (c.r16 && !dm) {
-        SGKC_RETURN_IF(launch_rel16(L, f, qkv, ctx));
-        return launch_out(L, f->stream, go);
-    }
     sgkc_attn_args a;
     fill_attn_args(a, L, f, qkv, ctx);
     a.HG = c.HG;
@@ -1049,8 +998,7 @@ static int tiled_out16(const sgkc_layer *L, const sgk_backend_plan *, const sgkc
  * of such a plan reads them. */
 static int tiled_pair16(const sgkc_layer *L, const sgk_backend_plan *plan)
 {
-    const tiled_cfg c = sgkc_plan_get<tiled_cfg>(plan);
-    return L->dtype != SGK_DTYPE_F32 && (c.mpcap != 0 || c.r16);
+    return L->dtype != SGK_DTYPE_F32 && sgkc_plan_get<tiled_cfg>(plan).mpcap != 0;
 }
 
 static cudaError_t tiled_launch(const sgkc_layer *L, const sgk_backend_plan *plan, const sgkc_fwd *f)
@@ -1525,8 +1473,6 @@ static cudaError_t pack_float(sgkc_layer *L, int device, const sgk_layer_desc *d
     SGKC_RETURN_IF(raise_smem_limits((int)L->smem_optin));
     SGKC_RETURN_IF(mlp_wg_prepare(L));
     SGKC_RETURN_IF(mlp_h16_prepare(L));
-    if (L->dtype != SGK_DTYPE_F32)
-        SGKC_RETURN_IF(sgkc_rel16_prepare((int)L->smem_optin));
     SGKC_RETURN_IF(sgkc_tc_prepare(L));
     L->clusters16 = fused_clusters16(L);
     tiled_occupancy_of(L);
