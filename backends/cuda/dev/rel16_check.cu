@@ -397,6 +397,7 @@ static bool dispatch_base(const problem &p, const dev_problem &d, float *t)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, nullptr, _IOLBF, 0); /* each row as it is measured, should a case hang */
     const unsigned long long seed = argc > 1 ? strtoull(argv[1], nullptr, 0) : 1;
     const char *only = argc > 2 && strcmp(argv[2], "all") != 0 ? argv[2] : nullptr;
     g_check_only = argc > 3 && strcmp(argv[3], "check") == 0;
