@@ -16,8 +16,8 @@
  *   edge or the key is past N, into a shared tile [head][query][key]. The
  *   next tile's features are loaded during this one;
  *   K and V of the tile arrive by cp.async into the other of two stages
- *   while the tile before is computed; the barrier that opens a tile ORs
- *   each thread's check of the V chunks it copied for NaN/Inf;
+ *   while the tile before is computed; whether the tile's V holds a NaN or
+ *   Inf is read from the pack kernel's flags of its rows;
  *   warp w takes heads w, w + WH, ... (up to HPW): S = Q.K^T (Q pre-scaled,
  *   its fragments held in registers for the whole key loop) plus the bias,
  *   the online softmax (row max and sums over the quad of lanes that
@@ -111,9 +111,7 @@ template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0>
 __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar16_args a)
 {
     constexpr int NT = 32 * WH, BK = 16;
-    constexpr int LDH = sgkc_mh_ldh(PCAP), LDW2 = sgkc_mt_ldw2(PCAP);
-    constexpr int W2F = 8 * HT * LDW2;
-    constexpr int NQ = PCAP / 16, NJ = PCAP / 8;
+    constexpr int NQ = PCAP / 16;  /* the features' k-steps */
     constexpr int MPW = 16 / WH;   /* MLP tiles (queries) a warp per key tile */
     constexpr int KS = HDP / 16;   /* Q.K's k-steps */
     constexpr int ND = HDP / 8;    /* O's n-tiles */
@@ -121,13 +119,12 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     static_assert(16 % WH == 0 && HDP % 16 == 0 && PCAP % 16 == 0, "whole tiles");
 
     extern __shared__ __align__(16) float smem[];
-    uint16_t *W1h = reinterpret_cast<uint16_t *>(smem);
-    float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + W2F;
+    const float *b2s = smem + PCAP * sgkc_mh_ldh(PCAP) / 2 + PCAP + 8 * HT * sgkc_mt_ldw2(PCAP);
     float *Sb = smem + sgkc_mh_smem_floats(PCAP, HT); /* [head][query][key] */
     uint16_t *KV = reinterpret_cast<uint16_t *>(Sb + 8 * HT * HS);
 
     const int N = a.N, H = a.H, P = a.P, hd = a.hd;
-    const int KLD = H * HDP + 8;             /* halves */
+    const int KLD = sgkc_ar16_kld(H, HDP);   /* halves */
     const int RW = H * HDP;                  /* a row's q, k or v: halves */
     const int CPR = RW / 8;                  /* 16-byte chunks of one */
     uint16_t *Ks = KV, *Vs = KV + 2 * BK * KLD; /* [stage][key][col] */
@@ -141,26 +138,14 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     int kb, ke; /* this block's key tiles */
     sgkc_attn_key_range((N + BK - 1) / BK, a.ks, rank, kb, ke);
 
-    /* the layer's weights: W1 as 16-bit rows, b1, W2 rounded to TF32, b2 */
-    sgkc_mt_stage_w1<PCAP, NT>(a.w1, P, tid, [&](int n, int k, float4 v) {
-        const uint2 h = make_uint2(sgkc_h16_bits<BF>(v.x) | (uint32_t)sgkc_h16_bits<BF>(v.y) << 16,
-                                   sgkc_h16_bits<BF>(v.z) | (uint32_t)sgkc_h16_bits<BF>(v.w) << 16);
-        *reinterpret_cast<uint2 *>(W1h + n * LDH + k) = h;
-    });
-    for (int i = tid; i < PCAP; i += NT)
-        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
-    for (int i = tid; i < 8 * HT * PCAP; i += NT) {
-        const int h = i / PCAP, p = i % PCAP;
-        reinterpret_cast<uint32_t *>(W2s)[h * LDW2 + p] = sgkc_tf32(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f);
-    }
-    for (int i = tid; i < 8 * HT; i += NT)
-        b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
+    sgkc_mh_stage<PCAP, HT, BF, NT>(smem, a.w1, a.b1, a.w2t, a.b2, P, H, tid); /* the barrier is the key loop's first */
     sgkc_grid_wait(); /* qkv16 is an earlier kernel's */
 
     /* K and V of key tile kt into stage st; rows past N zero. The chunks
      * (32 rows: K's 16, then V's; CPR 16-byte chunks a row) a thread copies
      * are the same every tile, walked by adds from its first: a division
-     * by the runtime row width a chunk was most of the copy's work. */
+     * by the runtime row width for each chunk would cost more than the
+     * copy it addresses. */
     const int dR = NT / CPR, dC = NT - dR * CPR, rr0 = tid / CPR, c00 = tid - rr0 * CPR;
     auto load_kv = [&](int kt, int st) {
         const int k0 = kt * BK;
@@ -262,25 +247,8 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
             else
                 load_feats(nxt, kt + 1, 0);
 
-            float ob[HT][4] = {};
-#pragma unroll
-            for (int jg = 0; jg < NJ; jg += (NJ < 8 ? NJ : 8)) {
-                constexpr int JG = NJ < 8 ? NJ : 8;
-                float acc[JG][4] = {};
-#pragma unroll
-                for (int q = 0; q < NQ; q++) {
-                    const uint32_t af[4] = {cur.x0[q].x, cur.x1[q].x, cur.x0[q].y, cur.x1[q].y};
-#pragma unroll
-                    for (int j = 0; j < JG; j++) {
-                        const uint2 w = *reinterpret_cast<const uint2 *>(W1h + (8 * (jg + j) + g) * LDH + 16 * q + 4 * t);
-                        const uint32_t bf[2] = {w.x, w.y};
-                        sgkc_mma16_16x8x16<BF>(acc[j], af, bf);
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < JG; j++)
-                    sgkc_mt_layer2<HT, LDW2, W2F, true, false>(ob, acc[j], b1s, W2s, 8 * (jg + j) + 2 * t, g);
-            }
+            float ob[HT][4];
+            sgkc_mh_tile<PCAP, HT, BF>(ob, cur.x0, cur.x1, smem, g, t);
             const int ql = warp + WH * mi;
             const bool e0 = sgkc_bits_edge(cur.m0), e1 = sgkc_bits_edge(cur.m1);
 #pragma unroll
@@ -396,17 +364,23 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     sgkc_cp_wait<0>();
 
     const int r0 = q0 + g, r1 = r0 + 8;
+    /* f(i, h) for each of the warp's heads */
+    auto each_head = [&](auto f) {
 #pragma unroll
-    for (int i = 0; i < HPW; i++) {
-        const int h = warp + WH * i;
-        if (h >= H)
-            break;
+        for (int i = 0; i < HPW; i++) {
+            const int h = warp + WH * i;
+            if (h >= H)
+                break;
+            f(i, h);
+        }
+    };
+    each_head([&](int i, int) {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             lrow[i][e] += __shfl_xor_sync(0xffffffffu, lrow[i][e], 1);
             lrow[i][e] += __shfl_xor_sync(0xffffffffu, lrow[i][e], 2);
         }
-    }
+    });
     if (a.ks > 1) {
         /* O (unnormalised), m and l of the block's rows into its own shared
          * memory (K/V's and the bias tile's, free after the last tile's
@@ -414,11 +388,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
          * elements from every block's */
         const int LDO = RW + 4;
         float *Os = reinterpret_cast<float *>(KV), *Ms = Sb, *Ls = Sb + 16 * H;
-#pragma unroll
-        for (int i = 0; i < HPW; i++) {
-            const int h = warp + WH * i;
-            if (h >= H)
-                break;
+        each_head([&](int i, int h) {
 #pragma unroll
             for (int n = 0; n < ND; n++) {
                 float *o0 = Os + g * LDO + h * HDP + 8 * n + 2 * t;
@@ -433,7 +403,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
                 Ls[h * 16 + g] = lrow[i][0];
                 Ls[h * 16 + g + 8] = lrow[i][1];
             }
-        }
+        });
         const int S = a.ks, D = a.D;
         sgkc_cluster_sync(S);
         for (int e = rank * NT + tid; e < 16 * D; e += S * NT) {
@@ -457,11 +427,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     }
 
     /* ctx = O / l (0 for a row without an edge) */
-#pragma unroll
-    for (int i = 0; i < HPW; i++) {
-        const int h = warp + WH * i;
-        if (h >= H)
-            break;
+    each_head([&](int i, int h) {
         const float l0 = lrow[i][0], l1 = lrow[i][1];
         /* l = 0: no edge; a NaN l (a row that met a NaN) stays NaN */
         const bool z0 = l0 == 0.0f, z1 = l1 == 0.0f;
@@ -483,7 +449,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
                     c1[c + 1] = z1 ? 0.0f : o[i][n][3] * i1;
             }
         }
-    }
+    });
 }
 
 /* Q, K and V rows (B N, 3D floats, q pre-scaled) as the layer's 16-bit

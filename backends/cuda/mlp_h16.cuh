@@ -95,6 +95,67 @@ __device__ __forceinline__ void sgkc_mh_load_row(const sgkc_mlp_args &a, int64_t
     }
 }
 
+/* The weights into a block's shared memory (sgkc_mh_smem_floats of them):
+ * W1 as 16-bit rows, b1, W2 rounded to TF32, b2, zero past P and H. No
+ * barrier: the caller's. */
+template <int PCAP, int HT, bool BF, int NT>
+__device__ __forceinline__ void sgkc_mh_stage(float *smem, const float *w1, const float *b1, const float *w2t,
+                                              const float *b2, int P, int H, int tid)
+{
+    constexpr int LDH = sgkc_mh_ldh(PCAP), LDW2 = sgkc_mt_ldw2(PCAP);
+    uint16_t *W1h = reinterpret_cast<uint16_t *>(smem);
+    float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + 8 * HT * LDW2;
+    sgkc_mt_stage_w1<PCAP, NT>(w1, P, tid, [&](int n, int k, float4 v) {
+        const uint2 h = make_uint2(sgkc_h16_bits<BF>(v.x) | (uint32_t)sgkc_h16_bits<BF>(v.y) << 16,
+                                   sgkc_h16_bits<BF>(v.z) | (uint32_t)sgkc_h16_bits<BF>(v.w) << 16);
+        *reinterpret_cast<uint2 *>(W1h + n * LDH + k) = h; /* n LDH and k are multiples of 4 halves: 8-byte aligned */
+    });
+    for (int i = tid; i < PCAP; i += NT)
+        b1s[i] = i < P ? __ldg(b1 + i) : 0.0f;
+    for (int i = tid; i < 8 * HT * PCAP; i += NT) {
+        const int h = i / PCAP, p = i % PCAP;
+        reinterpret_cast<uint32_t *>(W2s)[h * LDW2 + p] = sgkc_tf32(h < H && p < P ? __ldg(w2t + (size_t)p * H + h) : 0.0f);
+    }
+    for (int i = tid; i < 8 * HT; i += NT)
+        b2s[i] = i < H ? __ldg(b2 + i) : 0.0f;
+}
+
+/* One tile of 16 pairs through both layers, b2 not added: o[ht] = {[g][h],
+ * [g][h+1], [g+8][h], [g+8][h+1]}, h = 8 ht + 2t, from rows g and g + 8's
+ * features as sgkc_mh_load_row gives them and the weights sgkc_mh_stage
+ * put in smem. */
+template <int PCAP, int HT, bool BF>
+__device__ __forceinline__ void sgkc_mh_tile(float (&o)[HT][4], const uint2 (&x0)[PCAP / 16],
+                                             const uint2 (&x1)[PCAP / 16], const float *smem, int g, int t)
+{
+    constexpr int LDH = sgkc_mh_ldh(PCAP), LDW2 = sgkc_mt_ldw2(PCAP), W2F = 8 * HT * LDW2;
+    constexpr int NQ = PCAP / 16, NJ = PCAP / 8, JG = NJ < 8 ? NJ : 8;
+    static_assert(NJ % JG == 0, "whole steps");
+    const uint16_t *W1h = reinterpret_cast<const uint16_t *>(smem);
+    const float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP;
+#pragma unroll
+    for (int ht = 0; ht < HT; ht++)
+        o[ht][0] = o[ht][1] = o[ht][2] = o[ht][3] = 0.0f;
+#pragma unroll
+    for (int jg = 0; jg < NJ; jg += JG) {
+        float acc[JG][4] = {};
+#pragma unroll
+        for (int q = 0; q < NQ; q++) {
+            const uint32_t af[4] = {x0[q].x, x1[q].x, x0[q].y, x1[q].y};
+#pragma unroll
+            for (int j = 0; j < JG; j++) {
+                const uint2 w = *reinterpret_cast<const uint2 *>(W1h + (8 * (jg + j) + g) * LDH + 16 * q + 4 * t);
+                const uint32_t bf[2] = {w.x, w.y};
+                sgkc_mma16_16x8x16<BF>(acc[j], af, bf);
+            }
+        }
+        /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second layer */
+#pragma unroll
+        for (int j = 0; j < JG; j++)
+            sgkc_mt_layer2<HT, LDW2, W2F, true, false>(o, acc[j], b1s, W2s, 8 * (jg + j) + 2 * t, g);
+    }
+}
+
 /* Warps a block: eight at PCAP >= 64, where a warp's tile is long enough
  * that the block's weight staging pays for twice the warps; four below,
  * where more warps a block cost blocks an SM. */
@@ -107,31 +168,14 @@ template <int PCAP, int HT, bool BF, int NW = sgkc_mh_nw(PCAP)>
 __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
 {
     constexpr int NT = 32 * NW;
-    constexpr int LDH = sgkc_mh_ldh(PCAP), LDW2 = sgkc_mt_ldw2(PCAP);
-    constexpr int W2F = 8 * HT * LDW2; /* floats of W2 */
-    constexpr int NQ = PCAP / 16;      /* k-steps of 16 features */
-    constexpr int NJ = PCAP / 8;       /* hidden units in tiles of 8 */
-    constexpr int JG = NJ < 8 ? NJ : 8;
-    constexpr bool PF = PCAP <= 64;    /* the next tile's features load during this one */
-    static_assert(PCAP % 16 == 0 && NJ % JG == 0, "whole steps");
+    constexpr int NQ = PCAP / 16;   /* k-steps of 16 features */
+    constexpr bool PF = PCAP <= 64; /* the next tile's features load during this one */
+    static_assert(PCAP % 16 == 0, "whole steps");
 
     extern __shared__ __align__(16) float smem[];
-    uint16_t *W1h = reinterpret_cast<uint16_t *>(smem);
-    float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + W2F;
+    const float *b2s = smem + PCAP * sgkc_mh_ldh(PCAP) / 2 + PCAP + 8 * HT * sgkc_mt_ldw2(PCAP);
     const int P = a.P, H = a.H, tid = (int)threadIdx.x;
-    sgkc_mt_stage_w1<PCAP, NT>(a.w1, P, tid, [&](int n, int k, float4 v) {
-        const uint2 h = make_uint2(sgkc_h16_bits<BF>(v.x) | (uint32_t)sgkc_h16_bits<BF>(v.y) << 16,
-                                   sgkc_h16_bits<BF>(v.z) | (uint32_t)sgkc_h16_bits<BF>(v.w) << 16);
-        *reinterpret_cast<uint2 *>(W1h + n * LDH + k) = h; /* n LDH and k are multiples of 4 halves: 8-byte aligned */
-    });
-    for (int i = tid; i < PCAP; i += NT)
-        b1s[i] = i < P ? __ldg(a.b1 + i) : 0.0f;
-    for (int i = tid; i < 8 * HT * PCAP; i += NT) {
-        const int h = i / PCAP, p = i % PCAP;
-        reinterpret_cast<uint32_t *>(W2s)[h * LDW2 + p] = sgkc_tf32(h < H && p < P ? __ldg(a.w2t + (size_t)p * H + h) : 0.0f);
-    }
-    for (int i = tid; i < 8 * HT; i += NT)
-        b2s[i] = i < H ? __ldg(a.b2 + i) : 0.0f;
+    sgkc_mh_stage<PCAP, HT, BF, NT>(smem, a.w1, a.b1, a.w2t, a.b2, P, H, tid);
     __syncthreads();
     sgkc_grid_wait();
 
@@ -154,25 +198,8 @@ __global__ void __launch_bounds__(32 * NW) sgkc_mlp_h16_kernel(sgkc_mlp_args a)
         if constexpr (PF)
             load(n0, n1, tile + stride);
 
-        float o[HT][4] = {};
-#pragma unroll
-        for (int jg = 0; jg < NJ; jg += JG) {
-            float acc[JG][4] = {};
-#pragma unroll
-            for (int q = 0; q < NQ; q++) {
-                const uint32_t af[4] = {x0[q].x, x1[q].x, x0[q].y, x1[q].y};
-#pragma unroll
-                for (int j = 0; j < JG; j++) {
-                    const uint2 w = *reinterpret_cast<const uint2 *>(W1h + (8 * (jg + j) + g) * LDH + 16 * q + 4 * t);
-                    const uint32_t bf[2] = {w.x, w.y};
-                    sgkc_mma16_16x8x16<BF>(acc[j], af, bf);
-                }
-            }
-            /* hidden units 8(jg + j) + 2t, + 1 of rows g, g + 8 -> the second layer */
-#pragma unroll
-            for (int j = 0; j < JG; j++)
-                sgkc_mt_layer2<HT, LDW2, W2F, true, false>(o, acc[j], b1s, W2s, 8 * (jg + j) + 2 * t, g);
-        }
+        float o[HT][4];
+        sgkc_mh_tile<PCAP, HT, BF>(o, x0, x1, smem, g, t);
         sgkc_mt_store<HT>(a, o, b2s, tile, g, t);
 
         if constexpr (PF) {

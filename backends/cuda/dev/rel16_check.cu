@@ -247,6 +247,20 @@ static bool check(const problem &p, const float *got, const char *what)
     return ok;
 }
 
+/* one run of go() into ctx poisoned with NaN, checked against the reference */
+template <typename F>
+static bool validate(const problem &p, const dev_problem &d, F go, const char *what)
+{
+    const size_t n = (size_t)p.s.B * p.s.N * p.s.D;
+    CK(cudaMemset(d.ctx, 0xff, n * 4));
+    go();
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    std::vector<float> got(n);
+    CK(cudaMemcpy(got.data(), d.ctx, n * 4, cudaMemcpyDeviceToHost));
+    return check(p, got.data(), what);
+}
+
 template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0>
 static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
 {
@@ -293,16 +307,10 @@ static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
     cfg.attrs = &attr;
     cfg.numAttrs = a.ks > 1 ? 1 : 0;
     auto go = [&] { CK(cudaLaunchKernelEx(&cfg, fn, a)); };
-    CK(cudaMemset(d.ctx, 0xff, (size_t)s.B * s.N * s.D * 4));
-    go();
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    std::vector<float> got((size_t)s.B * s.N * s.D);
-    CK(cudaMemcpy(got.data(), d.ctx, got.size() * 4, cudaMemcpyDeviceToHost));
     printf("  rel16 <HDP %d, WH %d, HPW %d, PCAP %d, HT %d, MINB %d>: %u blocks (ks %d), %d an SM, %d registers, %zu B "
            "shared, %d B local\n",
            HDP, WH, HPW, PCAP, HT, MINB, blocks, a.ks, per_sm, fa.numRegs, smem, (int)fa.localSizeBytes);
-    const bool ok = check(p, got.data(), "rel16");
+    const bool ok = validate(p, d, go, "rel16");
     if (!g_check_only)
         *t_us = median_us(go);
     return ok;
@@ -356,13 +364,7 @@ static bool run_base(const problem &p, const dev_problem &d, float *t_us)
         mfn<<<mblocks, 32 * NW, msmem>>>(m);
         afn<<<ablocks, 32 * wq * wd, asmem>>>(a);
     };
-    CK(cudaMemset(d.ctx, 0xff, (size_t)s.B * s.N * s.D * 4));
-    go();
-    CK(cudaGetLastError());
-    CK(cudaDeviceSynchronize());
-    std::vector<float> got((size_t)s.B * s.N * s.D);
-    CK(cudaMemcpy(got.data(), d.ctx, got.size() * 4, cudaMemcpyDeviceToHost));
-    const bool ok = check(p, got.data(), "baseline");
+    const bool ok = validate(p, d, go, "baseline");
     *t_us = median_us(go);
     return ok;
 }
