@@ -67,11 +67,46 @@ __host__ __device__ constexpr int sgkc_ar16_kld(int H, int hdp)
 #define SGKC_AR16_LDS 24
 #define SGKC_AR16_HS (16 * SGKC_AR16_LDS + 4)
 
-/* Shared memory of a block, in bytes. */
-__host__ __device__ constexpr size_t sgkc_ar16_smem(int pcap, int ht, int H, int hdp)
+/* Shared memory of a block, in bytes: weights, the bias tile (two stages
+ * where MLP warps run ahead, npw > 0), two stages of K and V. */
+__host__ __device__ constexpr size_t sgkc_ar16_smem(int pcap, int ht, int H, int hdp, int npw = 0)
 {
-    return sgkc_mh_smem_floats(pcap, ht) * 4 + (size_t)8 * ht * SGKC_AR16_HS * 4 +
+    return sgkc_mh_smem_floats(pcap, ht) * 4 + (size_t)(npw ? 2 : 1) * 8 * ht * SGKC_AR16_HS * 4 +
            (size_t)2 * 2 * 16 * sgkc_ar16_kld(H, hdp) * 2;
+}
+
+/* Named barriers of the warp-specialised form: a bias stage full, a bias
+ * stage free, the attention warps among themselves (0 is __syncthreads') */
+#define SGKC_AR16_BAR_FULL 1
+#define SGKC_AR16_BAR_FREE 3
+#define SGKC_AR16_BAR_ATT 5
+/* on an immediate id, so that ptxas reserves only the barriers used */
+template <int ID>
+__device__ __forceinline__ void sgkc_bar_sync(int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
+}
+template <int ID>
+__device__ __forceinline__ void sgkc_bar_arrive(int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
+}
+/* the stage's own: ID for stage 0, ID + 1 for stage 1 */
+template <int ID>
+__device__ __forceinline__ void sgkc_bar_sync_stage(int st, int n)
+{
+    if (st)
+        sgkc_bar_sync<ID + 1>(n);
+    else
+        sgkc_bar_sync<ID>(n);
+}
+template <int ID>
+__device__ __forceinline__ void sgkc_bar_arrive_stage(int st, int n)
+{
+    if (st)
+        sgkc_bar_arrive<ID + 1>(n);
+    else
+        sgkc_bar_arrive<ID>(n);
 }
 
 __device__ __forceinline__ void sgkc_ldsm_x4(uint32_t (&r)[4], const void *p)
@@ -107,21 +142,27 @@ __device__ __forceinline__ bool sgkc_nonfinite16(uint32_t h)
     return BF ? (h & 0x7f80u) == 0x7f80u : (h & 0x7c00u) == 0x7c00u;
 }
 
-template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0>
+/* NPW > 0: warps 0 .. NPW - 1 run the MLP only, a bias stage ahead of the
+ * other WH - NPW, which run the attention only (named barriers hand the
+ * stages over), so that the two phases overlap instead of alternating. */
+template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0, int NPW = 0>
 __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar16_args a)
 {
     constexpr int NT = 32 * WH, BK = 16;
-    constexpr int NQ = PCAP / 16;  /* the features' k-steps */
-    constexpr int MPW = 16 / WH;   /* MLP tiles (queries) a warp per key tile */
-    constexpr int KS = HDP / 16;   /* Q.K's k-steps */
-    constexpr int ND = HDP / 8;    /* O's n-tiles */
-    constexpr int LDS = SGKC_AR16_LDS, HS = SGKC_AR16_HS;
-    static_assert(16 % WH == 0 && HDP % 16 == 0 && PCAP % 16 == 0, "whole tiles");
+    constexpr int NQ = PCAP / 16;         /* the features' k-steps */
+    constexpr int MW = NPW ? NPW : WH;    /* warps that run the MLP */
+    constexpr int MPW = 16 / MW;          /* MLP tiles (queries) a warp per key tile */
+    constexpr int AW = WH - NPW;          /* warps that run the attention */
+    constexpr int LT = 32 * AW;           /* threads that copy K and V */
+    constexpr int KS = HDP / 16;          /* Q.K's k-steps */
+    constexpr int ND = HDP / 8;           /* O's n-tiles */
+    constexpr int LDS = SGKC_AR16_LDS, HS = SGKC_AR16_HS, SBS = 8 * HT * HS;
+    static_assert(16 % MW == 0 && AW > 0 && HDP % 16 == 0 && PCAP % 16 == 0, "whole tiles");
 
     extern __shared__ __align__(16) float smem[];
     const float *b2s = smem + PCAP * sgkc_mh_ldh(PCAP) / 2 + PCAP + 8 * HT * sgkc_mt_ldw2(PCAP);
-    float *Sb = smem + sgkc_mh_smem_floats(PCAP, HT); /* [head][query][key] */
-    uint16_t *KV = reinterpret_cast<uint16_t *>(Sb + 8 * HT * HS);
+    float *Sb = smem + sgkc_mh_smem_floats(PCAP, HT); /* [stage][head][query][key] */
+    uint16_t *KV = reinterpret_cast<uint16_t *>(Sb + (NPW ? 2 : 1) * SBS);
 
     const int N = a.N, H = a.H, P = a.P, hd = a.hd;
     const int KLD = sgkc_ar16_kld(H, HDP);   /* halves */
@@ -129,6 +170,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     const int CPR = RW / 8;                  /* 16-byte chunks of one */
     uint16_t *Ks = KV, *Vs = KV + 2 * BK * KLD; /* [stage][key][col] */
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int aw = warp - NPW, atid = tid - 32 * NPW; /* attention warp and thread (< 0: an MLP warp) */
     const int rank = (int)(blockIdx.x % (unsigned)a.ks);
     const int64_t tile = blockIdx.x / (unsigned)a.ks;
     const int qt = (int)(tile % a.qtiles);
@@ -146,7 +188,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
      * are the same every tile, walked by adds from its first: a division
      * by the runtime row width for each chunk would cost more than the
      * copy it addresses. */
-    const int dR = NT / CPR, dC = NT - dR * CPR, rr0 = tid / CPR, c00 = tid - rr0 * CPR;
+    const int dR = LT / CPR, dC = LT - dR * CPR, rr0 = atid / CPR, c00 = atid - rr0 * CPR;
     auto load_kv = [&](int kt, int st) {
         const int k0 = kt * BK;
         int rr = rr0, c = c00;
@@ -172,7 +214,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         return __any_sync(0xffffffffu, k < N && vrow_b[k] != 0) != 0;
     };
 
-    if (kb < ke)
+    if (kb < ke && aw >= 0)
         load_kv(kb, kb & 1);
     sgkc_cp_commit();
 
@@ -182,11 +224,12 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         const int r0 = q0 + g, r1 = r0 + 8;
 #pragma unroll
         for (int i = 0; i < HPW; i++) {
-            const int h = warp + WH * i;
+            const int h = aw + AW * i;
+            const bool hv = aw >= 0 && h < H;
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) {
-                const int c = (h < H ? h : 0) * HDP + 16 * kk + 2 * t;
-                const bool in0 = h < H && r0 < N, in1 = h < H && r1 < N;
+                const int c = (hv ? h : 0) * HDP + 16 * kk + 2 * t;
+                const bool in0 = hv && r0 < N, in1 = hv && r1 < N;
                 const uint32_t *p0 = reinterpret_cast<const uint32_t *>(qkv_b + (size_t)(in0 ? r0 : 0) * 3 * RW + c);
                 const uint32_t *p1 = reinterpret_cast<const uint32_t *>(qkv_b + (size_t)(in1 ? r1 : 0) * 3 * RW + c);
                 qf[i][kk][0] = in0 ? __ldg(p0) : 0u;
@@ -197,14 +240,14 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         }
     }
 
-    /* features and mask bits of MLP tile (kt, mi): query q0 + warp + WH mi,
+    /* features and mask bits of MLP tile (kt, mi): query q0 + warp + MW mi,
      * keys kt BK + g and + 8 */
     struct feats {
         uint2 x0[NQ], x1[NQ];
         unsigned m0, m1;
     };
     auto load_feats = [&](feats &f, int kt, int mi) {
-        const int q = q0 + warp + WH * mi, k = kt * BK + g;
+        const int q = q0 + warp + MW * mi, k = kt * BK + g;
         const bool in0 = kt < ke && q < N && k < N, in1 = kt < ke && q < N && k + 8 < N;
         const int64_t r0 = ((int64_t)b * N + (q < N ? q : 0)) * N + k;
         sgkc_mlp_args ma;
@@ -228,17 +271,9 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         lrow[i][0] = lrow[i][1] = 0.0f;
     }
 
+    /* the MLP of this warp's tiles of key tile kt into the bias stage Sbs */
     feats cur;
-    load_feats(cur, kb, 0);
-    __syncthreads(); /* the weights */
-
-    for (int kt = kb; kt < ke; kt++) {
-        const int st = kt & 1;
-        if (kt + 1 < ke)
-            load_kv(kt + 1, st ^ 1);
-        sgkc_cp_commit();
-
-        /* the relation MLP of this tile's pairs into Sb */
+    auto mlp = [&](int kt, float *Sbs) {
 #pragma unroll 1
         for (int mi = 0; mi < MPW; mi++) {
             feats nxt;
@@ -249,12 +284,12 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
 
             float ob[HT][4];
             sgkc_mh_tile<PCAP, HT, BF>(ob, cur.x0, cur.x1, smem, g, t);
-            const int ql = warp + WH * mi;
+            const int ql = warp + MW * mi;
             const bool e0 = sgkc_bits_edge(cur.m0), e1 = sgkc_bits_edge(cur.m1);
 #pragma unroll
             for (int ht = 0; ht < HT; ht++) {
                 const int h = 8 * ht + 2 * t;
-                float *s0 = Sb + h * HS + ql * LDS + g;
+                float *s0 = Sbs + h * HS + ql * LDS + g;
                 s0[0] = e0 ? ob[ht][0] + b2s[h] : SGKC_NEG_INF;
                 s0[HS] = e0 ? ob[ht][1] + b2s[h + 1] : SGKC_NEG_INF;
                 s0[8] = e1 ? ob[ht][2] + b2s[h] : SGKC_NEG_INF;
@@ -262,30 +297,29 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
             }
             cur = nxt;
         }
-
-        sgkc_cp_wait<1>();
-        const bool vbad = v_nonfinite(kt);
-        __syncthreads(); /* Sb written, this stage arrived */
-
-        /* attention of the warp's heads over this tile */
+    };
+    /* the attention of this warp's heads over key tile kt (stage st of K
+     * and V, bias stage Sbs) */
+    auto attend = [&](int kt, int st, const float *Sbs) {
         const uint16_t *Kst = Ks + st * BK * KLD, *Vst = Vs + st * BK * KLD;
+        const bool vbad = v_nonfinite(kt);
 #pragma unroll
         for (int i = 0; i < HPW; i++) {
-            const int h = warp + WH * i;
-            if (h >= H)
+            const int h = aw + AW * i;
+            if (aw < 0 || h >= H)
                 break;
             float s[2][4] = {};
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) {
                 /* matrices: keys 0-7 cols +0, keys 0-7 cols +8, keys 8-15 cols +0, keys 8-15 cols +8 */
                 const int m = lane >> 3, r = lane & 7;
-                uint32_t kb[4];
-                sgkc_ldsm_x4(kb, Kst + ((m >> 1) * 8 + r) * KLD + h * HDP + 16 * kk + (m & 1) * 8);
-                const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+                uint32_t kf[4];
+                sgkc_ldsm_x4(kf, Kst + ((m >> 1) * 8 + r) * KLD + h * HDP + 16 * kk + (m & 1) * 8);
+                const uint32_t b0[2] = {kf[0], kf[1]}, b1[2] = {kf[2], kf[3]};
                 sgkc_mma16_16x8x16<BF>(s[0], qf[i][kk], b0);
                 sgkc_mma16_16x8x16<BF>(s[1], qf[i][kk], b1);
             }
-            const float *sb = Sb + h * HS + g * LDS + 2 * t;
+            const float *sb = Sbs + h * HS + g * LDS + 2 * t;
             float mx0 = SGKC_NEG_INF, mx1 = SGKC_NEG_INF;
 #pragma unroll
             for (int n = 0; n < 2; n++) {
@@ -359,8 +393,50 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
                 }
             }
         }
-        __syncthreads(); /* Sb and this stage are free */
+    };
+
+    if (aw < 0 || NPW == 0)
+        load_feats(cur, kb, 0);
+    __syncthreads(); /* the weights */
+    if constexpr (NPW == 0) {
+        for (int kt = kb; kt < ke; kt++) {
+            const int st = kt & 1;
+            if (kt + 1 < ke)
+                load_kv(kt + 1, st ^ 1);
+            sgkc_cp_commit();
+            mlp(kt, Sb);
+            sgkc_cp_wait<1>();
+            __syncthreads(); /* Sb written, this stage arrived */
+            attend(kt, st, Sb);
+            __syncthreads(); /* Sb and this stage are free */
+        }
+    } else if (aw < 0) {
+        /* MLP warps: bias stage j & 1 of the block's j-th tile, once the
+         * attention warps have freed it (from the third tile on) */
+        for (int kt = kb; kt < ke; kt++) {
+            const int j = kt - kb;
+            if (j >= 2)
+                sgkc_bar_sync_stage<SGKC_AR16_BAR_FREE>(j & 1, NT);
+            mlp(kt, Sb + (j & 1) * SBS);
+            sgkc_bar_arrive_stage<SGKC_AR16_BAR_FULL>(j & 1, NT);
+        }
+    } else {
+        for (int kt = kb; kt < ke; kt++) {
+            const int j = kt - kb, st = kt & 1;
+            sgkc_bar_sync<SGKC_AR16_BAR_ATT>(LT); /* every attention warp is past tile kt - 1: its K/V stage is free */
+            if (kt + 1 < ke)
+                load_kv(kt + 1, st ^ 1);
+            sgkc_cp_commit();
+            sgkc_cp_wait<1>();
+            sgkc_bar_sync<SGKC_AR16_BAR_ATT>(LT); /* this tile's K and V arrived */
+            sgkc_bar_sync_stage<SGKC_AR16_BAR_FULL>(j & 1, NT);
+            attend(kt, st, Sb + (j & 1) * SBS);
+            if (j + 2 < ke - kb) /* the MLP warps wait for it before their tile j + 2 */
+                sgkc_bar_arrive_stage<SGKC_AR16_BAR_FREE>(j & 1, NT);
+        }
     }
+    if constexpr (NPW > 0)
+        __syncthreads(); /* both roles done: Sb and K/V are the merge's */
     sgkc_cp_wait<0>();
 
     const int r0 = q0 + g, r1 = r0 + 8;
@@ -368,8 +444,8 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     auto each_head = [&](auto f) {
 #pragma unroll
         for (int i = 0; i < HPW; i++) {
-            const int h = warp + WH * i;
-            if (h >= H)
+            const int h = aw + AW * i;
+            if (aw < 0 || h >= H)
                 break;
             f(i, h);
         }
