@@ -80,48 +80,24 @@ __host__ __device__ constexpr size_t sgkc_ar16_smem(int pcap, int ht, int H, int
 #define SGKC_AR16_BAR_FULL 1
 #define SGKC_AR16_BAR_FREE 3
 #define SGKC_AR16_BAR_ATT 5
-/* on an immediate id, so that ptxas reserves only the barriers used */
-template <int ID>
-__device__ __forceinline__ void sgkc_bar_sync(int n)
+/* bar.sync (ARRIVE: bar.arrive) of n threads on named barrier ID, an
+ * immediate, so that ptxas reserves only the barriers used; _stage: the
+ * stage's own, ID for stage 0, ID + 1 for stage 1 */
+template <int ID, bool ARRIVE = false>
+__device__ __forceinline__ void sgkc_bar(int n)
 {
-    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
+    if constexpr (ARRIVE)
+        asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
+    else
+        asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
 }
-template <int ID>
-__device__ __forceinline__ void sgkc_bar_arrive(int n)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
-}
-/* the stage's own: ID for stage 0, ID + 1 for stage 1 */
-template <int ID>
-__device__ __forceinline__ void sgkc_bar_sync_stage(int st, int n)
+template <int ID, bool ARRIVE = false>
+__device__ __forceinline__ void sgkc_bar_stage(int st, int n)
 {
     if (st)
-        sgkc_bar_sync<ID + 1>(n);
+        sgkc_bar<ID + 1, ARRIVE>(n);
     else
-        sgkc_bar_sync<ID>(n);
-}
-template <int ID>
-__device__ __forceinline__ void sgkc_bar_arrive_stage(int st, int n)
-{
-    if (st)
-        sgkc_bar_arrive<ID + 1>(n);
-    else
-        sgkc_bar_arrive<ID>(n);
-}
-
-__device__ __forceinline__ void sgkc_ldsm_x4(uint32_t (&r)[4], const void *p)
-{
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-__device__ __forceinline__ void sgkc_ldsm_x4_trans(uint32_t (&r)[4], const void *p)
-{
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+        sgkc_bar<ID, ARRIVE>(n);
 }
 
 /* two floats as a pair of the layer's 16-bit values, lo in the low half */
@@ -416,23 +392,23 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         for (int kt = kb; kt < ke; kt++) {
             const int j = kt - kb;
             if (j >= 2)
-                sgkc_bar_sync_stage<SGKC_AR16_BAR_FREE>(j & 1, NT);
+                sgkc_bar_stage<SGKC_AR16_BAR_FREE>(j & 1, NT);
             mlp(kt, Sb + (j & 1) * SBS);
-            sgkc_bar_arrive_stage<SGKC_AR16_BAR_FULL>(j & 1, NT);
+            sgkc_bar_stage<SGKC_AR16_BAR_FULL, true>(j & 1, NT);
         }
     } else {
         for (int kt = kb; kt < ke; kt++) {
             const int j = kt - kb, st = kt & 1;
-            sgkc_bar_sync<SGKC_AR16_BAR_ATT>(LT); /* every attention warp is past tile kt - 1: its K/V stage is free */
+            sgkc_bar<SGKC_AR16_BAR_ATT>(LT); /* every attention warp is past tile kt - 1: its K/V stage is free */
             if (kt + 1 < ke)
                 load_kv(kt + 1, st ^ 1);
             sgkc_cp_commit();
             sgkc_cp_wait<1>();
-            sgkc_bar_sync<SGKC_AR16_BAR_ATT>(LT); /* this tile's K and V arrived */
-            sgkc_bar_sync_stage<SGKC_AR16_BAR_FULL>(j & 1, NT);
+            sgkc_bar<SGKC_AR16_BAR_ATT>(LT); /* this tile's K and V arrived */
+            sgkc_bar_stage<SGKC_AR16_BAR_FULL>(j & 1, NT);
             attend(kt, st, Sb + (j & 1) * SBS);
             if (j + 2 < ke - kb) /* the MLP warps wait for it before their tile j + 2 */
-                sgkc_bar_arrive_stage<SGKC_AR16_BAR_FREE>(j & 1, NT);
+                sgkc_bar_stage<SGKC_AR16_BAR_FREE, true>(j & 1, NT);
         }
     }
     if constexpr (NPW > 0)
