@@ -100,6 +100,21 @@ __device__ __forceinline__ void sgkc_bar_stage(int st, int n)
         sgkc_bar<ID, ARRIVE>(n);
 }
 
+__device__ __forceinline__ void sgkc_ldsm_x4(uint32_t (&r)[4], const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void sgkc_ldsm_x4_trans(uint32_t (&r)[4], const void *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
 /* two floats as a pair of the layer's 16-bit values, lo in the low half */
 template <bool BF>
 __device__ __forceinline__ uint32_t sgkc_pack16(float lo, float hi)
