@@ -74,7 +74,7 @@
 # tools/bundle.sh left in DIR instead of building, so that a lease's time goes to
 # running; the jobs that run meson's tests need the build and refuse it.
 # Each job builds first (a no-op while build/ is up to date on a warm machine),
-# but tcgemm, attncheck and mlpcheck, which build their own program alone.
+# but tcgemm, attncheck, mlpcheck and rel16check, which build their own program alone.
 # Needs nvcc, meson, ninja, python3 (with torch for `torch`); CMocka and the OpenCL
 # ICD loader and headers as Debian packages in .debs/ (see DEVELOPERS.md); the commit
 # to record in .dev/commit when the tree carries no .git.

@@ -2,9 +2,8 @@
  * f16 layers, on 16-bit m16n8k16 MMAs: the bias is computed where it is
  * used and never written to memory, so a call reads each pair's features
  * once (2 P bytes a pair) instead of the pass writing and the attention
- * reading 4 H bytes a pair more. The library does not launch it yet: it is
- * slower than mlp_h16.cuh's pass and attn_mma.cuh together (DESIGN.md);
- * dev/rel16_check.cu validates and times it.
+ * reading 4 H bytes a pair more. The library does not launch it yet
+ * (DESIGN.md says why); dev/rel16_check.cu validates and times it.
  *
  * One block owns 16 queries of one batch entry and every head, with WH
  * warps. Per tile of 16 keys:
@@ -28,8 +27,7 @@
  *
  * Grids too small for the GPU split each query tile's keys over the ks
  * blocks of a cluster, which merge their O, row max and sum through
- * distributed shared memory as attn_tiled.cuh's do (sgkc_attn_merge's
- * arithmetic, in rank order).
+ * distributed shared memory (attn_tiled.cuh's sgkc_attn_merge).
  *
  * Q, K and V arrive as 16-bit rows (B N, 3, H, HDP), each head's columns
  * padded with zeros to HDP, q pre-scaled by 1/sqrt(hd); ctx leaves as
@@ -115,17 +113,6 @@ __device__ __forceinline__ void sgkc_ldsm_x4_trans(uint32_t (&r)[4], const void 
                  : "r"(a));
 }
 
-/* two floats as a pair of the layer's 16-bit values, lo in the low half */
-template <bool BF>
-__device__ __forceinline__ uint32_t sgkc_pack16(float lo, float hi)
-{
-    return (uint32_t)sgkc_h16_bits<BF>(lo) | (uint32_t)sgkc_h16_bits<BF>(hi) << 16;
-}
-template <bool BF>
-__device__ __forceinline__ float sgkc_unpack16(uint16_t h)
-{
-    return sgkc_widen16(h, !BF);
-}
 /* a 16-bit value's exponent all ones: Inf or NaN */
 template <bool BF>
 __device__ __forceinline__ bool sgkc_nonfinite16(uint32_t h)
@@ -241,12 +228,8 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         const int q = q0 + warp + MW * mi, k = kt * BK + g;
         const bool in0 = kt < ke && q < N && k < N, in1 = kt < ke && q < N && k + 8 < N;
         const int64_t r0 = ((int64_t)b * N + (q < N ? q : 0)) * N + k;
-        sgkc_mlp_args ma;
-        ma.pair16 = a.pair16;
-        ma.P = P;
-        ma.pvec = a.pvec;
-        sgkc_mh_load_row<NQ>(ma, in0 ? r0 : 0, in0, t, f.x0);
-        sgkc_mh_load_row<NQ>(ma, in1 ? r0 + 8 : 0, in1, t, f.x1);
+        sgkc_mh_load_row<NQ>(a, in0 ? r0 : 0, in0, t, f.x0);
+        sgkc_mh_load_row<NQ>(a, in1 ? r0 + 8 : 0, in1, t, f.x1);
         f.m0 = in0 ? sgkc_mask_bits(a.mask, a.mask_u8, (size_t)r0) : 0u;
         f.m1 = in1 ? sgkc_mask_bits(a.mask, a.mask_u8, (size_t)r0 + 8) : 0u;
     };
@@ -375,7 +358,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
                     const uint16_t *vr = Vst + k * KLD + h * HDP + 2 * t;
 #pragma unroll
                     for (int n = 0; n < ND; n++) {
-                        const float v0 = sgkc_unpack16<BF>(vr[8 * n]), v1 = sgkc_unpack16<BF>(vr[8 * n + 1]);
+                        const float v0 = sgkc_widen16(vr[8 * n], !BF), v1 = sgkc_widen16(vr[8 * n + 1], !BF);
                         o[i][n][0] = sgkc_pv<true>(pg, v0, o[i][n][0]);
                         o[i][n][1] = sgkc_pv<true>(pg, v1, o[i][n][1]);
                         o[i][n][2] = sgkc_pv<true>(pg8, v0, o[i][n][2]);
@@ -449,20 +432,24 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         }
     });
     if (a.ks > 1) {
-        /* O (unnormalised), m and l of the block's rows into its own shared
-         * memory (K/V's and the bias tile's, free after the last tile's
-         * barrier), then each block of the cluster merges a share of the
-         * elements from every block's */
-        const int LDO = RW + 4;
+        /* O (unnormalised, its head dims unpadded), m and l of the block's
+         * rows into its own shared memory (K/V's and the bias tile's, free
+         * after the last tile's barrier), merged as attn_tiled.cuh merges */
+        const int D = a.D, LDO = D + 4;
         float *Os = reinterpret_cast<float *>(KV), *Ms = Sb, *Ls = Sb + 16 * H;
         each_head([&](int i, int h) {
 #pragma unroll
             for (int n = 0; n < ND; n++) {
-                float *o0 = Os + g * LDO + h * HDP + 8 * n + 2 * t;
-                o0[0] = o[i][n][0];
-                o0[1] = o[i][n][1];
-                o0[8 * LDO] = o[i][n][2];
-                o0[8 * LDO + 1] = o[i][n][3];
+                const int c = 8 * n + 2 * t;
+                float *o0 = Os + g * LDO + h * hd + c;
+                if (c < hd) {
+                    o0[0] = o[i][n][0];
+                    o0[8 * LDO] = o[i][n][2];
+                }
+                if (c + 1 < hd) {
+                    o0[1] = o[i][n][1];
+                    o0[8 * LDO + 1] = o[i][n][3];
+                }
             }
             if (t == 0) {
                 Ms[h * 16 + g] = mrow[i][0];
@@ -471,25 +458,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
                 Ls[h * 16 + g + 8] = lrow[i][1];
             }
         });
-        const int S = a.ks, D = a.D;
-        sgkc_cluster_sync(S);
-        for (int e = rank * NT + tid; e < 16 * D; e += S * NT) {
-            const int q = e / D, d = e - q * D, h = d / hd, c = d - h * hd;
-            if (q0 + q >= N)
-                continue;
-            float m = SGKC_NEG_INF;
-            for (int p = 0; p < S; p++)
-                m = fmaxf(m, *sgkc_cluster_peer(Ms + h * 16 + q, p, S));
-            const float mu = m == SGKC_NEG_INF ? 0.0f : m;
-            float l = 0.0f, ov = 0.0f;
-            for (int p = 0; p < S; p++) {
-                const float w = sgkc_ex2((*sgkc_cluster_peer(Ms + h * 16 + q, p, S) - mu) * SGKC_LOG2E);
-                l = fmaf(*sgkc_cluster_peer(Ls + h * 16 + q, p, S), w, l);
-                ov = fmaf(*sgkc_cluster_peer(Os + q * LDO + h * HDP + c, p, S), w, ov);
-            }
-            a.ctx[((size_t)b * N + q0 + q) * D + d] = l == 0.0f ? 0.0f : ov / l;
-        }
-        sgkc_cluster_sync(S);
+        sgkc_attn_merge<16, NT>(a, Os, LDO, Ms, Ls, rank, b, q0, 0, D);
         return;
     }
 

@@ -58,8 +58,8 @@ __device__ __forceinline__ void sgkc_attn_key_range(int ktiles, int ks, int rank
  * likewise, so the result does not depend on timing; a row with no edge
  * (l = 0) gets 0 and NaN scores give NaN, as unsplit. A second barrier keeps every block's shared
  * memory alive until the others have read it. */
-template <int BQ, int NT>
-__device__ void sgkc_attn_merge(const sgkc_attn_args &a, const float *Os, int ldo, const float *Ms, const float *Ls,
+template <int BQ, int NT, typename Args>
+__device__ void sgkc_attn_merge(const Args &a, const float *Os, int ldo, const float *Ms, const float *Ls,
                                 int rank, int64_t b, int q0, int d0, int DG)
 {
     const int S = a.ks, N = a.N;

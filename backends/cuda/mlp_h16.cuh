@@ -56,6 +56,13 @@ __device__ __forceinline__ uint16_t sgkc_h16_bits(float x)
         return __half_as_ushort(__float2half_rn(x));
 }
 
+/* two floats as a pair of 16-bit values, lo in the low half */
+template <bool BF>
+__device__ __forceinline__ uint32_t sgkc_pack16(float lo, float hi)
+{
+    return (uint32_t)sgkc_h16_bits<BF>(lo) | (uint32_t)sgkc_h16_bits<BF>(hi) << 16;
+}
+
 /* Row stride of W1's 16-bit rows in shared memory, in halves: a half warp's
  * 8-byte reads (rows g .. g + 3 at halves 16q + 4t) fall on distinct banks
  * at PCAP >= 32. */
@@ -71,9 +78,11 @@ __host__ __device__ constexpr size_t sgkc_mh_smem_floats(int pcap, int ht)
 
 /* Features 16 q + 4 t .. + 3 of row r (lane t's share of each k-step of
  * 16), two 16-bit values a word; zero past P, and everywhere where !in.
- * 8-byte loads where a.pvec (P % 4 == 0 and the features 8-byte aligned). */
-template <int NQ>
-__device__ __forceinline__ void sgkc_mh_load_row(const sgkc_mlp_args &a, int64_t r, bool in, int t, uint2 (&x)[NQ])
+ * 8-byte loads where a.pvec (P % 4 == 0 and the features 8-byte aligned).
+ * Args: any kernel's arguments with pair16, P and pvec (this pass's,
+ * attn_rel16.cuh's). */
+template <int NQ, typename Args>
+__device__ __forceinline__ void sgkc_mh_load_row(const Args &a, int64_t r, bool in, int t, uint2 (&x)[NQ])
 {
     const int P = a.P;
     const uint16_t *src = a.pair16 + (size_t)(in ? r : 0) * P;
@@ -106,9 +115,8 @@ __device__ __forceinline__ void sgkc_mh_stage(float *smem, const float *w1, cons
     uint16_t *W1h = reinterpret_cast<uint16_t *>(smem);
     float *b1s = smem + PCAP * LDH / 2, *W2s = b1s + PCAP, *b2s = W2s + 8 * HT * LDW2;
     sgkc_mt_stage_w1<PCAP, NT>(w1, P, tid, [&](int n, int k, float4 v) {
-        const uint2 h = make_uint2(sgkc_h16_bits<BF>(v.x) | (uint32_t)sgkc_h16_bits<BF>(v.y) << 16,
-                                   sgkc_h16_bits<BF>(v.z) | (uint32_t)sgkc_h16_bits<BF>(v.w) << 16);
-        *reinterpret_cast<uint2 *>(W1h + n * LDH + k) = h; /* n LDH and k are multiples of 4 halves: 8-byte aligned */
+        /* n LDH and k are multiples of 4 halves: 8-byte aligned */
+        *reinterpret_cast<uint2 *>(W1h + n * LDH + k) = make_uint2(sgkc_pack16<BF>(v.x, v.y), sgkc_pack16<BF>(v.z, v.w));
     });
     for (int i = tid; i < PCAP; i += NT)
         b1s[i] = i < P ? __ldg(b1 + i) : 0.0f;

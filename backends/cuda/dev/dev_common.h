@@ -5,6 +5,8 @@
 #ifndef SGK_CUDA_DEV_COMMON_H
 #define SGK_CUDA_DEV_COMMON_H
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -34,6 +36,17 @@ static double urand()
 static float nrand()
 {
     return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
+}
+
+/* a float rounded to bf16 (bf) or f16, as its 16 bits; and 16 bits widened
+ * back (NaN and Inf kept) */
+static uint16_t dev_bits16(float x, bool bf)
+{
+    return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+}
+static float dev_widen16(uint16_t h, bool bf)
+{
+    return bf ? __bfloat162float(__ushort_as_bfloat16(h)) : __half2float(__ushort_as_half(h));
 }
 
 /* got (floats, all expected finite) against a double reference: relative

@@ -65,11 +65,7 @@ struct problem {
 /* dt: 0 float, 1 bf16, 2 f16 (features and weights rounded to it) */
 static float round16(float x, int dt)
 {
-    return dt == 1 ? __bfloat162float(__float2bfloat16_rn(x)) : dt == 2 ? __half2float(__float2half_rn(x)) : x;
-}
-static uint16_t bits16(float x, int dt)
-{
-    return dt == 1 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+    return dt ? dev_widen16(dev_bits16(x, dt == 1), dt == 1) : x;
 }
 
 static problem make_problem(const shape &s, int dt = 0)
@@ -116,7 +112,7 @@ static problem make_problem(const shape &s, int dt = 0)
     p.pair16 = nullptr;
     if (dt) {
         std::vector<uint16_t> h(pair.size());
-        for (size_t i = 0; i < h.size(); i++) h[i] = bits16(pair[i], dt);
+        for (size_t i = 0; i < h.size(); i++) h[i] = dev_bits16(pair[i], dt == 1);
         CK(cudaMalloc(&p.pair16, h.size() * sizeof(uint16_t)));
         CK(cudaMemcpy(p.pair16, h.data(), h.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
     }

@@ -52,29 +52,6 @@ static const shape shapes[] = {
     {"odd-nonfinite", 3, 37, 30, 5, 33, true, 1, 0}, {"s04-nonfinite-f16", 8, 96, 192, 6, 16, false, 1, 1},
 };
 
-static uint16_t to16(float x, bool bf)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if (bf) {
-        if ((u & 0x7f800000u) == 0x7f800000u) /* inf, nan */
-            return (uint16_t)((u >> 16) | ((u & 0xffffu) ? 0x40u : 0u));
-        u += 0x7fffu + ((u >> 16) & 1u);
-        return (uint16_t)(u >> 16);
-    }
-    return __half_as_ushort(__float2half_rn(x));
-}
-static float from16(uint16_t h, bool bf)
-{
-    if (bf) {
-        const uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    return __half2float(__ushort_as_half(h));
-}
-
 static int cap(int x, const int (&c)[4])
 {
     for (int v : c)
@@ -102,7 +79,7 @@ static problem make(const shape &s)
     const bool bf = s.bf;
     const int B = s.B, N = s.N, D = s.D, H = s.H, P = s.P, hd = p.hd, HDP = p.HDP;
     const size_t rows = (size_t)B * N, pairs = rows * N;
-    auto r16 = [&](float x) { return from16(to16(x, bf), bf); };
+    auto r16 = [&](float x) { return dev_widen16(dev_bits16(x, bf), bf); };
     p.qkv16.assign(rows * 3 * H * HDP, 0);
     p.qkvf.assign(rows * 3 * D, 0.0f);
     const float qs = 1.0f / sqrtf((float)hd);
@@ -111,12 +88,12 @@ static problem make(const shape &s)
             for (int h = 0; h < H; h++)
                 for (int c = 0; c < hd; c++) {
                     const float v = r16(nrand() * (w == 0 ? 2.0f * qs : 1.0f));
-                    p.qkv16[((r * 3 + w) * H + h) * HDP + c] = to16(v, bf);
+                    p.qkv16[((r * 3 + w) * H + h) * HDP + c] = dev_bits16(v, bf);
                     p.qkvf[r * 3 * D + w * D + h * hd + c] = v;
                 }
     p.pair16.resize(pairs * P);
     for (auto &x : p.pair16)
-        x = to16(nrand(), bf);
+        x = dev_bits16(nrand(), bf);
     p.w1.resize((size_t)P * P);
     p.b1.resize(P);
     p.w2t.resize((size_t)P * H);
@@ -134,17 +111,17 @@ static problem make(const shape &s)
         /* V of batch 0, key 5, head 0, column 0: +inf; features of an edge (0, 1, 2)
          * and of a non-edge (0, 2, 4): NaN */
         const size_t r = 5;
-        p.qkv16[((r * 3 + 2) * H + 0) * HDP + 0] = to16(INFINITY, bf);
+        p.qkv16[((r * 3 + 2) * H + 0) * HDP + 0] = dev_bits16(INFINITY, bf);
         p.qkvf[r * 3 * D + 2 * D + 0] = INFINITY;
         p.mask[(size_t)1 * N + 2] = 1;
-        p.pair16[((size_t)1 * N + 2) * P + 0] = to16(NAN, bf);
+        p.pair16[((size_t)1 * N + 2) * P + 0] = dev_bits16(NAN, bf);
         p.mask[(size_t)2 * N + 4] = 0;
-        p.pair16[((size_t)2 * N + 4) * P + 0] = to16(NAN, bf);
+        p.pair16[((size_t)2 * N + 4) * P + 0] = dev_bits16(NAN, bf);
     }
     p.vrow.assign(rows, 0);
     for (size_t r = 0; r < rows; r++)
         for (int e = 0; e < H * HDP; e++)
-            if (!std::isfinite(from16(p.qkv16[(r * 3 + 2) * H * HDP + e], bf)))
+            if (!std::isfinite(dev_widen16(p.qkv16[(r * 3 + 2) * H * HDP + e], bf)))
                 p.vrow[r] = 1;
     /* the double reference on the rounded values */
     p.ref.assign(rows * D, 0.0);
@@ -160,7 +137,7 @@ static problem make(const shape &s)
             for (int u = 0; u < P; u++) {
                 double acc = p.b1[u];
                 for (int r = 0; r < P; r++)
-                    acc += (double)p.w1[(size_t)u * P + r] * from16(f[r], bf);
+                    acc += (double)p.w1[(size_t)u * P + r] * dev_widen16(f[r], bf);
                 hid[u] = acc / (1.0 + exp(-acc));
             }
             for (int h = 0; h < H; h++) {
@@ -282,7 +259,8 @@ static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
     int per_sm = 0, sms = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 32 * WH, smem));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    /* rel16.cu's key split: enough cluster blocks to fill the slots, up to 8 */
+    /* the key split the library's plan would take: enough cluster blocks to
+     * fill the slots, up to 8, each the same number of key tiles */
     const int64_t blocks0 = (int64_t)s.B * a.qtiles, slots = (int64_t)sms * per_sm;
     const int ktiles = (s.N + 15) / 16;
     a.ks = 1;
@@ -373,8 +351,7 @@ static bool run_base(const problem &p, const dev_problem &d, float *t_us)
     if (hdp == HDP && wh == WH && hpw == HPW && pcap == PCAP && ht == HT)                                 \
         return s.bf ? run_rel16<HDP, WH, HPW, PCAP, HT, true>(p, d, t) : run_rel16<HDP, WH, HPW, PCAP, HT, false>(p, d, t);
 
-/* the instance a shape takes, as rel16.cu picks it: eight warps, one or
- * two heads a warp */
+/* the instance a shape takes: eight warps, one or two heads a warp */
 static bool dispatch(const problem &p, const dev_problem &d, float *t)
 {
     const shape &s = p.s;
@@ -411,6 +388,8 @@ int main(int argc, char **argv)
     for (const shape &s : shapes) {
         if (only && strcmp(only, s.name) != 0)
             continue;
+        printf("%s (%d, %d, %d, %d, %d) %s%s\n", s.name, s.B, s.N, s.D, s.H, s.P, s.bf ? "bf16" : "f16",
+               s.maskf ? ", float mask" : "");
         problem p = make(s);
         dev_problem d{};
         /* Q/K/V through the pack kernel, held to the host's rounding and V flags */
@@ -441,8 +420,6 @@ int main(int argc, char **argv)
         const size_t pairs = (size_t)s.B * s.N * s.N;
         CK(cudaMalloc(&d.ctx, (size_t)s.B * s.N * s.D * 4));
         CK(cudaMalloc(&d.bias, pairs * s.H * 4));
-        printf("%s (%d, %d, %d, %d, %d) %s%s\n", s.name, s.B, s.N, s.D, s.H, s.P, s.bf ? "bf16" : "f16",
-               s.maskf ? ", float mask" : "");
         float t1 = 0, t0 = 0;
         const bool ok1 = dispatch(p, d, &t1);
         if (!ok1)
