@@ -331,17 +331,18 @@ static inline float sgk_recip(float x)
     return sgk_sel(x >= 8.507059e37f, 0.0f, y);
 }
 
-/* t / (1 + e^-t), the relation MLP's activation: it runs once per hidden
- * unit and pair, more often than any other transcendental of the layer, so
- * it takes fewer operations than t * sgk_recip(1 + sgk_exp(-t)). e = e^-|t|
- * never overflows, so the exponent needs one factor and no clamp above; e^r
- * is 1 + r + r^2 q(r) with q of degree 4 (a minimax fit on |r| <= ln2 / 2,
- * relative error 3e-9); 1 + e lies in [1, 2], where a quadratic first guess
- * of its reciprocal (error 1/99) needs two Newton steps; t < 0 gives
- * t e / (1 + e). e is 0 below e^-87, so that nothing subnormal is computed
- * (sgk_exp's reason). Within four ulps; t carries a NaN through (the
- * exponent's argument is replaced so that n stays an int). */
-static inline float sgk_silu(float t)
+/* 1 / (1 + e^-t), the logistic function of the relation MLP's activation:
+ * silu runs once per hidden unit and pair, more often than any other
+ * transcendental of the layer, so this takes fewer operations than
+ * sgk_recip(1 + sgk_exp(-t)). e = e^-|t| never overflows, so the exponent
+ * needs one factor and no clamp above; e^r is 1 + r + r^2 q(r) with q of
+ * degree 4 (a minimax fit on |r| <= ln2 / 2, relative error 3e-9); 1 + e
+ * lies in [1, 2], where a quadratic first guess of its reciprocal (error
+ * 1/99) needs two Newton steps; t < 0 gives e / (1 + e). e is 0 below
+ * e^-87, so that nothing subnormal is computed (sgk_exp's reason). Within
+ * four ulps; 1 for a NaN (the exponent's argument is replaced so that n
+ * stays an int), which silu's factor t then carries. */
+static inline float sgk_sigmoid(float t)
 {
     const float a = sgk_as_float(sgk_as_uint(t) | 0x80000000u);
     const int in = a >= -87.0f;
@@ -358,8 +359,11 @@ static inline float sgk_silu(float t)
     float y = (0.323232323f * d - 1.45454545f) * d + 2.12121212f;
     y = y + y * (1.0f - d * y);
     y = y + y * (1.0f - d * y);
-    return t * sgk_sel(t < 0.0f, e * y, y);
+    return sgk_sel(t < 0.0f, e * y, y);
 }
+
+/* t / (1 + e^-t) */
+static inline float sgk_silu(float t) { return t * sgk_sigmoid(t); }
 
 /* The instruction set whose kernels run: 2 AVX-512, 1 AVX2 and FMA, 0 the
  * compiler's baseline; SGK_CPU_ISA=avx512|avx2|base lowers it (never
@@ -398,7 +402,8 @@ typedef unsigned char uchar;
 #define sgk_sqrt sqrtf
 #define sgk_log logf
 #define sgk_recip(x) (1.0f / (x))
-#define sgk_silu(t) ((t) * sgk_recip(1.0f + sgk_exp(-(t))))
+#define sgk_sigmoid(t) sgk_recip(1.0f + sgk_exp(-(t)))
+#define sgk_silu(t) ((t) * sgk_sigmoid(t))
 #define sgk_sel(c, a, b) ((c) ? (a) : (b))
 #define SGK_LID ((int)threadIdx.x)
 #define SGK_LSIZE ((int)blockDim.x)
@@ -428,7 +433,8 @@ typedef unsigned char uchar;
 #define sgk_sqrt sqrtf
 #define sgk_log logf
 #define sgk_recip(x) (1.0f / (x))
-#define sgk_silu(t) ((t) * sgk_recip(1.0f + sgk_exp(-(t))))
+#define sgk_sigmoid(t) sgk_recip(1.0f + sgk_exp(-(t)))
+#define sgk_silu(t) ((t) * sgk_sigmoid(t))
 #define sgk_sel(c, a, b) ((c) ? (a) : (b))
 #define SGK_LID ((int)threadIdx.x)
 #define SGK_LSIZE ((int)blockDim.x)
@@ -445,7 +451,8 @@ typedef unsigned char uchar;
 #define sgk_sqrt sqrt
 #define sgk_log log
 #define sgk_recip(x) (1.0f / (x))
-#define sgk_silu(t) ((t) * sgk_recip(1.0f + sgk_exp(-(t))))
+#define sgk_sigmoid(t) sgk_recip(1.0f + sgk_exp(-(t)))
+#define sgk_silu(t) ((t) * sgk_sigmoid(t))
 #define sgk_sel(c, a, b) ((c) ? (a) : (b))
 #define SGK_LID ((int)get_local_id(0))
 #define SGK_LSIZE ((int)get_local_size(0))
