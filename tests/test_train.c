@@ -6,8 +6,10 @@
  * larger of 1 and the reference tensor's largest magnitude; the saved log-sum-exp within 1e-5 relative; every output
  * NaN-poisoned and guarded; a second backward bitwise equal to the first;
  * a NULL member of sgk_grads left alone; the device forms on buffers of
- * the backend's memory bitwise the host forms. Then the calls' argument
- * checks.
+ * the backend's memory bitwise the host forms. Then one NaN or Inf input
+ * at a time on a small graph: the gradients agree with the reference's
+ * wherever those are finite, and the batch entry it cannot reach stays
+ * finite. Then the calls' argument checks.
  * A backend without a backward exits 77 (skip) with the library's reason.
  *
  *   test_train [backend]   (default cpu) */
@@ -90,6 +92,42 @@ static size_t finiteness_mismatches(const float *got, const double *ref, size_t 
     for (size_t i = 0; i < n; i++)
         bad += isfinite(ref[i]) && !isfinite(got[i]);
     return bad;
+}
+
+/* Largest |got - ref| over the elements where ref is finite. */
+static double max_abs_where_finite(const float *got, const double *ref, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i]) && fabs((double)got[i] - ref[i]) > m)
+            m = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) : INFINITY;
+    return m;
+}
+
+/* Every gradient of g against the reference's rg: the tolerances of the
+ * file's head over rg's finite elements, no element non-finite where rg's
+ * is finite, guards intact. Prints FAIL lines naming what; returns 1 when
+ * all agree. */
+static int grads_agree(const char *what, const grads_buf *g, sgk_ref_grads *rg)
+{
+    int ok = 1;
+    for (int i = 0; i < N_GRADS; i++) {
+        const float *got = *sgkt_grad_slot((sgk_grads *)&g->g, i);
+        const double *want = *sgkt_ref_grad_slot(rg, i);
+        const size_t n = g->n[i];
+        const double rel = sgkt_rel_l2_floored(got, want, n);
+        const double abs_err = max_abs_where_finite(got, want, n);
+        const double scale = fmax(1.0, max_abs_of(want, n));
+        const size_t fin = finiteness_mismatches(got, want, n);
+        const int gok = rel <= GRAD_REL_L2 && abs_err <= GRAD_MAX_ABS * scale && fin == 0 &&
+                        sgkt_guard_ok(got, n * sizeof(float));
+        if (!gok)
+            printf("FAIL %s grad %s: rel L2 %.2e max abs %.2e (allowed %.2e), "
+                   "finiteness mismatches %zu\n",
+                   what, sgkt_grad_names[i], rel, abs_err, GRAD_MAX_ABS * scale, fin);
+        ok &= gok;
+    }
+    return ok;
 }
 
 /* sgk_forward_train_device and sgk_backward_device on copies of the
@@ -278,21 +316,7 @@ static void test_case(void **state)
                sgk_last_error());
         ok = 0;
     } else {
-        for (int i = 0; i < N_GRADS; i++) {
-            const float *got = *sgkt_grad_slot(&g1.g, i);
-            const double *want = *sgkt_ref_grad_slot(&rg, i);
-            sgkt_error e = sgkt_compare(got, want, n[i]);
-            const double rel = sgkt_rel_l2_floored(got, want, n[i]);
-            const double scale = fmax(1.0, max_abs_of(want, n[i]));
-            const size_t fin = finiteness_mismatches(got, want, n[i]);
-            const int gok = rel <= GRAD_REL_L2 && e.max_abs <= GRAD_MAX_ABS * scale && fin == 0 &&
-                            sgkt_guard_ok(got, n[i] * sizeof(float));
-            if (!gok)
-                printf("FAIL case=%s grad %s: rel L2 %.2e max abs %.2e (allowed %.2e), "
-                       "finiteness mismatches %zu\n",
-                       c->name, sgkt_grad_names[i], rel, e.max_abs, GRAD_MAX_ABS * scale, fin);
-            ok &= gok;
-        }
+        ok &= grads_agree(c->name, &g1, &rg);
         /* the same bits again, and NULL members left alone */
         st = sgk_backward(layer, c->B, c->N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
                           p.in.mask_type, saved, d_out, &g2.g);
@@ -326,6 +350,114 @@ static void test_case(void **state)
     sgkt_prepared_free(&p);
     if (!ok)
         fail_msg("case %s failed (seed 0x%016llx); see FAIL lines above", c->name,
+                 (unsigned long long)seed);
+}
+
+/* One non-finite input of a small graph (the poisons of
+ * reliability/test_nonfinite.c): B = 2; in batch entry 0 rows 1 and 2 do
+ * not attend to node 0 and row 3 attends to nothing. The gradients must
+ * agree with the reference's wherever those are finite, and batch entry
+ * 1's input gradients, which nothing of entry 0 reaches, must be finite. */
+typedef struct grad_poison {
+    const char *what;
+    int in_pair; /* 0: nodes[0, node, 0]; 1: pair_feats[0, node, col, 0] */
+    int node, col;
+    float value;
+} grad_poison;
+
+static int nonfinite_run(int64_t N, int64_t P, const grad_poison *z, uint64_t seed)
+{
+    const sgkt_case c = {"nonfinite", 2, N, 8, 2, P, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0};
+    sgkt_prepared p;
+    assert_int_equal(sgkt_prepare(&p, &c, seed), 0);
+    float *mask = p.in.edge_mask;
+    mask[1 * N + 0] = 0.0f;
+    mask[2 * N + 0] = 0.0f;
+    for (int64_t j = 0; j < N; j++)
+        mask[3 * N + j] = 0.0f;
+    if (z->in_pair)
+        p.in.pair_feats[((size_t)z->node * (size_t)N + (size_t)z->col) * (size_t)P] = z->value;
+    else
+        p.in.nodes[(size_t)z->node * 8] = z->value;
+    sgk_layer *layer = NULL;
+    assert_int_equal(sgkt_layer_from_weights(ctx, &p.w, &layer), SGK_OK);
+    sgk_ref_layer ref;
+    sgkt_weights_to_ref(&p.w, &ref);
+    const size_t BHN = (size_t)(c.B * c.H * N);
+    float *d_out = malloc(p.n_out * sizeof(float)), *out = malloc(p.n_out * sizeof(float));
+    float *saved = malloc(BHN * sizeof(float));
+    assert_non_null(d_out);
+    assert_non_null(out);
+    assert_non_null(saved);
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, seed ^ 0xd0u);
+    sgkt_fill_normal(&rng, d_out, p.n_out, 0.0, 1.0);
+    grads_buf g;
+    sgk_ref_grads rg;
+    memset(&rg, 0, sizeof rg);
+    assert_int_equal(grads_alloc(&g, &c, 0), 0);
+    for (int i = 0; i < N_GRADS; i++) {
+        *sgkt_ref_grad_slot(&rg, i) = malloc(g.n[i] * sizeof(double));
+        assert_non_null(*sgkt_ref_grad_slot(&rg, i));
+    }
+    assert_int_equal(sgk_ref_backward(&ref, c.B, N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                                      p.in.mask_type, d_out, &rg),
+                     0);
+    char what[160];
+    snprintf(what, sizeof what, "nonfinite N=%lld P=%lld %s", (long long)N, (long long)P, z->what);
+    int ok = 0;
+    sgk_status st = sgk_forward_train(layer, c.B, N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                                      p.in.mask_type, out, saved);
+    if (st == SGK_OK)
+        st = sgk_backward(layer, c.B, N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
+                          p.in.mask_type, saved, d_out, &g.g);
+    if (st != SGK_OK) {
+        printf("FAIL %s: %s %s\n", what, sgk_status_string(st), sgk_last_error());
+    } else {
+        ok = grads_agree(what, &g, &rg);
+        /* entry 1 of the node and pair gradients (members 0 and 1) */
+        size_t leaked = 0;
+        for (int i = 0; i < 2; i++) {
+            const float *x = *sgkt_grad_slot(&g.g, i);
+            for (size_t k = g.n[i] / 2; k < g.n[i]; k++)
+                leaked += !isfinite(x[k]);
+        }
+        if (leaked)
+            printf("FAIL %s: %zu gradients of batch entry 1 not finite\n", what, leaked);
+        ok &= leaked == 0;
+        printf("%s %s: gradients against the reference where it is finite\n", ok ? "ok" : "FAIL", what);
+    }
+    grads_free(&g);
+    for (int i = 0; i < N_GRADS; i++)
+        free(*sgkt_ref_grad_slot(&rg, i));
+    free(d_out);
+    free(out);
+    free(saved);
+    sgk_layer_destroy(layer);
+    sgkt_prepared_free(&p);
+    return ok;
+}
+
+/* Shapes as reliability/test_nonfinite.c's: one key tile, several, wide
+ * pair features (a separate MLP pass on some backends) and an odd N. */
+static void test_nonfinite(void **state)
+{
+    (void)state;
+    static const grad_poison poisons[] = {
+        {"NaN in nodes of node 0", 0, 0, 0, NAN},
+        {"+Inf in nodes of node 0", 0, 0, 0, INFINITY},
+        {"NaN in pair_feats of masked pair (1, 0)", 1, 1, 0, NAN},
+        {"NaN in pair_feats of edge (1, 2)", 1, 1, 2, NAN},
+        {"-Inf in pair_feats of edge (2, 1)", 1, 2, 1, -INFINITY},
+    };
+    static const int64_t shapes[][2] = {{5, 3}, {70, 3}, {70, 24}, {69, 24}};
+    const uint64_t seed = sgkt_seed_mix(base_seed, 0x4e46u);
+    int bad = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t z = 0; z < sizeof poisons / sizeof poisons[0]; z++)
+            bad += !nonfinite_run(shapes[s][0], shapes[s][1], &poisons[z], seed);
+    if (bad)
+        fail_msg("%d non-finite runs failed (seed 0x%016llx); see FAIL lines above", bad,
                  (unsigned long long)seed);
 }
 
@@ -488,7 +620,7 @@ int main(int argc, char **argv)
     sgk_context_destroy(ctx);
     printf("train: backend=%s base seed 0x%016llx (set SGK_TEST_SEED to change)\n", backend,
            (unsigned long long)base_seed);
-    struct CMUnitTest *tests = calloc((size_t)sgkt_case_count + 2, sizeof *tests);
+    struct CMUnitTest *tests = calloc((size_t)sgkt_case_count + 3, sizeof *tests);
     if (!tests)
         return 1;
     size_t n = 0;
@@ -499,6 +631,8 @@ int main(int argc, char **argv)
                                (void *)&sgkt_cases[i]};
         tests[n++] = t;
     }
+    struct CMUnitTest nonfinite = {"nonfinite", test_nonfinite, NULL, NULL, NULL};
+    tests[n++] = nonfinite;
     struct CMUnitTest bad = {"bad_inputs", test_bad_inputs, NULL, NULL, NULL};
     tests[n++] = bad;
     const char *filter = getenv("SGK_TEST_FILTER");

@@ -3,7 +3,7 @@
 # DIR (default .dev/b) in the build's own layout, so that a lease spends its
 # time running instead of building (the cuda plugin takes minutes to build):
 #   api/libsgk.so.0, api/sgk/libsgk-cuda.so (the plugin folder libsgk
-#   searches beside itself), bench/sgk-bench, tests/test_{conformance,dtypes,
+#   searches beside itself), bench/sgk-bench, tests/test_{conformance,dtypes,train,
 #   graph,defects}, tests/reliability/test_nonfinite
 # The binaries find libsgk through their $ORIGIN run paths. On the machine,
 # with CMocka unpacked as tools/h200.sh does it:
@@ -21,6 +21,6 @@ mkdir -p "$dir/api/sgk" "$dir/bench" "$dir/tests/reliability"
 cp -L "$build/api/libsgk.so.0" "$dir/api/"
 cp -L "$build/backends/cuda/libsgk-cuda.so" "$dir/api/sgk/"
 cp -L "$build/bench/sgk-bench" "$dir/bench/"
-cp -L "$build"/tests/test_{conformance,dtypes,graph,defects} "$dir/tests/"
+cp -L "$build"/tests/test_{conformance,dtypes,graph,defects,train} "$dir/tests/"
 cp -L "$build/tests/reliability/test_nonfinite" "$dir/tests/reliability/"
 du -sh "$dir"
