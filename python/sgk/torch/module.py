@@ -22,6 +22,7 @@ import itertools
 import operator
 import os
 import threading
+import typing
 import weakref
 
 import torch
@@ -367,7 +368,7 @@ def _run_train(nodes, pair_feats, edge_mask, weights, eps, layer_id):
 
 @torch.library.custom_op("sgk::relation_update", mutates_args=())
 def relation_update(nodes: torch.Tensor, pair_feats: torch.Tensor, edge_mask: torch.Tensor,
-                    weights: list[torch.Tensor], eps: float = 1e-5,
+                    weights: typing.List[torch.Tensor], eps: float = 1e-5,
                     layer_id: int = -1) -> torch.Tensor:
     """out = nodes + attention(LayerNorm(nodes), pair bias, edge_mask) Wo^T
     (SPEC section 1), computed by sgk.
@@ -394,7 +395,7 @@ def _(nodes, pair_feats, edge_mask, weights, eps=1e-5, layer_id=-1):
 
 @torch.library.custom_op("sgk::relation_update_train", mutates_args=())
 def relation_update_train(nodes: torch.Tensor, pair_feats: torch.Tensor, edge_mask: torch.Tensor,
-                          weights: list[torch.Tensor], eps: float = 1e-5,
+                          weights: typing.List[torch.Tensor], eps: float = 1e-5,
                           layer_id: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
     """relation_update's forward for training: (out, saved), saved the
     softmax statistics sgk's backward reads (float32, (B, H, N)), so that
@@ -434,10 +435,11 @@ def _setup_context(ctx, inputs, output):
 
 def _real(tensors):
     """Whether these are plain CPU or CUDA tensors of one device that sgk can
-    read: not fake or meta (torch.compile and opcheck trace the backward
-    with those)."""
+    read: not fake, meta or another tensor subclass (torch.compile and
+    opcheck trace the backward with fake and functional tensors)."""
     dev = tensors[0].device
-    return dev.type in ("cpu", "cuda") and all(t.device == dev and not _is_fake(t) for t in tensors)
+    return dev.type in ("cpu", "cuda") and all(
+        type(t) in (torch.Tensor, torch.nn.Parameter) and t.device == dev and not _is_fake(t) for t in tensors)
 
 
 def _sgk_backward(nodes, pair_feats, edge_mask, weights, eps, layer_id, grad, saved=None):
