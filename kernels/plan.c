@@ -163,6 +163,7 @@ void sgk_gen_pack(const sgk_layer_desc *d, const sgk_gen_packed *o, float *dst)
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t up64(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 /* relation.sgk's sgk_hid_row: floats between two queries' hidden rows */
@@ -390,24 +391,42 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     tp->rk = (int)rk;
     tp->groups_bwd = B * rq * rk;
     tp->mlpw = (int)((P + 1 + H) * ldp + H);
+    /* LayerNorm's weight gradients: 64 columns a group, the rows split
+     * into chunks of 64 or more until there are min_groups groups */
     tp->cb = 64;
     tp->groups_cols = (D + tp->cb - 1) / tp->cb;
     tp->smem_cols = (size_t)(2 * tp->cb);
+    int64_t lch = min64((rows + 63) / 64, (lim->min_groups + tp->groups_cols - 1) / tp->groups_cols);
+    lch = lch < 1 ? 1 : lch;
+    const int64_t lk = (rows + lch - 1) / lch;
+    tp->lk = (int)lk;
+    tp->lch = (int)((rows + lk - 1) / lk);
     tp->per = 256;
     tp->groups_mlp = (P * P + P + H * P + H + tp->per - 1) / tp->per;
     tp->groups_dctx = (tp->ldd + f->nt - 1) / f->nt;
-    /* a weight's gradient: the forward's projection tiles, shrunk (columns
-     * to 32, then rows to 8) until there are min_groups of them */
+    /* a weight's gradient: the forward's projection tiles, the rows split
+     * into chunks (of 128 rows or more, and no more of them than rows / D,
+     * so that their parts, D x D each, take no more room than the rows)
+     * and then the tiles shrunk (columns to 32, then rows to 8) until
+     * there are min_groups groups for Wo's gradient, the smallest call */
     int64_t wmt = min64(D, lim->mt < 1 ? 1 : lim->mt), wnt = min64(D, lim->nt < 1 ? 1 : lim->nt);
-    while (wnt > 32 && ((D + wmt - 1) / wmt) * ((D + wnt - 1) / wnt) < lim->min_groups)
+    const int64_t wch_most = max64(1, min64(rows / 128, rows / D));
+    int64_t wch = 1;
+    while (2 * wch <= wch_most && ((D + wmt - 1) / wmt) * ((D + wnt - 1) / wnt) * wch < lim->min_groups)
+        wch *= 2;
+    while (wnt > 32 && ((D + wmt - 1) / wmt) * ((D + wnt - 1) / wnt) * wch < lim->min_groups)
         wnt /= 2;
-    while (wmt > 8 && ((D + wmt - 1) / wmt) * ((D + wnt - 1) / wnt) < lim->min_groups)
+    while (wmt > 8 && ((D + wmt - 1) / wmt) * ((D + wnt - 1) / wnt) * wch < lim->min_groups)
         wmt /= 2;
+    const int64_t wkc = (rows + wch - 1) / wch;
     tp->wmt = (int)wmt;
     tp->wnt = (int)wnt;
+    tp->wkc = (int)wkc;
+    tp->wch = (int)((rows + wkc - 1) / wkc);
     tp->groups_wr = (D + wmt - 1) / wmt;
     tp->groups_wc = (D + wnt - 1) / wnt;
-    if (tp->groups_bwd > lim->max_groups || tp->groups_bwd > INT_MAX || tp->groups_mlp > lim->max_groups)
+    if (tp->groups_bwd > lim->max_groups || tp->groups_bwd > INT_MAX || tp->groups_mlp > lim->max_groups ||
+        (D * D + tp->per - 1) / tp->per > lim->max_groups || 4 * D * D > INT_MAX)
         return 0;
     /* the workspace after the forward's: xn, dctx (then dxn), Di, the row
      * statistics, the partial sums; checked against size_t in doubles
@@ -415,7 +434,8 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     const double need = (double)f->workspace_bytes / sizeof(float) +
                         (double)rows * (double)(f->ldc + tp->ldd + H + 3) +
                         (double)rk * (double)rows * (double)tp->ldd + (double)rq * (double)rows * (double)tp->ldv +
-                        (double)tp->groups_bwd * (double)tp->mlpw + 8.0 * (double)(lim->align + 1) +
+                        (double)tp->groups_bwd * (double)tp->mlpw + 10.0 * (double)(lim->align + 1) +
+                        (double)tp->wch * 4.0 * (double)D * (double)D + (double)tp->lch * 2.0 * (double)D +
                         (lim->wide16 ? 2.0 * (double)rows * (double)D + 4.0 * (double)D * (double)D +
                                            (double)((P + 1) * (P + H) + 2 * D) + 16.0 * (double)(lim->align + 1)
                                      : 0.0);
@@ -429,7 +449,9 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     tp->st = o;  o = round_up(o + (size_t)rows * 2, a);
     tp->dq = o;  o = round_up(o + (size_t)rk * (size_t)rows * (size_t)tp->ldd, a);
     tp->dkv = o; o = round_up(o + (size_t)rq * (size_t)rows * (size_t)tp->ldv, a);
-    tp->mlp = o; o = o + (size_t)tp->groups_bwd * (size_t)tp->mlpw;
+    tp->mlp = o; o = round_up(o + (size_t)tp->groups_bwd * (size_t)tp->mlpw, a);
+    tp->wpart = o; o = round_up(o + (tp->wch > 1 ? (size_t)tp->wch * 4 * (size_t)D * (size_t)D : 0), a);
+    tp->lpart = o; o = o + (size_t)tp->lch * 2 * (size_t)D;
     if (lim->wide16) {
         const size_t d = (size_t)D, n[12] = {(size_t)rows * d, 0, d, d, d * d, d * d, d * d, d * d,
                                              (size_t)(P * P), (size_t)P, (size_t)(H * P), (size_t)H};

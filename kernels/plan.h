@@ -141,15 +141,22 @@ typedef struct sgk_train_plan {
     int rq, rk;              /* attn_bwd: query ranges, key ranges of a batch entry */
     int mlpw;                /* floats of one attn_bwd group's MLP weight sums */
     int cb;                  /* ln_wgrad: columns a group */
-    int per;                 /* reduce_mlp: elements a group */
+    int lk, lch;             /* ln_wgrad: rows a chunk, chunks */
+    int per;                 /* reduce_mlp, reduce_parts: elements a group */
     int wmt, wnt;            /* wgrad: a (D x D) gradient's tiles */
-    int64_t groups_wr, groups_wc; /* wgrad: row and column tiles */
+    int wkc, wch;            /* wgrad: rows a chunk, chunks */
+    int64_t groups_wr, groups_wc; /* wgrad: row tiles of D rows, column tiles */
     int64_t groups_bwd;      /* attn_bwd: B rq rk */
-    int64_t groups_cols;     /* ln_wgrad */
+    int64_t groups_cols;     /* ln_wgrad: column blocks (times lch chunks) */
     int64_t groups_mlp;      /* reduce_mlp */
     int64_t groups_dctx;     /* proj to dctx: column tiles of ldd */
     size_t smem_bwd, smem_cols; /* floats of local memory: attn_bwd, ln_wgrad */
     size_t xn, dctx, di, st, dq, dkv, mlp; /* offsets, in floats */
+    /* the chunks' parts, in floats: wpart wch blocks of 4 D x D (the
+     * gradients of Wq, Wk, Wv, Wo in turn; none where wch is 1, whose one
+     * chunk goes straight into the gradients' buffers), lpart lch blocks of
+     * 2 D (dgamma's, dbeta's) */
+    size_t wpart, lpart;
     /* 16-bit layers (limits.wide16): d_out widened (B N D floats), and each
      * gradient but the pair features' computed in float before it is
      * rounded into the caller's buffer (sgk_grads' order; 0 else) */

@@ -538,18 +538,38 @@ static void backward_float(const cpu_layer *l, const sgk_train_plan *tpp, const 
                  ws, ws, dctx0, tp.ldd, rows, 3 * D, D, p->mt, p->nt);
     sgk_cpu_ln_bwd(threads, (int)p->groups_norm, 1, pm, pool, a->nodes, w + o.gamma, l->eps, ws, dctx0, tp.ldd,
                    (sgk_off)tp.st, d_out, g->nodes, g->nodes != NULL, rows, D, p->rt);
+    /* LayerNorm's and the projections' weight gradients by chunks of rows,
+     * then the chunks added in order */
     const int want_ln = (g->ln_gamma != NULL) | (g->ln_beta != NULL) << 1;
-    if (want_ln)
-        sgk_cpu_ln_wgrad(threads, (int)tp.groups_cols, 1, pm, pool, a->nodes, ws, dctx0, tp.ldd, (sgk_off)tp.st,
-                         g->ln_gamma, g->ln_beta, want_ln, rows, D, tp.cb);
-    void *const dw[3] = {g->wq, g->wk, g->wv};
-    for (int m = 0; m < 3; m++)
+    if (want_ln) {
+        sgk_cpu_ln_wgrad(threads, (int)tp.groups_cols, tp.lch, pm, pool, a->nodes, ws, dctx0, tp.ldd, (sgk_off)tp.st,
+                         (sgk_off)tp.lpart, rows, tp.lk, D, tp.cb);
+        sgk_cpu_reduce_parts(threads, (D + tp.per - 1) / tp.per, 2, pm, pool, ws, (sgk_off)tp.lpart, (sgk_off)(2 * D),
+                             tp.lch, 0, D, g->ln_gamma, g->ln_beta, NULL, NULL, want_ln, tp.per);
+    }
+    /* one chunk: each gradient straight into its buffer; several: the
+     * chunks' parts of all four, then their sums */
+    const int want_w = (g->wq != NULL) | (g->wk != NULL) << 1 | (g->wv != NULL) << 2 | (g->wo != NULL) << 3;
+    const sgk_off gst = (sgk_off)4 * D * D;
+    void *const dw[4] = {g->wq, g->wk, g->wv, g->wo};
+    for (int m = 0; m < 4 && tp.wch == 1; m++)
         if (dw[m])
-            sgk_cpu_wgrad(threads, (int)tp.groups_wr, (int)tp.groups_wc, pm, pool, ws, (sgk_off)m * D, p->ldk, ws,
-                          xn0, p->ldc, dw[m], D, rows, D, D, tp.wmt, tp.wnt);
-    if (g->wo)
-        sgk_cpu_wgrad(threads, (int)tp.groups_wr, (int)tp.groups_wc, pm, pool, d_out, 0, D, ws, ctx0, p->ldc, g->wo, D,
-                      rows, D, D, tp.wmt, tp.wnt);
+            sgk_cpu_wgrad(threads, (int)tp.groups_wr, (int)tp.groups_wc, pm, pool, m < 3 ? ws : d_out,
+                          m < 3 ? (sgk_off)m * D : 0, m < 3 ? p->ldk : D, ws, m < 3 ? xn0 : ctx0, p->ldc, dw[m], 0, 0,
+                          D, rows, rows, D, D, tp.wmt, tp.wnt, (int)tp.groups_wc);
+    if (tp.wch > 1 && (want_w & 7))
+        sgk_cpu_wgrad(threads, (int)(3 * D + tp.wmt - 1) / tp.wmt, (int)tp.groups_wc * tp.wch, pm, pool, ws, 0, p->ldk,
+                      ws, xn0, p->ldc, ws, (sgk_off)tp.wpart, gst, D, rows, tp.wkc, 3 * D, D, tp.wmt, tp.wnt,
+                      (int)tp.groups_wc);
+    if (tp.wch > 1 && (want_w & 8))
+        sgk_cpu_wgrad(threads, (int)tp.groups_wr, (int)tp.groups_wc * tp.wch, pm, pool, d_out, 0, D, ws, ctx0, p->ldc,
+                      ws, (sgk_off)tp.wpart + (sgk_off)3 * D * D, gst, D, rows, tp.wkc, D, D, tp.wmt, tp.wnt,
+                      (int)tp.groups_wc);
+    if (tp.wch > 1 && want_w) {
+        const int m0 = want_w & 7 ? 0 : 3, m1 = want_w & 8 ? 4 : 3;
+        sgk_cpu_reduce_parts(threads, (D * D + tp.per - 1) / tp.per, m1 - m0, pm, pool, ws, (sgk_off)tp.wpart, gst,
+                             tp.wch, m0, D * D, g->wq, g->wk, g->wv, g->wo, want_w, tp.per);
+    }
     const int want_mlp = (g->w1 != NULL) | (g->b1 != NULL) << 1 | (g->w2 != NULL) << 2 | (g->b2 != NULL) << 3;
     if (want_mlp)
         sgk_cpu_reduce_mlp(threads, (int)tp.groups_mlp, 1, pm, pool, ws, (sgk_off)tp.mlp, tp.mlpw, (int)tp.groups_bwd,

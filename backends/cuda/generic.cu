@@ -277,19 +277,40 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
     if (e == cudaSuccess)
         e = sgk_launch_ln_bwd((int)p.groups_norm, 1, L->gen_threads, 0, s, f->nodes, w + o.gamma, L->eps, ws, dctx0,
                               tp.ldd, (sgk_off)tp.st, d_out, (float *)g->nodes, g->nodes != NULL, rows, D, p.rt);
+    /* LayerNorm's and the projections' weight gradients by chunks of rows,
+     * then the chunks added in order */
     const int want_ln = (g->ln_gamma != NULL) | (g->ln_beta != NULL) << 1;
     if (e == cudaSuccess && want_ln)
-        e = sgk_launch_ln_wgrad((int)tp.groups_cols, 1, L->gen_threads, tp.smem_cols * sizeof(float), s, f->nodes, ws,
-                                dctx0, tp.ldd, (sgk_off)tp.st, (float *)g->ln_gamma, (float *)g->ln_beta, want_ln,
-                                rows, D, tp.cb);
-    void *const dw[3] = {g->wq, g->wk, g->wv};
-    for (int m = 0; m < 3 && e == cudaSuccess; m++)
+        e = sgk_launch_ln_wgrad((int)tp.groups_cols, tp.lch, L->gen_threads, tp.smem_cols * sizeof(float), s, f->nodes,
+                                ws, dctx0, tp.ldd, (sgk_off)tp.st, (sgk_off)tp.lpart, rows, tp.lk, D, tp.cb);
+    if (e == cudaSuccess && want_ln)
+        e = sgk_launch_reduce_parts((D + tp.per - 1) / tp.per, 2, L->gen_threads, 0, s, ws, (sgk_off)tp.lpart,
+                                    (sgk_off)(2 * D), tp.lch, 0, D, (float *)g->ln_gamma, (float *)g->ln_beta, NULL,
+                                    NULL, want_ln, tp.per);
+    /* one chunk: each gradient straight into its buffer; several: the
+     * chunks' parts of all four, then their sums */
+    const int want_w = (g->wq != NULL) | (g->wk != NULL) << 1 | (g->wv != NULL) << 2 | (g->wo != NULL) << 3;
+    const sgk_off gst = (sgk_off)4 * D * D;
+    void *const dw[4] = {g->wq, g->wk, g->wv, g->wo};
+    for (int m = 0; m < 4 && tp.wch == 1 && e == cudaSuccess; m++)
         if (dw[m])
-            e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, L->gen_threads, 0, s, ws, (sgk_off)m * D, p.ldk, ws,
-                                 xn0, p.ldc, (float *)dw[m], D, rows, D, D, tp.wmt, tp.wnt);
-    if (e == cudaSuccess && g->wo)
-        e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, L->gen_threads, 0, s, d_out, 0, D, ws, ctx0, p.ldc,
-                             (float *)g->wo, D, rows, D, D, tp.wmt, tp.wnt);
+            e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, L->gen_threads, 0, s, m < 3 ? ws : d_out,
+                                 m < 3 ? (sgk_off)m * D : 0, m < 3 ? p.ldk : D, ws, m < 3 ? xn0 : ctx0, p.ldc,
+                                 (float *)dw[m], 0, 0, D, rows, rows, D, D, tp.wmt, tp.wnt, (int)tp.groups_wc);
+    if (e == cudaSuccess && tp.wch > 1 && (want_w & 7))
+        e = sgk_launch_wgrad((3 * D + tp.wmt - 1) / tp.wmt, (int)tp.groups_wc * tp.wch, L->gen_threads, 0, s, ws, 0,
+                             p.ldk, ws, xn0, p.ldc, ws, (sgk_off)tp.wpart, gst, D, rows, tp.wkc, 3 * D, D, tp.wmt,
+                             tp.wnt, (int)tp.groups_wc);
+    if (e == cudaSuccess && tp.wch > 1 && (want_w & 8))
+        e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc * tp.wch, L->gen_threads, 0, s, d_out, 0, D, ws, ctx0,
+                             p.ldc, ws, (sgk_off)tp.wpart + (sgk_off)3 * D * D, gst, D, rows, tp.wkc, D, D, tp.wmt,
+                             tp.wnt, (int)tp.groups_wc);
+    if (e == cudaSuccess && tp.wch > 1 && want_w) {
+        const int m0 = want_w & 7 ? 0 : 3, m1 = want_w & 8 ? 4 : 3;
+        e = sgk_launch_reduce_parts((D * D + tp.per - 1) / tp.per, m1 - m0, L->gen_threads, 0, s, ws, (sgk_off)tp.wpart,
+                                    gst, tp.wch, m0, D * D, (float *)g->wq, (float *)g->wk, (float *)g->wv,
+                                    (float *)g->wo, want_w, tp.per);
+    }
     const int want_mlp = (g->w1 != NULL) | (g->b1 != NULL) << 1 | (g->w2 != NULL) << 2 | (g->b2 != NULL) << 3;
     if (e == cudaSuccess && want_mlp)
         e = sgk_launch_reduce_mlp((int)tp.groups_mlp, 1, L->gen_threads, 0, s, ws, (sgk_off)tp.mlp, tp.mlpw,

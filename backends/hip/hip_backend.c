@@ -22,7 +22,7 @@ const sgk_host *sgk_hip_host;
 
 static const char *const k_kernel_names[SGK_HIP_K_COUNT] = {
     "fused", "norm", "proj", "attn", "repack", "widen16", "narrow16", "combine", "bwd_di", "attn_bwd",
-    "reduce_qkv", "ln_bwd", "ln_wgrad", "wgrad", "reduce_mlp" };
+    "reduce_qkv", "ln_bwd", "ln_wgrad", "wgrad", "reduce_mlp", "reduce_parts" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 is four

@@ -39,6 +39,8 @@ extern "C" hipError_t sgk_hip_kernel_attributes(int kernel, hipFuncAttributes *a
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_wgrad));
     case SGK_HIP_K_REDUCE_MLP:
         return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_reduce_mlp));
+    case SGK_HIP_K_REDUCE_PARTS:
+        return hipFuncGetAttributes(attr, reinterpret_cast<const void *>(sgk_k_reduce_parts));
     }
     return hipErrorInvalidValue;
 }

@@ -12,7 +12,7 @@ typedef unsigned char uchar; /* the dialect's name, used by the generated protot
 static const int k_train_kernels[] = { SGK_HIP_K_NORM,    SGK_HIP_K_PROJ,       SGK_HIP_K_ATTN,
                                        SGK_HIP_K_COMBINE, SGK_HIP_K_BWD_DI,     SGK_HIP_K_ATTN_BWD,
                                        SGK_HIP_K_REDUCE_QKV, SGK_HIP_K_LN_BWD,  SGK_HIP_K_LN_WGRAD,
-                                       SGK_HIP_K_WGRAD,   SGK_HIP_K_REDUCE_MLP };
+                                       SGK_HIP_K_WGRAD,   SGK_HIP_K_REDUCE_MLP, SGK_HIP_K_REDUCE_PARTS };
 
 /* The tightest limits of the kernels the training calls launch; tiles as
  * the forward's (hip_layer.c). */
@@ -147,24 +147,53 @@ static sgk_status enqueue_backward(const hip_layer *l, const sgk_train_plan *tp,
                             w + o.gamma, l->eps, ws, dctx0, tp->ldd, (sgk_off)tp->st, d_out, g->nodes, g->nodes != NULL,
                             rows, D, p->rt);
     LAUNCHED("ln_bwd", SGK_HIP_K_LN_BWD, p->groups_norm, 1, 1);
+    /* LayerNorm's and the projections' weight gradients by chunks of rows,
+     * then the chunks added in order */
     const int want_ln = (g->ln_gamma != NULL) | (g->ln_beta != NULL) << 1;
     if (want_ln) {
-        err = sgk_launch_ln_wgrad((int)tp->groups_cols, 1, k[SGK_HIP_K_LN_WGRAD].threads,
+        err = sgk_launch_ln_wgrad((int)tp->groups_cols, tp->lch, k[SGK_HIP_K_LN_WGRAD].threads,
                                   tp->smem_cols * sizeof(float), s, a->nodes, ws, dctx0, tp->ldd, (sgk_off)tp->st,
-                                  g->ln_gamma, g->ln_beta, want_ln, rows, D, tp->cb);
-        LAUNCHED("ln_wgrad", SGK_HIP_K_LN_WGRAD, tp->groups_cols, 1, tp->smem_cols);
+                                  (sgk_off)tp->lpart, rows, tp->lk, D, tp->cb);
+        LAUNCHED("ln_wgrad", SGK_HIP_K_LN_WGRAD, tp->groups_cols, tp->lch, tp->smem_cols);
+        err = sgk_launch_reduce_parts((D + tp->per - 1) / tp->per, 2, k[SGK_HIP_K_REDUCE_PARTS].threads,
+                                      sizeof(float), s, ws, (sgk_off)tp->lpart, (sgk_off)(2 * D), tp->lch, 0, D,
+                                      g->ln_gamma, g->ln_beta, NULL, NULL, want_ln, tp->per);
+        LAUNCHED("reduce_parts", SGK_HIP_K_REDUCE_PARTS, (D + tp->per - 1) / tp->per, 2, 1);
     }
+    /* one chunk: each gradient straight into its buffer; several: the
+     * chunks' parts of all four, then their sums */
+    const int want_w = (g->wq != NULL) | (g->wk != NULL) << 1 | (g->wv != NULL) << 2 | (g->wo != NULL) << 3;
+    const sgk_off gst = (sgk_off)4 * D * D;
     void *const dw[4] = { g->wq, g->wk, g->wv, g->wo };
-    for (int m = 0; m < 4; m++)
+    for (int m = 0; m < 4 && tp->wch == 1; m++)
         if (dw[m]) {
-            err = m < 3 ? sgk_launch_wgrad((int)tp->groups_wr, (int)tp->groups_wc, k[SGK_HIP_K_WGRAD].threads,
-                                           sizeof(float), s, ws, (sgk_off)m * D, p->ldk, ws, xn0, p->ldc, dw[m], D,
-                                           rows, D, D, tp->wmt, tp->wnt)
-                        : sgk_launch_wgrad((int)tp->groups_wr, (int)tp->groups_wc, k[SGK_HIP_K_WGRAD].threads,
-                                           sizeof(float), s, d_out, 0, D, ws, ctx0, p->ldc, dw[m], D, rows, D, D,
-                                           tp->wmt, tp->wnt);
+            err = sgk_launch_wgrad((int)tp->groups_wr, (int)tp->groups_wc, k[SGK_HIP_K_WGRAD].threads, sizeof(float),
+                                   s, m < 3 ? ws : d_out, m < 3 ? (sgk_off)m * D : 0, m < 3 ? p->ldk : D, ws,
+                                   m < 3 ? xn0 : ctx0, p->ldc, dw[m], 0, 0, D, rows, rows, D, D, tp->wmt, tp->wnt,
+                                   (int)tp->groups_wc);
             LAUNCHED("wgrad", SGK_HIP_K_WGRAD, tp->groups_wr, tp->groups_wc, 1);
         }
+    if (tp->wch > 1 && (want_w & 7)) {
+        err = sgk_launch_wgrad((3 * D + tp->wmt - 1) / tp->wmt, (int)tp->groups_wc * tp->wch,
+                               k[SGK_HIP_K_WGRAD].threads, sizeof(float), s, ws, 0, p->ldk, ws, xn0, p->ldc, ws,
+                               (sgk_off)tp->wpart, gst, D, rows, tp->wkc, 3 * D, D, tp->wmt, tp->wnt,
+                               (int)tp->groups_wc);
+        LAUNCHED("wgrad", SGK_HIP_K_WGRAD, (3 * D + tp->wmt - 1) / tp->wmt, tp->groups_wc * tp->wch, 1);
+    }
+    if (tp->wch > 1 && (want_w & 8)) {
+        err = sgk_launch_wgrad((int)tp->groups_wr, (int)tp->groups_wc * tp->wch, k[SGK_HIP_K_WGRAD].threads,
+                               sizeof(float), s, d_out, 0, D, ws, ctx0, p->ldc, ws,
+                               (sgk_off)tp->wpart + (sgk_off)3 * D * D, gst, D, rows, tp->wkc, D, D, tp->wmt, tp->wnt,
+                               (int)tp->groups_wc);
+        LAUNCHED("wgrad", SGK_HIP_K_WGRAD, tp->groups_wr, tp->groups_wc * tp->wch, 1);
+    }
+    if (tp->wch > 1 && want_w) {
+        const int m0 = want_w & 7 ? 0 : 3, m1 = want_w & 8 ? 4 : 3;
+        err = sgk_launch_reduce_parts((D * D + tp->per - 1) / tp->per, m1 - m0, k[SGK_HIP_K_REDUCE_PARTS].threads,
+                                      sizeof(float), s, ws, (sgk_off)tp->wpart, gst, tp->wch, m0, D * D, g->wq, g->wk,
+                                      g->wv, g->wo, want_w, tp->per);
+        LAUNCHED("reduce_parts", SGK_HIP_K_REDUCE_PARTS, (D * D + tp->per - 1) / tp->per, m1 - m0, 1);
+    }
     const int want_mlp = (g->w1 != NULL) | (g->b1 != NULL) << 1 | (g->w2 != NULL) << 2 | (g->b2 != NULL) << 3;
     if (want_mlp) {
         err = sgk_launch_reduce_mlp((int)tp->groups_mlp, 1, k[SGK_HIP_K_REDUCE_MLP].threads, sizeof(float), s, ws,

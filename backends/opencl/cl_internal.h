@@ -54,7 +54,7 @@ sgk_status sgk_cl_devinfo_query(int index, sgk_cl_devinfo *info);
 
 enum { SGK_CL_K_FUSED, SGK_CL_K_NORM, SGK_CL_K_PROJ, SGK_CL_K_ATTN, SGK_CL_K_WIDEN, SGK_CL_K_NARROW, SGK_CL_K_REPACK,
        SGK_CL_K_COMBINE, SGK_CL_K_BWD_DI, SGK_CL_K_ATTN_BWD, SGK_CL_K_REDUCE_QKV, SGK_CL_K_LN_BWD, SGK_CL_K_LN_WGRAD,
-       SGK_CL_K_WGRAD, SGK_CL_K_REDUCE_MLP, SGK_CL_K_COUNT };
+       SGK_CL_K_WGRAD, SGK_CL_K_REDUCE_MLP, SGK_CL_K_REDUCE_PARTS, SGK_CL_K_COUNT };
 /* Their names in the program (cl_program.c). */
 extern const char *const sgk_cl_kernel_names[SGK_CL_K_COUNT];
 

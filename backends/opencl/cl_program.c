@@ -12,7 +12,7 @@
 const char *const sgk_cl_kernel_names[SGK_CL_K_COUNT] = { "fused", "norm", "proj", "attn", "widen16",
                                                            "narrow16", "repack", "combine", "bwd_di",
                                                            "attn_bwd", "reduce_qkv", "ln_bwd", "ln_wgrad",
-                                                           "wgrad", "reduce_mlp" };
+                                                           "wgrad", "reduce_mlp", "reduce_parts" };
 
 /* Work-items per group when the device and kernel allow it: the kernels
  * spread every loop over the group, so any size is correct; 256 keeps

@@ -13,7 +13,7 @@ static const sgk_host *host(void) { return sgk_cl_host; }
 static const int k_train_kernels[] = { SGK_CL_K_NORM,     SGK_CL_K_PROJ,       SGK_CL_K_ATTN,
                                        SGK_CL_K_COMBINE,  SGK_CL_K_BWD_DI,     SGK_CL_K_ATTN_BWD,
                                        SGK_CL_K_REDUCE_QKV, SGK_CL_K_LN_BWD,   SGK_CL_K_LN_WGRAD,
-                                       SGK_CL_K_WGRAD,    SGK_CL_K_REDUCE_MLP };
+                                       SGK_CL_K_WGRAD,    SGK_CL_K_REDUCE_MLP, SGK_CL_K_REDUCE_PARTS };
 
 /* bytes of an element of nodes, pair_feats, out, d_out and the gradients */
 static size_t elem_size(const sgk_cl_layer *l) { return l->dtype == SGK_DTYPE_F32 ? 4 : 2; }
@@ -188,25 +188,53 @@ static sgk_status enqueue_backward(const sgk_cl_layer *l, const sgk_train_plan *
                             tp->ldd, (cl_long)tp->st, dout, sgk_cl_mem(g->nodes), g->nodes != NULL, rows, D, p->rt,
                             sizeof(float)),
          p->groups_norm, 1);
+    /* LayerNorm's and the projections' weight gradients by chunks of rows,
+     * then the chunks added in order */
     const cl_int want_ln = (g->ln_gamma != NULL) | (g->ln_beta != NULL) << 1;
-    if (want_ln)
+    if (want_ln) {
         NEXT(SGK_CL_K_LN_WGRAD,
              sgk_cl_args_ln_wgrad(pr->k[SGK_CL_K_LN_WGRAD].kernel, sgk_cl_mem(a->nodes), ws, dctx0, tp->ldd,
-                                  (cl_long)tp->st, sgk_cl_mem(g->ln_gamma), sgk_cl_mem(g->ln_beta), want_ln, rows, D,
-                                  tp->cb, tp->smem_cols * sizeof(float)),
-             tp->groups_cols, 1);
-    void *const dw[3] = { g->wq, g->wk, g->wv };
-    for (int m = 0; m < 3; m++)
+                                  (cl_long)tp->st, (cl_long)tp->lpart, rows, tp->lk, D, tp->cb,
+                                  tp->smem_cols * sizeof(float)),
+             tp->groups_cols, tp->lch);
+        NEXT(SGK_CL_K_REDUCE_PARTS,
+             sgk_cl_args_reduce_parts(pr->k[SGK_CL_K_REDUCE_PARTS].kernel, ws, (cl_long)tp->lpart, (cl_long)2 * D,
+                                      tp->lch, 0, D, sgk_cl_mem(g->ln_gamma), sgk_cl_mem(g->ln_beta), NULL, NULL,
+                                      want_ln, tp->per, sizeof(float)),
+             (D + tp->per - 1) / tp->per, 2);
+    }
+    /* one chunk: each gradient straight into its buffer; several: the
+     * chunks' parts of all four, then their sums */
+    const cl_int want_w = (g->wq != NULL) | (g->wk != NULL) << 1 | (g->wv != NULL) << 2 | (g->wo != NULL) << 3;
+    const cl_long gst = (cl_long)4 * D * D;
+    void *const dw[4] = { g->wq, g->wk, g->wv, g->wo };
+    for (int m = 0; m < 4 && tp->wch == 1; m++)
         if (dw[m])
             NEXT(SGK_CL_K_WGRAD,
-                 sgk_cl_args_wgrad(pr->k[SGK_CL_K_WGRAD].kernel, ws, (cl_long)m * D, p->ldk, ws, xn0, p->ldc,
-                                   sgk_cl_mem(dw[m]), D, rows, D, D, tp->wmt, tp->wnt, sizeof(float)),
+                 sgk_cl_args_wgrad(pr->k[SGK_CL_K_WGRAD].kernel, m < 3 ? ws : dout, m < 3 ? (cl_long)m * D : 0,
+                                   m < 3 ? p->ldk : D, ws, m < 3 ? xn0 : ctx0, p->ldc, sgk_cl_mem(dw[m]), 0, 0, D,
+                                   rows, rows, D, D, tp->wmt, tp->wnt, (cl_int)tp->groups_wc, sizeof(float)),
                  tp->groups_wr, tp->groups_wc);
-    if (g->wo)
+    if (tp->wch > 1 && (want_w & 7))
         NEXT(SGK_CL_K_WGRAD,
-             sgk_cl_args_wgrad(pr->k[SGK_CL_K_WGRAD].kernel, dout, 0, D, ws, ctx0, p->ldc, sgk_cl_mem(g->wo), D, rows,
-                               D, D, tp->wmt, tp->wnt, sizeof(float)),
-             tp->groups_wr, tp->groups_wc);
+             sgk_cl_args_wgrad(pr->k[SGK_CL_K_WGRAD].kernel, ws, 0, p->ldk, ws, xn0, p->ldc, ws, (cl_long)tp->wpart,
+                               gst, D, rows, tp->wkc, 3 * D, D, tp->wmt, tp->wnt, (cl_int)tp->groups_wc,
+                               sizeof(float)),
+             (3 * D + tp->wmt - 1) / tp->wmt, tp->groups_wc * tp->wch);
+    if (tp->wch > 1 && (want_w & 8))
+        NEXT(SGK_CL_K_WGRAD,
+             sgk_cl_args_wgrad(pr->k[SGK_CL_K_WGRAD].kernel, dout, 0, D, ws, ctx0, p->ldc, ws,
+                               (cl_long)tp->wpart + (cl_long)3 * D * D, gst, D, rows, tp->wkc, D, D, tp->wmt, tp->wnt,
+                               (cl_int)tp->groups_wc, sizeof(float)),
+             tp->groups_wr, tp->groups_wc * tp->wch);
+    if (tp->wch > 1 && want_w) {
+        const cl_int m0 = want_w & 7 ? 0 : 3, m1 = want_w & 8 ? 4 : 3;
+        NEXT(SGK_CL_K_REDUCE_PARTS,
+             sgk_cl_args_reduce_parts(pr->k[SGK_CL_K_REDUCE_PARTS].kernel, ws, (cl_long)tp->wpart, gst, tp->wch, m0,
+                                      D * D, sgk_cl_mem(g->wq), sgk_cl_mem(g->wk), sgk_cl_mem(g->wv),
+                                      sgk_cl_mem(g->wo), want_w, tp->per, sizeof(float)),
+             (D * D + tp->per - 1) / tp->per, m1 - m0);
+    }
     const cl_int want_mlp = (g->w1 != NULL) | (g->b1 != NULL) << 1 | (g->w2 != NULL) << 2 | (g->b2 != NULL) << 3;
     if (want_mlp)
         NEXT(SGK_CL_K_REDUCE_MLP,
