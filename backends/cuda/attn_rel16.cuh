@@ -65,37 +65,12 @@ __host__ __device__ constexpr int sgkc_ar16_kld(int H, int hdp)
 #define SGKC_AR16_LDS 24
 #define SGKC_AR16_HS (16 * SGKC_AR16_LDS + 4)
 
-/* Shared memory of a block, in bytes: weights, the bias tile (two stages
- * where MLP warps run ahead, npw > 0), two stages of K and V. */
-__host__ __device__ constexpr size_t sgkc_ar16_smem(int pcap, int ht, int H, int hdp, int npw = 0)
+/* Shared memory of a block, in bytes: weights, the bias tile, two stages
+ * of K and V. */
+__host__ __device__ constexpr size_t sgkc_ar16_smem(int pcap, int ht, int H, int hdp)
 {
-    return sgkc_mh_smem_floats(pcap, ht) * 4 + (size_t)(npw ? 2 : 1) * 8 * ht * SGKC_AR16_HS * 4 +
+    return sgkc_mh_smem_floats(pcap, ht) * 4 + (size_t)8 * ht * SGKC_AR16_HS * 4 +
            (size_t)2 * 2 * 16 * sgkc_ar16_kld(H, hdp) * 2;
-}
-
-/* Named barriers of the warp-specialised form: a bias stage full, a bias
- * stage free, the attention warps among themselves (0 is __syncthreads') */
-#define SGKC_AR16_BAR_FULL 1
-#define SGKC_AR16_BAR_FREE 3
-#define SGKC_AR16_BAR_ATT 5
-/* bar.sync (ARRIVE: bar.arrive) of n threads on named barrier ID, an
- * immediate, so that ptxas reserves only the barriers used; _stage: the
- * stage's own, ID for stage 0, ID + 1 for stage 1 */
-template <int ID, bool ARRIVE = false>
-__device__ __forceinline__ void sgkc_bar(int n)
-{
-    if constexpr (ARRIVE)
-        asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
-    else
-        asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
-}
-template <int ID, bool ARRIVE = false>
-__device__ __forceinline__ void sgkc_bar_stage(int st, int n)
-{
-    if (st)
-        sgkc_bar<ID + 1, ARRIVE>(n);
-    else
-        sgkc_bar<ID, ARRIVE>(n);
 }
 
 __device__ __forceinline__ void sgkc_ldsm_x4(uint32_t (&r)[4], const void *p)
@@ -120,27 +95,21 @@ __device__ __forceinline__ bool sgkc_nonfinite16(uint32_t h)
     return BF ? (h & 0x7f80u) == 0x7f80u : (h & 0x7c00u) == 0x7c00u;
 }
 
-/* NPW > 0: warps 0 .. NPW - 1 run the MLP only, a bias stage ahead of the
- * other WH - NPW, which run the attention only (named barriers hand the
- * stages over), so that the two phases overlap instead of alternating. */
-template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0, int NPW = 0>
-__global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar16_args a)
+template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF>
+__global__ void __launch_bounds__(32 * WH) sgkc_attn_rel16_kernel(sgkc_ar16_args a)
 {
     constexpr int NT = 32 * WH, BK = 16;
     constexpr int NQ = PCAP / 16;         /* the features' k-steps */
-    constexpr int MW = NPW ? NPW : WH;    /* warps that run the MLP */
-    constexpr int MPW = 16 / MW;          /* MLP tiles (queries) a warp per key tile */
-    constexpr int AW = WH - NPW;          /* warps that run the attention */
-    constexpr int LT = 32 * AW;           /* threads that copy K and V */
+    constexpr int MPW = 16 / WH;          /* MLP tiles (queries) a warp per key tile */
     constexpr int KS = HDP / 16;          /* Q.K's k-steps */
     constexpr int ND = HDP / 8;           /* O's n-tiles */
     constexpr int LDS = SGKC_AR16_LDS, HS = SGKC_AR16_HS, SBS = 8 * HT * HS;
-    static_assert(16 % MW == 0 && AW > 0 && HDP % 16 == 0 && PCAP % 16 == 0, "whole tiles");
+    static_assert(16 % WH == 0 && WH > 0 && HDP % 16 == 0 && PCAP % 16 == 0, "whole tiles");
 
     extern __shared__ __align__(16) float smem[];
     const float *b2s = smem + PCAP * sgkc_mh_ldh(PCAP) / 2 + PCAP + 8 * HT * sgkc_mt_ldw2(PCAP);
     float *Sb = smem + sgkc_mh_smem_floats(PCAP, HT); /* [stage][head][query][key] */
-    uint16_t *KV = reinterpret_cast<uint16_t *>(Sb + (NPW ? 2 : 1) * SBS);
+    uint16_t *KV = reinterpret_cast<uint16_t *>(Sb + SBS);
 
     const int N = a.N, H = a.H, P = a.P, hd = a.hd;
     const int KLD = sgkc_ar16_kld(H, HDP);   /* halves */
@@ -148,7 +117,6 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     const int CPR = RW / 8;                  /* 16-byte chunks of one */
     uint16_t *Ks = KV, *Vs = KV + 2 * BK * KLD; /* [stage][key][col] */
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int aw = warp - NPW, atid = tid - 32 * NPW; /* attention warp and thread (< 0: an MLP warp) */
     const int rank = (int)(blockIdx.x % (unsigned)a.ks);
     const int64_t tile = blockIdx.x / (unsigned)a.ks;
     const int qt = (int)(tile % a.qtiles);
@@ -166,7 +134,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
      * are the same every tile, walked by adds from its first: a division
      * by the runtime row width for each chunk would cost more than the
      * copy it addresses. */
-    const int dR = LT / CPR, dC = LT - dR * CPR, rr0 = atid / CPR, c00 = atid - rr0 * CPR;
+    const int dR = NT / CPR, dC = NT - dR * CPR, rr0 = tid / CPR, c00 = tid - rr0 * CPR;
     auto load_kv = [&](int kt, int st) {
         const int k0 = kt * BK;
         int rr = rr0, c = c00;
@@ -192,7 +160,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         return __any_sync(0xffffffffu, k < N && vrow_b[k] != 0) != 0;
     };
 
-    if (kb < ke && aw >= 0)
+    if (kb < ke)
         load_kv(kb, kb & 1);
     sgkc_cp_commit();
 
@@ -202,8 +170,8 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         const int r0 = q0 + g, r1 = r0 + 8;
 #pragma unroll
         for (int i = 0; i < HPW; i++) {
-            const int h = aw + AW * i;
-            const bool hv = aw >= 0 && h < H;
+            const int h = warp + WH * i;
+            const bool hv = h < H;
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) {
                 const int c = (hv ? h : 0) * HDP + 16 * kk + 2 * t;
@@ -218,14 +186,14 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         }
     }
 
-    /* features and mask bits of MLP tile (kt, mi): query q0 + warp + MW mi,
+    /* features and mask bits of MLP tile (kt, mi): query q0 + warp + WH mi,
      * keys kt BK + g and + 8 */
     struct feats {
         uint2 x0[NQ], x1[NQ];
         unsigned m0, m1;
     };
     auto load_feats = [&](feats &f, int kt, int mi) {
-        const int q = q0 + warp + MW * mi, k = kt * BK + g;
+        const int q = q0 + warp + WH * mi, k = kt * BK + g;
         const bool in0 = kt < ke && q < N && k < N, in1 = kt < ke && q < N && k + 8 < N;
         const int64_t r0 = ((int64_t)b * N + (q < N ? q : 0)) * N + k;
         sgkc_mh_load_row<NQ>(a, in0 ? r0 : 0, in0, t, f.x0);
@@ -258,7 +226,7 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
 
             float ob[HT][4];
             sgkc_mh_tile<PCAP, HT, BF>(ob, cur.x0, cur.x1, smem, g, t);
-            const int ql = warp + MW * mi;
+            const int ql = warp + WH * mi;
             const bool e0 = sgkc_bits_edge(cur.m0), e1 = sgkc_bits_edge(cur.m1);
 #pragma unroll
             for (int ht = 0; ht < HT; ht++) {
@@ -279,8 +247,8 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         const bool vbad = v_nonfinite(kt);
 #pragma unroll
         for (int i = 0; i < HPW; i++) {
-            const int h = aw + AW * i;
-            if (aw < 0 || h >= H)
+            const int h = warp + WH * i;
+            if (h >= H)
                 break;
             float s[2][4] = {};
 #pragma unroll
@@ -369,48 +337,19 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
         }
     };
 
-    if (aw < 0 || NPW == 0)
-        load_feats(cur, kb, 0);
+    load_feats(cur, kb, 0);
     __syncthreads(); /* the weights */
-    if constexpr (NPW == 0) {
-        for (int kt = kb; kt < ke; kt++) {
-            const int st = kt & 1;
-            if (kt + 1 < ke)
-                load_kv(kt + 1, st ^ 1);
-            sgkc_cp_commit();
-            mlp(kt, Sb);
-            sgkc_cp_wait<1>();
-            __syncthreads(); /* Sb written, this stage arrived */
-            attend(kt, st, Sb);
-            __syncthreads(); /* Sb and this stage are free */
-        }
-    } else if (aw < 0) {
-        /* MLP warps: bias stage j & 1 of the block's j-th tile, once the
-         * attention warps have freed it (from the third tile on) */
-        for (int kt = kb; kt < ke; kt++) {
-            const int j = kt - kb;
-            if (j >= 2)
-                sgkc_bar_stage<SGKC_AR16_BAR_FREE>(j & 1, NT);
-            mlp(kt, Sb + (j & 1) * SBS);
-            sgkc_bar_stage<SGKC_AR16_BAR_FULL, true>(j & 1, NT);
-        }
-    } else {
-        for (int kt = kb; kt < ke; kt++) {
-            const int j = kt - kb, st = kt & 1;
-            sgkc_bar<SGKC_AR16_BAR_ATT>(LT); /* every attention warp is past tile kt - 1: its K/V stage is free */
-            if (kt + 1 < ke)
-                load_kv(kt + 1, st ^ 1);
-            sgkc_cp_commit();
-            sgkc_cp_wait<1>();
-            sgkc_bar<SGKC_AR16_BAR_ATT>(LT); /* this tile's K and V arrived */
-            sgkc_bar_stage<SGKC_AR16_BAR_FULL>(j & 1, NT);
-            attend(kt, st, Sb + (j & 1) * SBS);
-            if (j + 2 < ke - kb) /* the MLP warps wait for it before their tile j + 2 */
-                sgkc_bar_stage<SGKC_AR16_BAR_FREE, true>(j & 1, NT);
-        }
+    for (int kt = kb; kt < ke; kt++) {
+        const int st = kt & 1;
+        if (kt + 1 < ke)
+            load_kv(kt + 1, st ^ 1);
+        sgkc_cp_commit();
+        mlp(kt, Sb);
+        sgkc_cp_wait<1>();
+        __syncthreads(); /* Sb written, this stage arrived */
+        attend(kt, st, Sb);
+        __syncthreads(); /* Sb and this stage are free */
     }
-    if constexpr (NPW > 0)
-        __syncthreads(); /* both roles done: Sb and K/V are the merge's */
     sgkc_cp_wait<0>();
 
     const int r0 = q0 + g, r1 = r0 + 8;
@@ -418,8 +357,8 @@ __global__ void __launch_bounds__(32 * WH, MINB) sgkc_attn_rel16_kernel(sgkc_ar1
     auto each_head = [&](auto f) {
 #pragma unroll
         for (int i = 0; i < HPW; i++) {
-            const int h = aw + AW * i;
-            if (aw < 0 || h >= H)
+            const int h = warp + WH * i;
+            if (h >= H)
                 break;
             f(i, h);
         }

@@ -238,7 +238,7 @@ static bool validate(const problem &p, const dev_problem &d, F go, const char *w
     return check(p, got.data(), what);
 }
 
-template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF, int MINB = 0, int NPW = 0>
+template <int HDP, int WH, int HPW, int PCAP, int HT, bool BF>
 static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
 {
     const shape &s = p.s;
@@ -253,8 +253,8 @@ static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
     a.N = s.N; a.D = s.D; a.H = s.H; a.P = s.P; a.hd = p.hd;
     a.qtiles = (s.N + 15) / 16;
     a.pvec = s.P % 4 == 0;
-    auto fn = sgkc_attn_rel16_kernel<HDP, WH, HPW, PCAP, HT, BF, MINB, NPW>;
-    const size_t smem = sgkc_ar16_smem(PCAP, HT, s.H, HDP, NPW);
+    auto fn = sgkc_attn_rel16_kernel<HDP, WH, HPW, PCAP, HT, BF>;
+    const size_t smem = sgkc_ar16_smem(PCAP, HT, s.H, HDP);
     CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int per_sm = 0, sms = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 32 * WH, smem));
@@ -285,9 +285,9 @@ static bool run_rel16(const problem &p, const dev_problem &d, float *t_us)
     cfg.attrs = &attr;
     cfg.numAttrs = a.ks > 1 ? 1 : 0;
     auto go = [&] { CK(cudaLaunchKernelEx(&cfg, fn, a)); };
-    printf("  rel16 <HDP %d, WH %d, HPW %d, PCAP %d, HT %d, MINB %d, NPW %d>: %u blocks (ks %d), %d an SM, %d registers, "
+    printf("  rel16 <HDP %d, WH %d, HPW %d, PCAP %d, HT %d>: %u blocks (ks %d), %d an SM, %d registers, "
            "%zu B shared, %d B local\n",
-           HDP, WH, HPW, PCAP, HT, MINB, NPW, blocks, a.ks, per_sm, fa.numRegs, smem, (int)fa.localSizeBytes);
+           HDP, WH, HPW, PCAP, HT, blocks, a.ks, per_sm, fa.numRegs, smem, (int)fa.localSizeBytes);
     const bool ok = validate(p, d, go, "rel16");
     if (!g_check_only)
         *t_us = median_us(go);
@@ -424,17 +424,6 @@ int main(int argc, char **argv)
         const bool ok1 = dispatch(p, d, &t1);
         if (!ok1)
             fails++;
-        if (s.bf && p.HDP == 32 && s.H <= 8 && p.PCAP <= 32) {
-            /* candidates: three blocks an SM; four MLP warps a bias stage ahead of four attention warps */
-            float t3 = 0, tw = 0;
-            const bool ok3 = p.PCAP == 32 ? run_rel16<32, 8, 1, 32, 1, true, 3>(p, d, &t3)
-                                          : run_rel16<32, 8, 1, 16, 1, true, 3>(p, d, &t3);
-            const bool okw = p.PCAP == 32 ? run_rel16<32, 8, 2, 32, 1, true, 0, 4>(p, d, &tw)
-                                          : run_rel16<32, 8, 2, 16, 1, true, 0, 4>(p, d, &tw);
-            fails += !ok3 + !okw;
-            if (!g_check_only)
-                printf("  time: rel16 at three blocks an SM %.1f us, with four MLP warps %.1f us\n", t3, tw);
-        }
         if (!g_check_only) {
             dispatch_base(p, d, &t0);
             const double fbytes = 2.0 * pairs * s.P;
