@@ -27,9 +27,11 @@
 #                                        table (train-*, and dtypes-cuda's 16-bit one), compute-sanitizer
 #                                        memcheck and racecheck over test_train cuda (TRAIN_FILTER, a
 #                                        cmocka glob, default mask_*), sgk-bench --train (default seed,
-#                                        mid, large, s02, s13), sgk.torch's autograd tests and
-#                                        torch_compare --train at those shapes, into train-*.txt,
-#                                        train-bench.json and train-compare.json
+#                                        mid, large, s02, s13), each generated kernel's time at mid by
+#                                        ncu, sgk.torch's autograd tests and torch_compare --train at
+#                                        those shapes, into train-*.txt, train-bench.json and
+#                                        train-compare.json (with BUNDLE: cuda's test_train, the
+#                                        sanitizers, the bench and ncu, from the bundle)
 #   bash tools/h200.sh devices [PRESETS] every GPU of the host at once: devices-cuda and threads-cuda,
 #                                        sgk-bench --device all (default every preset), the two-GPU
 #                                        torch tests and the DDP test (NCCL_NVLS_ENABLE=0), into
@@ -70,7 +72,7 @@
 #                                        against its own fp64 reference, then ARGS (default
 #                                        "bench"; "bench mid large", "sanitize"; with
 #                                        HARNESS_FLAGS=-DSGKC_TIMELINE, "timeline [B,N,D,H,P]")
-# BUNDLE=DIR (bench, torch, results, kernels, profile, cpu): run the binaries
+# BUNDLE=DIR (bench, torch, results, kernels, profile, cpu, train): run the binaries
 # tools/bundle.sh left in DIR instead of building, so that a lease's time goes to
 # running; the jobs that run meson's tests need the build and refuse it.
 # Each job builds first (a no-op while build/ is up to date on a warm machine),
@@ -114,8 +116,8 @@ tcgemm|attncheck|mlpcheck|rel16check) ;;
 *)
   if [ -n "${BUNDLE:-}" ]; then
     case $mode in
-    bench|torch|results|kernels|profile|cpu) ;;
-    *) echo "BUNDLE runs bench, torch, results, kernels, profile and cpu only (mode $mode needs the build)"; exit 1;;
+    bench|torch|results|kernels|profile|cpu|train) ;;
+    *) echo "BUNDLE runs bench, torch, results, kernels, profile, cpu and train only (mode $mode needs the build)"; exit 1;;
     esac
     [ -x "$BD/bench/sgk-bench" ] || { echo "BUNDLE=$BD has no bench/sgk-bench (tools/bundle.sh makes one)"; exit 1; }
     stamp "prebuilt ($commit) in $BD"
@@ -189,19 +191,38 @@ generated)
     stamp "sgk-bench generated $dt rc=$?"; grep -E "^(cuda|opencl) " "$O/gen-$dt.txt" | cut -c1-200
   done;;
 train)
-  meson test -C build --no-rebuild --print-errorlogs --num-processes 1 ${TESTS:-train-cuda train-opencl dtypes-cuda} \
-      > "$O/train-tests.txt" 2>&1
-  stamp "tests rc=$?"
-  grep -hE "^ *[0-9]+/[0-9]+ |training runs" "$O/train-tests.txt" build/meson-logs/testlog.txt | sort -u | cut -c1-160
+  # With BUNDLE: test_train on cuda alone (the bundle has no opencl plugin,
+  # meson or Python extension); else meson's training tests.
+  if [ -n "${BUNDLE:-}" ]; then
+    timeout 300 "$BD/tests/test_train" cuda > "$O/train-tests.txt" 2>&1
+    stamp "test_train cuda rc=$?"; grep -E "^FAIL|PASSED|FAILED" "$O/train-tests.txt" | head -20
+  else
+    meson test -C build --no-rebuild --print-errorlogs --num-processes 1 ${TESTS:-train-cuda train-opencl dtypes-cuda} \
+        > "$O/train-tests.txt" 2>&1
+    stamp "tests rc=$?"
+    grep -hE "^ *[0-9]+/[0-9]+ |training runs" "$O/train-tests.txt" build/meson-logs/testlog.txt | sort -u | cut -c1-160
+  fi
   for tool in memcheck racecheck; do
     SGK_TEST_FILTER="${TRAIN_FILTER:-mask_*}" timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool \
-        --error-exitcode 9 build/tests/test_train cuda > "$O/train-sanitize-$tool.txt" 2>&1
+        --error-exitcode 9 "$BD/tests/test_train" cuda > "$O/train-sanitize-$tool.txt" 2>&1
     stamp "compute-sanitizer $tool rc=$?: $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$O/train-sanitize-$tool.txt" | tr '\n' ' ') $(grep -c '^\[       OK' "$O/train-sanitize-$tool.txt") tests ok"
   done
   presets=$(echo "${*:-seed mid large s02 s13}" | tr ' ' ',')
-  build/bench/sgk-bench --backend cuda,opencl --variant tiled --train --preset "$presets" \
+  backends=cuda,opencl
+  [ -n "${BUNDLE:-}" ] && backends=cuda
+  "$BD/bench/sgk-bench" --backend $backends --variant tiled --train --preset "$presets" \
       --json "$O/train-bench.json" > "$O/train-bench.txt" 2>&1
   stamp "sgk-bench --train rc=$?"; grep -E "^(cuda|opencl) " "$O/train-bench.txt" | cut -c1-200
+  # each kernel of one forward_train and backward at mid, in launch order:
+  # the generated kernels (sgk_k_*), behind a tuned-tiled forward (sgkc_*,
+  # which the filter leaves out)
+  timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:'^sgk_' -c 30 \
+      "$BD/bench/sgk-bench" --backend cuda --variant tuned-tiled --train --preset mid --quick --no-check \
+      > "$O/train-kernels.txt" 2>&1
+  stamp "ncu rc=$?"
+  awk '/^  [a-zA-Z_]/ {name = $1 == "void" ? $2 : $1} /gpu__time_duration.sum/ {printf "%s %s %s\n", name, $NF, $(NF-1)}' \
+      "$O/train-kernels.txt"
+  [ -n "${BUNDLE:-}" ] && exit 0
   SGK_LIBRARY=build/api/libsgk.so SGK_EXTENSION=$(ls build/python/_fast*.so 2>/dev/null) timeout 420 python3 -m pytest -q python/tests/test_torch.py -k "autograd or backward" \
       > "$O/train-torch.txt" 2>&1
   stamp "torch autograd tests rc=$?"; tail -5 "$O/train-torch.txt"
