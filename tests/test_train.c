@@ -73,6 +73,35 @@ static void grads_free(grads_buf *b)
         sgkt_guarded_free(*sgkt_grad_slot(&b->g, i));
 }
 
+/* The output's gradient the tests feed: n normal values from seed. */
+static float *random_d_out(size_t n, uint64_t seed)
+{
+    float *d_out = malloc(n * sizeof(float));
+    assert_non_null(d_out);
+    sgkt_rng rng;
+    sgkt_rng_seed(&rng, seed ^ 0xd0u);
+    sgkt_fill_normal(&rng, d_out, n, 0.0, 1.0);
+    return d_out;
+}
+
+/* The reference's gradients of case c, in double. */
+static void ref_grads_alloc(sgk_ref_grads *rg, const sgkt_case *c)
+{
+    size_t n[N_GRADS];
+    memset(rg, 0, sizeof *rg);
+    sgkt_grad_counts(c->B, c->N, c->D, c->H, c->P, n);
+    for (int i = 0; i < N_GRADS; i++) {
+        *sgkt_ref_grad_slot(rg, i) = malloc(n[i] * sizeof(double));
+        assert_non_null(*sgkt_ref_grad_slot(rg, i));
+    }
+}
+
+static void ref_grads_free(sgk_ref_grads *rg)
+{
+    for (int i = 0; i < N_GRADS; i++)
+        free(*sgkt_ref_grad_slot(rg, i));
+}
+
 static double max_abs_of(const double *x, size_t n)
 {
     double m = 0;
@@ -241,19 +270,15 @@ static void test_case(void **state)
     sgkt_weights_to_ref(&p.w, &ref);
     double *rmax = malloc(BHN * sizeof(double)), *rsum = malloc(BHN * sizeof(double));
     double *out_d = malloc(p.n_out * sizeof(double));
-    float *d_out = malloc(p.n_out * sizeof(float));
+    float *d_out = random_d_out(p.n_out, seed);
     float *out = sgkt_guarded_alloc(p.n_out * sizeof(float));
     float *saved = sgkt_guarded_alloc(BHN * sizeof(float));
     size_t saved_bytes = 0;
     assert_non_null(rmax);
     assert_non_null(rsum);
     assert_non_null(out_d);
-    assert_non_null(d_out);
     assert_non_null(out);
     assert_non_null(saved);
-    sgkt_rng rng;
-    sgkt_rng_seed(&rng, seed ^ 0xd0u);
-    sgkt_fill_normal(&rng, d_out, p.n_out, 0.0, 1.0);
     assert_int_equal(sgk_ref_forward_stats(&ref, c->B, c->N, p.in.nodes, p.in.pair_feats,
                                            p.in.edge_mask, p.in.mask_type, out_d, NULL, rmax,
                                            rsum),
@@ -295,13 +320,7 @@ static void test_case(void **state)
     /* backward: every gradient against the reference's */
     grads_buf g1, g2;
     sgk_ref_grads rg;
-    memset(&rg, 0, sizeof rg);
-    size_t n[N_GRADS];
-    sgkt_grad_counts(c->B, c->N, c->D, c->H, c->P, n);
-    for (int i = 0; i < N_GRADS; i++) {
-        *sgkt_ref_grad_slot(&rg, i) = malloc(n[i] * sizeof(double));
-        assert_non_null(*sgkt_ref_grad_slot(&rg, i));
-    }
+    ref_grads_alloc(&rg, c);
     assert_int_equal(grads_alloc(&g1, c, 0), 0);
     /* the second run leaves out the weight gradients of wk and b1 */
     const unsigned skip2 = (1u << 5) | (1u << 9);
@@ -324,7 +343,7 @@ static void test_case(void **state)
         for (int i = 0; same && i < N_GRADS; i++)
             if (!(skip2 & (1u << i)))
                 same = memcmp(*sgkt_grad_slot(&g1.g, i), *sgkt_grad_slot(&g2.g, i),
-                              n[i] * sizeof(float)) == 0;
+                              g1.n[i] * sizeof(float)) == 0;
         if (!same)
             printf("FAIL case=%s: a second sgk_backward (%s) is not bitwise the first\n",
                    c->name, sgk_status_string(st));
@@ -338,8 +357,7 @@ static void test_case(void **state)
     }
     grads_free(&g1);
     grads_free(&g2);
-    for (int i = 0; i < N_GRADS; i++)
-        free(*sgkt_ref_grad_slot(&rg, i));
+    ref_grads_free(&rg);
     sgkt_guarded_free(out);
     sgkt_guarded_free(saved);
     free(rmax);
@@ -358,48 +376,26 @@ static void test_case(void **state)
  * not attend to node 0 and row 3 attends to nothing. The gradients must
  * agree with the reference's wherever those are finite, and batch entry
  * 1's input gradients, which nothing of entry 0 reaches, must be finite. */
-typedef struct grad_poison {
-    const char *what;
-    int in_pair; /* 0: nodes[0, node, 0]; 1: pair_feats[0, node, col, 0] */
-    int node, col;
-    float value;
-} grad_poison;
-
-static int nonfinite_run(int64_t N, int64_t P, const grad_poison *z, uint64_t seed)
+static int nonfinite_run(int64_t N, int64_t P, const sgkt_poison *z, uint64_t seed)
 {
     const sgkt_case c = {"nonfinite", 2, N, 8, 2, P, SGKT_MASK_DENSE, 1.0, SGK_MASK_F32, 0};
     sgkt_prepared p;
     assert_int_equal(sgkt_prepare(&p, &c, seed), 0);
-    float *mask = p.in.edge_mask;
-    mask[1 * N + 0] = 0.0f;
-    mask[2 * N + 0] = 0.0f;
-    for (int64_t j = 0; j < N; j++)
-        mask[3 * N + j] = 0.0f;
-    if (z->in_pair)
-        p.in.pair_feats[((size_t)z->node * (size_t)N + (size_t)z->col) * (size_t)P] = z->value;
-    else
-        p.in.nodes[(size_t)z->node * 8] = z->value;
+    sgkt_poison_mask(p.in.edge_mask, N);
+    sgkt_poison_apply(z, p.in.nodes, p.in.pair_feats, N, c.D, P);
     sgk_layer *layer = NULL;
     assert_int_equal(sgkt_layer_from_weights(ctx, &p.w, &layer), SGK_OK);
     sgk_ref_layer ref;
     sgkt_weights_to_ref(&p.w, &ref);
     const size_t BHN = (size_t)(c.B * c.H * N);
-    float *d_out = malloc(p.n_out * sizeof(float)), *out = malloc(p.n_out * sizeof(float));
+    float *d_out = random_d_out(p.n_out, seed), *out = malloc(p.n_out * sizeof(float));
     float *saved = malloc(BHN * sizeof(float));
-    assert_non_null(d_out);
     assert_non_null(out);
     assert_non_null(saved);
-    sgkt_rng rng;
-    sgkt_rng_seed(&rng, seed ^ 0xd0u);
-    sgkt_fill_normal(&rng, d_out, p.n_out, 0.0, 1.0);
     grads_buf g;
     sgk_ref_grads rg;
-    memset(&rg, 0, sizeof rg);
     assert_int_equal(grads_alloc(&g, &c, 0), 0);
-    for (int i = 0; i < N_GRADS; i++) {
-        *sgkt_ref_grad_slot(&rg, i) = malloc(g.n[i] * sizeof(double));
-        assert_non_null(*sgkt_ref_grad_slot(&rg, i));
-    }
+    ref_grads_alloc(&rg, &c);
     assert_int_equal(sgk_ref_backward(&ref, c.B, N, p.in.nodes, p.in.pair_feats, p.in.edge_mask,
                                       p.in.mask_type, d_out, &rg),
                      0);
@@ -428,8 +424,7 @@ static int nonfinite_run(int64_t N, int64_t P, const grad_poison *z, uint64_t se
         printf("%s %s: gradients against the reference where it is finite\n", ok ? "ok" : "FAIL", what);
     }
     grads_free(&g);
-    for (int i = 0; i < N_GRADS; i++)
-        free(*sgkt_ref_grad_slot(&rg, i));
+    ref_grads_free(&rg);
     free(d_out);
     free(out);
     free(saved);
@@ -443,19 +438,12 @@ static int nonfinite_run(int64_t N, int64_t P, const grad_poison *z, uint64_t se
 static void test_nonfinite(void **state)
 {
     (void)state;
-    static const grad_poison poisons[] = {
-        {"NaN in nodes of node 0", 0, 0, 0, NAN},
-        {"+Inf in nodes of node 0", 0, 0, 0, INFINITY},
-        {"NaN in pair_feats of masked pair (1, 0)", 1, 1, 0, NAN},
-        {"NaN in pair_feats of edge (1, 2)", 1, 1, 2, NAN},
-        {"-Inf in pair_feats of edge (2, 1)", 1, 2, 1, -INFINITY},
-    };
     static const int64_t shapes[][2] = {{5, 3}, {70, 3}, {70, 24}, {69, 24}};
     const uint64_t seed = sgkt_seed_mix(base_seed, 0x4e46u);
     int bad = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (size_t z = 0; z < sizeof poisons / sizeof poisons[0]; z++)
-            bad += !nonfinite_run(shapes[s][0], shapes[s][1], &poisons[z], seed);
+        for (int z = 0; z < sgkt_poison_count; z++)
+            bad += !nonfinite_run(shapes[s][0], shapes[s][1], &sgkt_poisons[z], seed);
     if (bad)
         fail_msg("%d non-finite runs failed (seed 0x%016llx); see FAIL lines above", bad,
                  (unsigned long long)seed);

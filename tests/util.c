@@ -431,6 +431,33 @@ void sgkt_poison_nan(float *x, size_t n)
         x[i] = NAN;
 }
 
+const sgkt_poison sgkt_poisons[] = {
+    {"NaN in nodes of node 0 (rows 1, 2 do not attend it)", 0, 0, 0, NAN},
+    {"+Inf in nodes of node 0 (rows 1, 2 do not attend it)", 0, 0, 0, INFINITY},
+    {"NaN in pair_feats of masked pair (1, 0)", 1, 1, 0, NAN},
+    {"NaN in pair_feats of edge (1, 2)", 1, 1, 2, NAN},
+    {"-Inf in pair_feats of edge (2, 1)", 1, 2, 1, -INFINITY},
+};
+const int sgkt_poison_count = (int)(sizeof sgkt_poisons / sizeof sgkt_poisons[0]);
+
+void sgkt_poison_mask(float *mask, int64_t N)
+{
+    for (int64_t i = 0; i < 2 * N * N; i++)
+        mask[i] = 1.0f;
+    mask[1 * N + 0] = 0.0f;
+    mask[2 * N + 0] = 0.0f;
+    for (int64_t j = 0; j < N; j++)
+        mask[3 * N + j] = 0.0f;
+}
+
+void sgkt_poison_apply(const sgkt_poison *p, float *nodes, float *pair_feats, int64_t N, int64_t D, int64_t P)
+{
+    if (p->in_pair)
+        pair_feats[((size_t)p->node * (size_t)N + (size_t)p->col) * (size_t)P] = p->value;
+    else
+        nodes[(size_t)p->node * (size_t)D] = p->value;
+}
+
 /* ---- comparison ------------------------------------------------------- */
 
 static void cmp_one(sgkt_error *e, double g, double r, size_t i, double *num, double *den,

@@ -140,6 +140,28 @@ void sgkt_guarded_free(void *buf);
 /* Fills with a quiet NaN so that an unwritten element cannot pass a check. */
 void sgkt_poison_nan(float *x, size_t n);
 
+/* ---- non-finite inputs ------------------------------------------------ */
+
+/* One NaN or Inf input of a two-entry graph (the non-finite tests): in
+ * nodes[0, node, 0] (in_pair 0) or pair_feats[0, node, col, 0] (1). */
+typedef struct sgkt_poison {
+    const char *what;
+    int in_pair;
+    int node, col;
+    float value;
+} sgkt_poison;
+
+/* The poisons, each a test of its own: node 0's features, a masked pair's,
+ * two edges'. */
+extern const sgkt_poison sgkt_poisons[];
+extern const int sgkt_poison_count;
+/* The mask of those tests ((2, N, N) floats, N >= 4): in batch entry 0
+ * rows 1 and 2 do not attend to node 0 and row 3 attends to nothing; the
+ * rest, and entry 1, dense. */
+void sgkt_poison_mask(float *mask, int64_t N);
+/* Writes p's value into nodes ((B, N, D)) or pair_feats ((B, N, N, P)). */
+void sgkt_poison_apply(const sgkt_poison *p, float *nodes, float *pair_feats, int64_t N, int64_t D, int64_t P);
+
 /* ---- comparison ------------------------------------------------------- */
 
 typedef struct sgkt_error {
