@@ -123,13 +123,17 @@ static size_t finiteness_mismatches(const float *got, const double *ref, size_t 
     return bad;
 }
 
-/* Largest |got - ref| over the elements where ref is finite. */
+/* Largest |got - ref| over the elements where ref is finite; infinite
+ * where got is not finite there. */
 static double max_abs_where_finite(const float *got, const double *ref, size_t n)
 {
     double m = 0;
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(ref[i]) && fabs((double)got[i] - ref[i]) > m)
-            m = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) : INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(ref[i]))
+            continue;
+        const double d = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) : INFINITY;
+        m = d > m ? d : m;
+    }
     return m;
 }
 
