@@ -8,6 +8,7 @@
 #include "cuda_layer.h"
 #include "generic.h"
 #include "relation_cuda.cu"
+#include "tc.h"
 
 /* Work-items per group: a multiple of the warp size, never tied to D; a
  * context may ask for fewer (the kernels hold no warp size). */
@@ -71,7 +72,7 @@ size_t sgkc_generic_workspace(const sgkc_layer *, int64_t, int64_t, const sgk_ba
 }
 
 static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_fwd *f, int pair_dt, sgk_off xn0,
-                             float *lse);
+                             float *lse, bool tc);
 
 /* The float kernels on f (nodes and out float; pair features of pair_dt). */
 static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_fwd *f, int pair_dt)
@@ -84,14 +85,34 @@ static cudaError_t run_float(const sgkc_layer *L, const sgk_plan &p, const sgkc_
                                 p.ldp, w + o.b1, w + o.w2, p.ldh, w + o.b2, w + o.wo, p.ldo, f->out, p.N, p.D, p.H,
                                 p.P, p.ldk, p.ldc, p.tq, p.tqp, p.tk, p.qc, L->eps, p.scale);
     /* the LayerNorm'd rows in the context's place, until attn writes it */
-    return run_tiled(L, p, f, pair_dt, (sgk_off)(p.ctx_offset / sizeof(float)), NULL);
+    return run_tiled(L, p, f, pair_dt, (sgk_off)(p.ctx_offset / sizeof(float)), NULL, false);
+}
+
+/* The training calls run their products (the projections, dctx, dxn and
+ * the weight gradients) on tc_gemm.cuh's tensor-core GEMM where the device
+ * has it, the rest on the generated kernels; the "tiled" variant stays the
+ * generated kernels alone, as on every backend. */
+static bool train_tc(const sgkc_layer *L)
+{
+    return sgkc_tc_project_fits(L);
+}
+
+/* Columns [c0, ld) of rows rows of ld floats from buf on: zero (the padding
+ * that the generated kernels read past a row's last output and that their
+ * own products store as zeros) */
+static cudaError_t zero_cols(float *buf, int ld, int c0, int rows, cudaStream_t s)
+{
+    if (c0 >= ld || rows <= 0)
+        return cudaSuccess;
+    return cudaMemset2DAsync(buf + c0, (size_t)ld * sizeof(float), 0, (size_t)(ld - c0) * sizeof(float), (size_t)rows, s);
 }
 
 /* The tiled plan p on f: LayerNorm'd rows into the workspace from float
  * xn0 on, Q/K/V, the context (each (head, row)'s log-sum-exp into lse
- * where it is not NULL), then out where f->out is not NULL. */
+ * where it is not NULL), then out where f->out is not NULL; the two
+ * projections on the tensor-core GEMM where tc. */
 static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_fwd *f, int pair_dt, sgk_off xn0,
-                             float *lse)
+                             float *lse, bool tc)
 {
     const float *w = L->kern;
     const sgk_gen_packed &o = L->kern_off;
@@ -100,9 +121,15 @@ static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_
     const int rows = (int)(p.B * p.N), lse_on = lse != NULL;
     cudaError_t e = sgk_launch_norm((int)p.groups_norm, 1, L->gen_threads, p.smem_norm * sizeof(float), f->stream,
                                     f->nodes, w + o.gamma, w + o.beta, L->eps, ws, xn0, p.ldc, rows, p.D, p.rt);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && tc) {
+        e = sgkc_tc_product(L, ws + xn0, p.ldc, L->gen + L->gen_off.wqkv, p.D, ws, p.ldk, NULL, rows, 3 * p.D, p.D,
+                            f->stream);
+        if (e == cudaSuccess)
+            e = zero_cols(ws, p.ldk, 3 * p.D, rows, f->stream);
+    } else if (e == cudaSuccess) {
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_qkv, L->gen_threads, 0, f->stream, ws, xn0, p.ldc,
                             w + o.wqkv, p.ldk, 0, ws, ws, 0, p.ldk, rows, p.D, p.ldk, p.mt, p.nt);
+    }
     if (e == cudaSuccess)
         e = sgk_launch_attn((int)p.groups_attn, 1, L->gen_threads, p.smem_attn * sizeof(float), f->stream, ws, p.ldk,
                             f->pair, pair_dt, (const uchar *)f->mask, f->mask_u8, w + o.w1, p.ldp, w + o.b1, w + o.w2, p.ldh,
@@ -113,7 +140,10 @@ static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_
         e = sgk_launch_combine((int)p.groups_norm, 1, L->gen_threads, 0, f->stream, ws, ctx0, p.ldc,
                                (sgk_off)(p.part_offset / sizeof(float)), p.ks, rows, p.D, p.H, p.rt,
                                lse_on ? lse : ws, lse_on, p.N);
-    if (e == cudaSuccess && f->out != NULL)
+    if (e == cudaSuccess && f->out != NULL && tc)
+        e = sgkc_tc_product(L, ws + ctx0, p.ldc, L->gen + L->gen_off.wo, p.D, f->out, p.D, f->nodes, rows, p.D, p.D,
+                            f->stream);
+    else if (e == cudaSuccess && f->out != NULL)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, L->gen_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
                             p.ldo, 1, f->nodes, f->out, 0, p.D, rows, p.D, p.D, p.mt, p.nt);
     return e;
@@ -187,14 +217,14 @@ cudaError_t sgkc_train_forward(const sgkc_layer *L, const sgkc_fwd *f, float *sa
         return cudaErrorInvalidValue; /* the core asked for the workspace size first */
     const sgk_off xn0 = (sgk_off)(tp.fwd.ctx_offset / sizeof(float));
     if (L->dtype == SGK_DTYPE_F32)
-        return run_tiled(L, tp.fwd, f, SGK_DTYPE_F32, xn0, saved);
+        return run_tiled(L, tp.fwd, f, SGK_DTYPE_F32, xn0, saved, train_tc(L));
     const size_t n = (size_t)f->B * (size_t)f->N * (size_t)L->D;
     sgkc_fwd g = *f;
     g.nodes = (const float *)((const char *)f->ws + tp.fwd.wide_nodes);
     g.out = (float *)((char *)f->ws + tp.fwd.wide_out);
     cudaError_t e = convert(L->gen_threads, 1, L->dtype, f->nodes, (void *)g.nodes, n, f->stream);
     if (e == cudaSuccess)
-        e = run_tiled(L, tp.fwd, &g, (int)L->dtype, xn0, saved);
+        e = run_tiled(L, tp.fwd, &g, (int)L->dtype, xn0, saved, train_tc(L));
     if (e == cudaSuccess)
         e = convert(L->gen_threads, 0, L->dtype, g.out, f->out, n, f->stream);
     return e;
@@ -202,6 +232,63 @@ cudaError_t sgkc_train_forward(const sgkc_layer *L, const sgkc_fwd *f, float *sa
 
 static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp, const sgkc_fwd *f,
                                   const float *saved, const float *d_out, const sgk_grads *g);
+
+/* out = in^T: in (rows, cols) with rows ldi floats apart, out (cols, rows)
+ * with rows ldo apart. The weight gradients' sums run over the rows, which
+ * the tensor-core GEMM takes as its k, contiguous. */
+__global__ void __launch_bounds__(256) sgkc_transpose_kernel(const float *__restrict__ in, int64_t ldi,
+                                                             float *__restrict__ out, int64_t ldo, int rows, int cols)
+{
+    __shared__ float t[32][33];
+    const int r0 = blockIdx.y * 32, c0 = blockIdx.x * 32, x = threadIdx.x;
+    for (int i = threadIdx.y; i < 32; i += 8)
+        if (r0 + i < rows && c0 + x < cols)
+            t[i][x] = in[(size_t)(r0 + i) * ldi + c0 + x];
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8)
+        if (c0 + i < cols && r0 + x < rows)
+            out[(size_t)(c0 + i) * ldo + r0 + x] = t[x][i];
+}
+
+static cudaError_t transpose(const float *in, int64_t ldi, float *out, int rows, int cols, cudaStream_t s)
+{
+    const dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32));
+    sgkc_transpose_kernel<<<grid, dim3(32, 8), 0, s>>>(in, ldi, out, rows, rows, cols);
+    return cudaGetLastError();
+}
+
+/* The weight gradients of Wq, Wk, Wv and Wo that g asks for, each dW =
+ * dY^T X over the rows on the tensor-core GEMM: both operands transposed
+ * first into parts of the workspace that are free by now (the partial sums
+ * of dq, dk and dv, and dxn's rows, each B N D floats or more). */
+static cudaError_t wgrad_tc(const sgkc_layer *L, const sgk_train_plan &tp, const sgkc_fwd *f, const float *d_out,
+                            const sgk_grads *g)
+{
+    const sgk_plan &p = tp.fwd;
+    float *ws = (float *)f->ws;
+    const cudaStream_t s = f->stream;
+    const int rows = (int)(p.B * p.N), D = p.D;
+    float *t1 = ws + tp.dq, *t2 = ws + tp.dkv, *t3 = ws + tp.dkv + (size_t)rows * D, *tx = ws + tp.dctx;
+    void *const dw[3] = {g->wq, g->wk, g->wv};
+    float *const ty[3] = {t1, t2, t3};
+    cudaError_t e = cudaSuccess;
+    if (dw[0] || dw[1] || dw[2])
+        e = transpose(ws + tp.xn, p.ldc, tx, rows, D, s);
+    for (int m = 0; m < 3 && e == cudaSuccess; m++)
+        if (dw[m])
+            e = transpose(ws + (size_t)m * D, p.ldk, ty[m], rows, D, s);
+    for (int m = 0; m < 3 && e == cudaSuccess; m++)
+        if (dw[m])
+            e = sgkc_tc_product(L, ty[m], rows, tx, rows, (float *)dw[m], D, NULL, D, D, rows, s);
+    if (e == cudaSuccess && g->wo) {
+        e = transpose(d_out, D, t1, rows, D, s);
+        if (e == cudaSuccess)
+            e = transpose(ws + p.ctx_offset / sizeof(float), p.ldc, t2, rows, D, s);
+        if (e == cudaSuccess)
+            e = sgkc_tc_product(L, t1, rows, t2, rows, (float *)g->wo, D, NULL, D, D, rows, s);
+    }
+    return e;
+}
 
 /* 16-bit layers: nodes and d_out widened into the workspace, every
  * gradient but the pair features' computed in float there and then
@@ -252,10 +339,16 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
     const sgk_off ctx0 = (sgk_off)(p.ctx_offset / sizeof(float)), xn0 = (sgk_off)tp.xn, dctx0 = (sgk_off)tp.dctx;
     sgkc_fwd c = *f;
     c.out = NULL;
-    cudaError_t e = run_tiled(L, p, &c, (int)L->dtype, xn0, NULL);
-    if (e == cudaSuccess)
+    const bool tc = train_tc(L);
+    cudaError_t e = run_tiled(L, p, &c, (int)L->dtype, xn0, NULL, tc);
+    if (e == cudaSuccess && tc) {
+        e = sgkc_tc_product(L, d_out, D, w + o.wo, o.ldo, ws + dctx0, tp.ldd, NULL, rows, D, D, s);
+        if (e == cudaSuccess)
+            e = zero_cols(ws + dctx0, tp.ldd, D, rows, s);
+    } else if (e == cudaSuccess) {
         e = sgk_launch_proj((int)p.groups_rows, (int)tp.groups_dctx, L->gen_threads, 0, s, d_out, 0, D, w + o.wo_b, o.ldd,
                             0, ws, ws, dctx0, tp.ldd, rows, D, tp.ldd, p.mt, p.nt);
+    }
     if (e == cudaSuccess)
         e = sgk_launch_bwd_di((int)p.groups_norm, 1, L->gen_threads, 0, s, ws, dctx0, tp.ldd, ctx0, p.ldc, (sgk_off)tp.di,
                               (const uchar *)f->mask, f->mask_u8, p.N, rows, D, p.H, p.rt);
@@ -270,8 +363,15 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
     if (e == cudaSuccess)
         e = sgk_launch_reduce_qkv((int)p.groups_norm, 1, L->gen_threads, 0, s, ws, (sgk_off)tp.dq, tp.ldd, (sgk_off)tp.dkv,
                                   tp.ldv, tp.rk, tp.rq, p.ldk, p.scale, rows, D, p.rt);
-    /* dxn = [dq dk dv] [Wq; Wk; Wv], where dctx was */
-    if (e == cudaSuccess)
+    /* dxn = [dq dk dv] [Wq; Wk; Wv], where dctx was; on the tensor cores
+     * as one sum over 3D, or (3D past the longest sum they take) as three
+     * over D, each added to the one before */
+    if (e == cudaSuccess && tc && 3 * D <= SGK_TC_MAX_K)
+        e = sgkc_tc_product(L, ws, p.ldk, w + o.wqkv, p.ldk, ws + dctx0, tp.ldd, NULL, rows, D, 3 * D, s);
+    for (int m = 0; m < 3 && e == cudaSuccess && tc && 3 * D > SGK_TC_MAX_K; m++)
+        e = sgkc_tc_product(L, ws + (size_t)m * D, p.ldk, w + o.wqkv + (size_t)m * D, p.ldk, ws + dctx0, tp.ldd,
+                            m ? ws + dctx0 : NULL, rows, D, D, s);
+    if (e == cudaSuccess && !tc)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, L->gen_threads, 0, s, ws, 0, p.ldk, w + o.wqkv_b, o.ldo,
                             0, ws, ws, dctx0, tp.ldd, rows, 3 * D, D, p.mt, p.nt);
     if (e == cudaSuccess)
@@ -290,22 +390,27 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
     /* one chunk: each gradient straight into its buffer; several: the
      * chunks' parts of all four, then their sums */
     const int want_w = (g->wq != NULL) | (g->wk != NULL) << 1 | (g->wv != NULL) << 2 | (g->wo != NULL) << 3;
+    /* on the tensor cores only where they would take the whole sum over
+     * the rows (as mm_part rules for the generated kernels) */
+    const bool wtc = tc && rows <= SGK_TC_MAX_K;
+    if (e == cudaSuccess && wtc && want_w)
+        e = wgrad_tc(L, tp, f, d_out, g);
     const sgk_off gst = (sgk_off)4 * D * D;
     void *const dw[4] = {g->wq, g->wk, g->wv, g->wo};
-    for (int m = 0; m < 4 && tp.wch == 1 && e == cudaSuccess; m++)
+    for (int m = 0; m < 4 && !wtc && tp.wch == 1 && e == cudaSuccess; m++)
         if (dw[m])
             e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc, L->gen_threads, 0, s, m < 3 ? ws : d_out,
                                  m < 3 ? (sgk_off)m * D : 0, m < 3 ? p.ldk : D, ws, m < 3 ? xn0 : ctx0, p.ldc,
                                  (float *)dw[m], 0, 0, D, rows, rows, D, D, tp.wmt, tp.wnt, (int)tp.groups_wc);
-    if (e == cudaSuccess && tp.wch > 1 && (want_w & 7))
+    if (e == cudaSuccess && !wtc && tp.wch > 1 && (want_w & 7))
         e = sgk_launch_wgrad((3 * D + tp.wmt - 1) / tp.wmt, (int)tp.groups_wc * tp.wch, L->gen_threads, 0, s, ws, 0,
                              p.ldk, ws, xn0, p.ldc, ws, (sgk_off)tp.wpart, gst, D, rows, tp.wkc, 3 * D, D, tp.wmt,
                              tp.wnt, (int)tp.groups_wc);
-    if (e == cudaSuccess && tp.wch > 1 && (want_w & 8))
+    if (e == cudaSuccess && !wtc && tp.wch > 1 && (want_w & 8))
         e = sgk_launch_wgrad((int)tp.groups_wr, (int)tp.groups_wc * tp.wch, L->gen_threads, 0, s, d_out, 0, D, ws, ctx0,
                              p.ldc, ws, (sgk_off)tp.wpart + (sgk_off)3 * D * D, gst, D, rows, tp.wkc, D, D, tp.wmt,
                              tp.wnt, (int)tp.groups_wc);
-    if (e == cudaSuccess && tp.wch > 1 && want_w) {
+    if (e == cudaSuccess && !wtc && tp.wch > 1 && want_w) {
         const int m0 = want_w & 7 ? 0 : 3, m1 = want_w & 8 ? 4 : 3;
         e = sgk_launch_reduce_parts((D * D + tp.per - 1) / tp.per, m1 - m0, L->gen_threads, 0, s, ws, (sgk_off)tp.wpart,
                                     gst, tp.wch, m0, D * D, (float *)g->wq, (float *)g->wk, (float *)g->wv,

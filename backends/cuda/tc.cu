@@ -220,6 +220,27 @@ cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaSt
     return tc_gemm_any(L, tc_args(p), s);
 }
 
+cudaError_t sgkc_tc_product(const sgkc_layer *L, const float *A, int lda, const float *W, int ldw, float *C, int ldc,
+                            const float *residual, int64_t M, int Nc, int K, cudaStream_t s)
+{
+    sgkc_tc_gemm_args g;
+    memset(&g, 0, sizeof g);
+    g.A = A;
+    g.W = W;
+    g.C = C;
+    g.M = M;
+    g.Nc = Nc;
+    g.K = K;
+    g.residual = residual;
+    g.scale = 1.0f;
+    g.lda = lda;
+    g.ldw = ldw;
+    g.ldc = ldc;
+    if (!sgkc_tc_gemm_fits(g))
+        return cudaErrorInvalidValue;
+    return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);
+}
+
 bool sgkc_tc_project_wg(const sgkc_layer *L, const sgkc_gemm_args &p)
 {
     sgkc_wg_weights w;

@@ -19,6 +19,13 @@ cudaError_t sgkc_tc_prepare(const sgkc_layer *L);
  * shared memory for its larger tile). */
 cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &g, cudaStream_t s);
 bool sgkc_tc_project_fits(const sgkc_layer *L);
+/* C = A W^T, plus residual where it is not null, on tc_gemm.cuh in 3xTF32
+ * whatever the layer's dtype, with rows of their own lengths: A (M, K)
+ * with rows lda floats apart, W (Nc, K) ldw, C and the residual (M, Nc)
+ * ldc. The training calls' products on the generated kernels' padded
+ * rows. Where sgkc_tc_project_fits. */
+cudaError_t sgkc_tc_product(const sgkc_layer *L, const float *A, int lda, const float *W, int ldw, float *C, int ldc,
+                            const float *residual, int64_t M, int Nc, int K, cudaStream_t s);
 /* Whether sgkc_tc_project runs g on wg_gemm.cuh (Hopper's warpgroup MMA,
  * the layer's weights as it takes them), which outruns every other
  * projection kernel where it does. */

@@ -6,6 +6,8 @@
  *
  * A is (M, K) and W (Nc, K), both row-major and k-contiguous (W is
  * PyTorch's weight[out][in]), C and the residual (M, Nc). Any M, Nc, K >= 1.
+ * Rows are K, K and Nc floats apart unless lda, ldw, ldc say otherwise
+ * (the generated kernels' padded rows, which the training calls share).
  *
  * A block computes BM x BN outputs with warps of WM x WN; A and W tiles of
  * BK k stream through a ring of STAGES shared-memory slots by cp.async,
@@ -73,13 +75,24 @@ struct sgkc_tc_gemm_args {
      * (null: C as floats) */
     uint16_t *C16;
     int k16;
+    /* floats from one row to the next of A, W, and C and the residual; 0:
+     * K, K, Nc */
+    int lda, ldw, ldc;
 };
+
+/* The row lengths of g, its zeros replaced by what they stand for. */
+static inline void sgkc_tc_rows(sgkc_tc_gemm_args &g)
+{
+    g.lda = g.lda ? g.lda : g.K;
+    g.ldw = g.ldw ? g.ldw : g.K;
+    g.ldc = g.ldc ? g.ldc : g.Nc;
+}
 
 /* The copy widths and store width the pointers and sizes allow. */
 struct sgkc_tc_flags {
-    int vec_a, vec_w; /* 16-byte rows: K % 4 == 0 and an aligned base */
-    int vec_out;      /* float2 stores: Nc even, C and residual 8-byte aligned */
-    int vec_out4;     /* float4 stores: Nc % 4 == 0, C and residual 16-byte aligned */
+    int vec_a, vec_w; /* 16-byte rows: K and the row length % 4 == 0, an aligned base */
+    int vec_out;      /* float2 stores: Nc and ldc even, C and residual 8-byte aligned */
+    int vec_out4;     /* float4 stores: Nc and ldc % 4 == 0, C and residual 16-byte aligned */
     int x3;           /* 3xTF32 products; 0: the big halves' alone (one_pass) */
 };
 
@@ -102,7 +115,7 @@ __device__ __forceinline__ void sgkc_tc_store2(const sgkc_tc_gemm_args &a, const
                                                float v0, float v1)
 {
     float v[2] = {v0, v1};
-    const size_t o = (size_t)m * a.Nc + n;
+    const size_t o = (size_t)m * a.ldc + n;
 #pragma unroll
     for (int e = 0; e < 2; e++)
         if (n + e < a.scale_cols)
@@ -166,7 +179,7 @@ __device__ __forceinline__ void sgkc_tc_row_stats(const sgkc_tc_gemm_args &a, in
 #pragma unroll
     for (int i = 0; i < R; i++) {
         ok[i] = m + i < a.M;
-        row[i] = a.A + (size_t)(ok[i] ? m + i : 0) * K;
+        row[i] = a.A + (size_t)(ok[i] ? m + i : 0) * a.lda;
         x0[i] = ok[i] ? __ldg(row[i]) : 0.0f;
         s[i] = q[i] = 0.0f;
     }
@@ -238,16 +251,18 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
     /* a thread's chunks sit in one column c (NT % CPR == 0), rows r0 + i * NT / CPR */
     const int cc = tid % CPR, r0 = tid / CPR;
 
-    /* Rows base .. base + BM (or BN) of an (nrows x K) matrix, k-tile kt,
-     * into a slot: zeros for rows at or past nrows and for k past K. */
-    auto copy = [&](float *dst, const float *src, int64_t base, int64_t nrows, int kt, bool vec, auto nchunks) {
+    /* Rows base .. base + BM (or BN) of an (nrows x K) matrix whose rows
+     * are ld floats apart, k-tile kt, into a slot: zeros for rows at or
+     * past nrows and for k past K. */
+    auto copy = [&](float *dst, const float *src, int ld, int64_t base, int64_t nrows, int kt, bool vec,
+                    auto nchunks) {
         constexpr int NCH = decltype(nchunks)::value;
         const int k = (kb + kt) * BK + 4 * cc;
 #pragma unroll
         for (int i = 0; i < NCH; i++) {
             const int r = r0 + i * (NT / CPR);
             const bool rok = base + r < nrows;
-            const float *p = src + (size_t)(rok ? base + r : 0) * K;
+            const float *p = src + (size_t)(rok ? base + r : 0) * ld;
             float *d = dst + cfg::at(r, cc);
             if (vec) {
                 const bool ok = rok && k < K;
@@ -262,10 +277,11 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
         }
     };
     auto copy_a = [&](int kt) {
-        copy(ring + (kt % STAGES) * SLOT, a.A, m0, M, kt, f.vec_a, std::integral_constant<int, CA>());
+        copy(ring + (kt % STAGES) * SLOT, a.A, a.lda, m0, M, kt, f.vec_a, std::integral_constant<int, CA>());
     };
     auto copy_w = [&](int kt) {
-        copy(ring + (kt % STAGES) * SLOT + BM * BK, a.W, n0, Nc, kt, f.vec_w, std::integral_constant<int, CW>());
+        copy(ring + (kt % STAGES) * SLOT + BM * BK, a.W, a.ldw, n0, Nc, kt, f.vec_w,
+             std::integral_constant<int, CW>());
     };
 
     /* W (the layer's weights) before the grid wait, A after: it may be the
@@ -429,7 +445,7 @@ sgkc_tc_gemm_kernel(sgkc_tc_gemm_args a, sgkc_tc_flags f)
             if (m >= M || n >= Nc)
                 continue;
             float x[4] = {v.x, v.y, v.z, v.w};
-            const size_t o = (size_t)m * Nc + n;
+            const size_t o = (size_t)m * a.ldc + n;
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 if (n + i < a.scale_cols)
@@ -484,10 +500,11 @@ static inline bool sgkc_tc_gemm_fits(const sgkc_tc_gemm_args &g)
 static inline sgkc_tc_flags sgkc_tc_flags_of(const sgkc_tc_gemm_args &g)
 {
     sgkc_tc_flags f;
-    f.vec_a = g.K % 4 == 0 && sgkc_aligned16(g.A);
-    f.vec_w = g.K % 4 == 0 && sgkc_aligned16(g.W);
-    f.vec_out = g.Nc % 2 == 0 && ((uintptr_t)g.C & 7u) == 0 && (!g.residual || ((uintptr_t)g.residual & 7u) == 0);
-    f.vec_out4 = g.Nc % 4 == 0 && sgkc_aligned16(g.C) && (!g.residual || sgkc_aligned16(g.residual));
+    f.vec_a = g.K % 4 == 0 && g.lda % 4 == 0 && sgkc_aligned16(g.A);
+    f.vec_w = g.K % 4 == 0 && g.ldw % 4 == 0 && sgkc_aligned16(g.W);
+    f.vec_out = g.Nc % 2 == 0 && g.ldc % 2 == 0 && ((uintptr_t)g.C & 7u) == 0 &&
+                (!g.residual || ((uintptr_t)g.residual & 7u) == 0);
+    f.vec_out4 = g.Nc % 4 == 0 && g.ldc % 4 == 0 && sgkc_aligned16(g.C) && (!g.residual || sgkc_aligned16(g.residual));
     f.x3 = !g.one_pass;
     return f;
 }
@@ -495,8 +512,10 @@ static inline sgkc_tc_flags sgkc_tc_flags_of(const sgkc_tc_gemm_args &g)
 /* pdl: launched to overlap the kernel before it (the kernel waits for it
  * before reading A or writing C; compute capability 9.0). */
 template <int BM, int BN, int BK, int WM, int WN, int STAGES, bool LN, bool RES>
-static cudaError_t sgkc_tc_gemm_launch_inst(const sgkc_tc_gemm_args &g, bool pdl, cudaStream_t s)
+static cudaError_t sgkc_tc_gemm_launch_inst(const sgkc_tc_gemm_args &given, bool pdl, cudaStream_t s)
 {
+    sgkc_tc_gemm_args g = given;
+    sgkc_tc_rows(g);
     using cfg = sgkc_tc_cfg<BM, BN, BK, WM, WN, STAGES>;
     cudaLaunchConfig_t lc;
     memset(&lc, 0, sizeof lc);

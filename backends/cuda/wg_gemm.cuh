@@ -552,7 +552,9 @@ static inline cudaError_t sgkc_wg_prep16(const float *W, int Nc, int K, bool f16
  * statistics) and a residual without LayerNorm. */
 static inline bool sgkc_wg_takes(const sgkc_tc_gemm_args &g)
 {
-    return g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 && (g.gamma ? g.ln_stats && !g.residual : g.residual != nullptr);
+    const bool packed = (!g.lda || g.lda == g.K) && (!g.ldw || g.ldw == g.K) && (!g.ldc || g.ldc == g.Nc);
+    return packed && g.K % 4 == 0 && ((uintptr_t)g.A & 15) == 0 &&
+           (g.gamma ? g.ln_stats && !g.residual : g.residual != nullptr);
 }
 
 /* The driver's tensor-map encoder, looked up once; null where the driver
@@ -600,9 +602,11 @@ static inline cudaError_t sgkc_wg_map(CUtensorMap *m, const float *p, int inner,
  * in arithmetic ar (SGKC_WG_X3, _TF32 with LayerNorm, _BF16 or _F16 with
  * the residual); S: the float operands' stages */
 template <int BN, int S>
-static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &g, const sgkc_wg_weights &w, int ks, int ar,
+static inline cudaError_t sgkc_wg_launch(const sgkc_tc_gemm_args &given, const sgkc_wg_weights &w, int ks, int ar,
                                          bool pdl, cudaStream_t s)
 {
+    sgkc_tc_gemm_args g = given;
+    sgkc_tc_rows(g);
     constexpr int S16 = sgkc_wg_s16(BN);
     const bool h16 = ar == SGKC_WG_BF16 || ar == SGKC_WG_F16;
     sgkc_wg_maps m = {};
