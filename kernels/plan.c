@@ -432,7 +432,7 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
      * statistics, the partial sums; checked against size_t in doubles
      * first (each part is far below 2^53 floats where it fits) */
     const double need = (double)f->workspace_bytes / sizeof(float) +
-                        (double)rows * (double)(f->ldc + tp->ldd + H + 3) +
+                        (double)rows * (double)(f->ldc + tp->ldd + 3 * H + 3) +
                         (double)rk * (double)rows * (double)tp->ldd + (double)rq * (double)rows * (double)tp->ldv +
                         (double)tp->groups_bwd * (double)tp->mlpw + 10.0 * (double)(lim->align + 1) +
                         (double)tp->wch * 4.0 * (double)D * (double)D + (double)tp->lch * 2.0 * (double)D +
@@ -445,7 +445,7 @@ int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, c
     size_t o = round_up(f->workspace_bytes / sizeof(float), a);
     tp->xn = o;  o = round_up(o + (size_t)rows * (size_t)f->ldc, a);
     tp->dctx = o; o = round_up(o + (size_t)rows * (size_t)tp->ldd, a);
-    tp->di = o;  o = round_up(o + (size_t)rows * (size_t)(H + 1), a);
+    tp->di = o;  o = round_up(o + (size_t)rows * (size_t)(3 * H + 1), a);
     tp->st = o;  o = round_up(o + (size_t)rows * 2, a);
     tp->dq = o;  o = round_up(o + (size_t)rk * (size_t)rows * (size_t)tp->ldd, a);
     tp->dkv = o; o = round_up(o + (size_t)rq * (size_t)rows * (size_t)tp->ldv, a);

@@ -523,7 +523,7 @@ static void backward_float(const cpu_layer *l, const sgk_train_plan *tpp, const 
     tiled_context(l, p, a, pm, pool, xn0, NULL);
     sgk_cpu_proj(threads, (int)p->groups_rows, (int)tp.groups_dctx, pm, pool, d_out, 0, D, w + o.wo_b, o.ldd, 0, ws,
                  ws, dctx0, tp.ldd, rows, D, tp.ldd, p->mt, p->nt);
-    sgk_cpu_bwd_di(threads, (int)p->groups_norm, 1, pm, pool, ws, dctx0, tp.ldd, ctx0, p->ldc, (sgk_off)tp.di,
+    sgk_cpu_bwd_di(threads, (int)p->groups_norm, 1, pm, pool, ws, p->ldk, dctx0, tp.ldd, ctx0, p->ldc, (sgk_off)tp.di,
                    a->edge_mask, a->mask_type == SGK_MASK_U8, p->N, rows, D, p->H, p->rt);
     sgk_cpu_attn_bwd(threads, (int)tp.groups_bwd, 1, pm, pool, ws, p->ldk, dctx0, tp.ldd, (sgk_off)tp.di,
                      a->pair_feats, (int)l->dtype, a->edge_mask, a->mask_type == SGK_MASK_U8, w + o.w1, w + o.w1_b,

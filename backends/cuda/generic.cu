@@ -350,7 +350,7 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
                             0, ws, ws, dctx0, tp.ldd, rows, D, tp.ldd, p.mt, p.nt);
     }
     if (e == cudaSuccess)
-        e = sgk_launch_bwd_di((int)p.groups_norm, 1, L->gen_threads, 0, s, ws, dctx0, tp.ldd, ctx0, p.ldc, (sgk_off)tp.di,
+        e = sgk_launch_bwd_di((int)p.groups_norm, 1, L->gen_threads, 0, s, ws, p.ldk, dctx0, tp.ldd, ctx0, p.ldc, (sgk_off)tp.di,
                               (const uchar *)f->mask, f->mask_u8, p.N, rows, D, p.H, p.rt);
     if (e == cudaSuccess)
         e = sgk_launch_attn_bwd((int)tp.groups_bwd, 1, L->gen_threads, tp.smem_bwd * sizeof(float), s, ws, p.ldk, dctx0,

@@ -124,7 +124,7 @@ static sgk_status enqueue_backward(const hip_layer *l, const sgk_train_plan *tp,
                                      sizeof(float), s, d_out, 0, D, w + o.wo_b, o.ldd, 0, ws, ws, dctx0, tp->ldd, rows,
                                      D, tp->ldd, p->mt, p->nt);
     LAUNCHED("proj", SGK_HIP_K_PROJ, p->groups_rows, tp->groups_dctx, 1);
-    err = sgk_launch_bwd_di((int)p->groups_norm, 1, k[SGK_HIP_K_BWD_DI].threads, sizeof(float), s, ws, dctx0, tp->ldd,
+    err = sgk_launch_bwd_di((int)p->groups_norm, 1, k[SGK_HIP_K_BWD_DI].threads, sizeof(float), s, ws, p->ldk, dctx0, tp->ldd,
                             ctx0, p->ldc, (sgk_off)tp->di, a->edge_mask, mask_u8, p->N, rows, D, p->H, p->rt);
     LAUNCHED("bwd_di", SGK_HIP_K_BWD_DI, p->groups_norm, 1, 1);
     err = sgk_launch_attn_bwd((int)tp->groups_bwd, 1, k[SGK_HIP_K_ATTN_BWD].threads, tp->smem_bwd * sizeof(float), s,

@@ -161,7 +161,7 @@ static sgk_status enqueue_backward(const sgk_cl_layer *l, const sgk_train_plan *
                           tp->ldd, rows, D, tp->ldd, p->mt, p->nt, sizeof(float)),
          p->groups_rows, tp->groups_dctx);
     NEXT(SGK_CL_K_BWD_DI,
-         sgk_cl_args_bwd_di(pr->k[SGK_CL_K_BWD_DI].kernel, ws, dctx0, tp->ldd, ctx0, p->ldc, (cl_long)tp->di,
+         sgk_cl_args_bwd_di(pr->k[SGK_CL_K_BWD_DI].kernel, ws, p->ldk, dctx0, tp->ldd, ctx0, p->ldc, (cl_long)tp->di,
                             sgk_cl_mem(a->edge_mask), mask_u8, p->N, rows, D, p->H, p->rt, sizeof(float)),
          p->groups_norm, 1);
     NEXT(SGK_CL_K_ATTN_BWD,
