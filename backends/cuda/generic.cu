@@ -123,7 +123,7 @@ static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_
                                     f->nodes, w + o.gamma, w + o.beta, L->eps, ws, xn0, p.ldc, rows, p.D, p.rt);
     if (e == cudaSuccess && tc) {
         e = sgkc_tc_product(L, ws + xn0, p.ldc, L->gen + L->gen_off.wqkv, p.D, ws, p.ldk, NULL, rows, 3 * p.D, p.D,
-                            f->stream);
+                            false, f->stream);
         if (e == cudaSuccess)
             e = zero_cols(ws, p.ldk, 3 * p.D, rows, f->stream);
     } else if (e == cudaSuccess) {
@@ -142,7 +142,7 @@ static cudaError_t run_tiled(const sgkc_layer *L, const sgk_plan &p, const sgkc_
                                lse_on ? lse : ws, lse_on, p.N);
     if (e == cudaSuccess && f->out != NULL && tc)
         e = sgkc_tc_product(L, ws + ctx0, p.ldc, L->gen + L->gen_off.wo, p.D, f->out, p.D, f->nodes, rows, p.D, p.D,
-                            f->stream);
+                            false, f->stream);
     else if (e == cudaSuccess && f->out != NULL)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, L->gen_threads, 0, f->stream, ws, ctx0, p.ldc, w + o.wo,
                             p.ldo, 1, f->nodes, f->out, 0, p.D, rows, p.D, p.D, p.mt, p.nt);
@@ -279,13 +279,13 @@ static cudaError_t wgrad_tc(const sgkc_layer *L, const sgk_train_plan &tp, const
             e = transpose(ws + (size_t)m * D, p.ldk, ty[m], rows, D, s);
     for (int m = 0; m < 3 && e == cudaSuccess; m++)
         if (dw[m])
-            e = sgkc_tc_product(L, ty[m], rows, tx, rows, (float *)dw[m], D, NULL, D, D, rows, s);
+            e = sgkc_tc_product(L, ty[m], rows, tx, rows, (float *)dw[m], D, NULL, D, D, rows, true, s);
     if (e == cudaSuccess && g->wo) {
         e = transpose(d_out, D, t1, rows, D, s);
         if (e == cudaSuccess)
             e = transpose(ws + p.ctx_offset / sizeof(float), p.ldc, t2, rows, D, s);
         if (e == cudaSuccess)
-            e = sgkc_tc_product(L, t1, rows, t2, rows, (float *)g->wo, D, NULL, D, D, rows, s);
+            e = sgkc_tc_product(L, t1, rows, t2, rows, (float *)g->wo, D, NULL, D, D, rows, true, s);
     }
     return e;
 }
@@ -342,7 +342,7 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
     const bool tc = train_tc(L);
     cudaError_t e = run_tiled(L, p, &c, (int)L->dtype, xn0, NULL, tc);
     if (e == cudaSuccess && tc) {
-        e = sgkc_tc_product(L, d_out, D, w + o.wo, o.ldo, ws + dctx0, tp.ldd, NULL, rows, D, D, s);
+        e = sgkc_tc_product(L, d_out, D, w + o.wo, o.ldo, ws + dctx0, tp.ldd, NULL, rows, D, D, false, s);
         if (e == cudaSuccess)
             e = zero_cols(ws + dctx0, tp.ldd, D, rows, s);
     } else if (e == cudaSuccess) {
@@ -367,10 +367,10 @@ static cudaError_t backward_float(const sgkc_layer *L, const sgk_train_plan &tp,
      * as one sum over 3D, or (3D past the longest sum they take) as three
      * over D, each added to the one before */
     if (e == cudaSuccess && tc && 3 * D <= SGK_TC_MAX_K)
-        e = sgkc_tc_product(L, ws, p.ldk, w + o.wqkv, p.ldk, ws + dctx0, tp.ldd, NULL, rows, D, 3 * D, s);
+        e = sgkc_tc_product(L, ws, p.ldk, w + o.wqkv, p.ldk, ws + dctx0, tp.ldd, NULL, rows, D, 3 * D, false, s);
     for (int m = 0; m < 3 && e == cudaSuccess && tc && 3 * D > SGK_TC_MAX_K; m++)
         e = sgkc_tc_product(L, ws + (size_t)m * D, p.ldk, w + o.wqkv + (size_t)m * D, p.ldk, ws + dctx0, tp.ldd,
-                            m ? ws + dctx0 : NULL, rows, D, D, s);
+                            m ? ws + dctx0 : NULL, rows, D, D, false, s);
     if (e == cudaSuccess && !tc)
         e = sgk_launch_proj((int)p.groups_rows, (int)p.groups_out, L->gen_threads, 0, s, ws, 0, p.ldk, w + o.wqkv_b, o.ldo,
                             0, ws, ws, dctx0, tp.ldd, rows, 3 * D, D, p.mt, p.nt);

@@ -221,7 +221,7 @@ cudaError_t sgkc_tc_project(const sgkc_layer *L, const sgkc_gemm_args &p, cudaSt
 }
 
 cudaError_t sgkc_tc_product(const sgkc_layer *L, const float *A, int lda, const float *W, int ldw, float *C, int ldc,
-                            const float *residual, int64_t M, int Nc, int K, cudaStream_t s)
+                            const float *residual, int64_t M, int Nc, int K, bool w_late, cudaStream_t s)
 {
     sgkc_tc_gemm_args g;
     memset(&g, 0, sizeof g);
@@ -236,6 +236,7 @@ cudaError_t sgkc_tc_product(const sgkc_layer *L, const float *A, int lda, const 
     g.lda = lda;
     g.ldw = ldw;
     g.ldc = ldc;
+    g.w_late = w_late;
     if (!sgkc_tc_gemm_fits(g))
         return cudaErrorInvalidValue;
     return sgkc_tc_gemm(g, L->sm_count, L->cc_major, s);

@@ -23,9 +23,10 @@ bool sgkc_tc_project_fits(const sgkc_layer *L);
  * whatever the layer's dtype, with rows of their own lengths: A (M, K)
  * with rows lda floats apart, W (Nc, K) ldw, C and the residual (M, Nc)
  * ldc. The training calls' products on the generated kernels' padded
- * rows. Where sgkc_tc_project_fits. */
+ * rows. w_late: W is not weights but what a kernel before wrote
+ * (sgkc_tc_gemm_args.w_late). Where sgkc_tc_project_fits. */
 cudaError_t sgkc_tc_product(const sgkc_layer *L, const float *A, int lda, const float *W, int ldw, float *C, int ldc,
-                            const float *residual, int64_t M, int Nc, int K, cudaStream_t s);
+                            const float *residual, int64_t M, int Nc, int K, bool w_late, cudaStream_t s);
 /* Whether sgkc_tc_project runs g on wg_gemm.cuh (Hopper's warpgroup MMA,
  * the layer's weights as it takes them), which outruns every other
  * projection kernel where it does. */

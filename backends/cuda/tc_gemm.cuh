@@ -78,6 +78,10 @@ struct sgkc_tc_gemm_args {
     /* floats from one row to the next of A, W, and C and the residual; 0:
      * K, K, Nc */
     int lda, ldw, ldc;
+    /* W is not the layer's weights but the output of a kernel before: the
+     * launch then does not overlap the kernel before it, whose tail the
+     * copies of W ahead of the grid wait would otherwise race */
+    int w_late;
 };
 
 /* The row lengths of g, its zeros replaced by what they stand for. */
@@ -610,7 +614,7 @@ static inline int sgkc_tc_gemm_plan(int64_t M, int Nc, int K, int sm_count, int 
 
 static inline cudaError_t sgkc_tc_gemm(sgkc_tc_gemm_args g, int sm_count, int cc_major, cudaStream_t s)
 {
-    const bool pdl = cc_major >= 9;
+    const bool pdl = cc_major >= 9 && !g.w_late;
     const int plan = sgkc_tc_gemm_plan(g.M, g.Nc, g.K, sm_count, cc_major);
     g.ksplit = plan > 0 ? plan : 1;
     return plan == 0 ? sgkc_tc_gemm_launch<SGKC_TC_LARGE>(g, pdl, s) : sgkc_tc_gemm_launch<SGKC_TC_SMALL>(g, pdl, s);
