@@ -27,8 +27,8 @@
 #                                        table (train-*, and dtypes-cuda's 16-bit one), compute-sanitizer
 #                                        memcheck and racecheck over test_train cuda (TRAIN_FILTER, a
 #                                        cmocka glob, default mask_*), sgk-bench --train (default seed,
-#                                        mid, large, s02, s13), each generated kernel's time at mid by
-#                                        ncu, sgk.torch's autograd tests and torch_compare --train at
+#                                        mid, large, s02, s13), each kernel's time at mid by ncu and
+#                                        attn_bwd's full ncu report, sgk.torch's autograd tests and torch_compare --train at
 #                                        those shapes, into train-*.txt, train-bench.json and
 #                                        train-compare.json (with BUNDLE: cuda's test_train, the
 #                                        sanitizers, the bench and ncu, from the bundle)
@@ -222,6 +222,13 @@ train)
   stamp "ncu rc=$?"
   awk '/^  [a-zA-Z_]/ {name = $1 == "void" ? $2 : $1} /gpu__time_duration.sum/ {printf "%s %s %s\n", name, $NF, $(NF-1)}' \
       "$O/train-kernels.txt"
+  # what limits attn_bwd (the backward's largest kernel): ncu's full report at mid
+  timeout 120 ncu --clock-control none --set full -k regex:'^sgk_k_attn_bwd' -c 1 \
+      "$BD/bench/sgk-bench" --backend cuda --variant tuned-tiled --train --preset mid --quick --no-check \
+      > "$O/train-attn-bwd.txt" 2>&1
+  stamp "ncu attn_bwd rc=$?"
+  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|Executed Ipc A|Compute \(SM\) Th|Memory Throughput|Stall" \
+      "$O/train-attn-bwd.txt" | head -30
   [ -n "${BUNDLE:-}" ] && exit 0
   SGK_LIBRARY=build/api/libsgk.so SGK_EXTENSION=$(ls build/python/_fast*.so 2>/dev/null) timeout 420 python3 -m pytest -q python/tests/test_torch.py -k "autograd or backward" \
       > "$O/train-torch.txt" 2>&1
