@@ -352,7 +352,7 @@ static size_t bwd_floats(const tile *t, const void *user)
     const bwd_need *n = user;
     const int64_t tqp = up64(t->tq, n->pad), tk = t->tk, qc = t->qc;
     return (size_t)(2 * n->D * tqp + 2 * n->H * tk * tqp + 2 * n->H * tqp + tk * tqp + 2 * tqp +
-                    3 * tk * qc * n->ldp + 2 * n->H * tk * qc);
+                    3 * tk * qc * n->ldp + 2 * n->H * tk * qc + 32);
 }
 
 int sgk_train_plan_make(int64_t B, int64_t N, int64_t D, int64_t H, int64_t P, const sgk_limits *lim,
