@@ -52,8 +52,9 @@
 #                                        core (OMP_PLACES=cores, OMP_PROC_BIND=close unless set),
 #                                        into cpuT-sgk.json/.txt and cpuT-torch.json/.txt
 #   bash tools/h200.sh kernels [PRESETS] each kernel's time in one call of tuned-tiled (or
-#                                        KERNEL_VARIANT) at each preset (default s12 s13 s08),
-#                                        by ncu at the run's clocks, into kernels.txt
+#                                        KERNEL_VARIANT; KERNEL_DTYPE bf16 or f16 for a 16-bit
+#                                        layer) at each preset (default s12 s13 s08), by ncu at
+#                                        the run's clocks, into kernels.txt
 #   bash tools/h200.sh profile REGEX PRESET  ncu's full report (speed of light, pipes, warp
 #                                        stalls, memory) of the first kernel of tuned-tiled (or
 #                                        KERNEL_VARIANT) matching REGEX at PRESET, into profile.txt
@@ -292,7 +293,8 @@ cpu)
 kernels)
   for p in ${*:-s12 s13 s08}; do
     ncu --clock-control none --metrics gpu__time_duration.sum -k regex:sgk -c 8 "$BD/bench/sgk-bench" \
-        --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --preset "$p" --quick --no-check > "$O/ncu-$p.txt" 2>&1
+        --backend cuda --variant "${KERNEL_VARIANT:-tuned-tiled}" --dtype "${KERNEL_DTYPE:-f32}" --preset "$p" --quick \
+        --no-check > "$O/ncu-$p.txt" 2>&1
     echo "$p: $(awk '/^  [a-zA-Z_]/ {name = $1 == "void" ? $2 : $1} /gpu__time_duration.sum/ {printf "%s %s %s; ", name, $NF, $(NF-1)}' "$O/ncu-$p.txt")"
   done | tee "$O/kernels.txt";;
 harness)
