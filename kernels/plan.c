@@ -341,8 +341,9 @@ int sgk_plan_make(sgk_plan_kind kind, int64_t B, int64_t N, int64_t D, int64_t H
     return add_wide(plan, lim, rows);
 }
 
-/* Floats of local memory attn_bwd needs (train.sgk's carving) for a tile
- * of a (D, H) layer whose W1 rows are ldp floats, on a target of pad. */
+/* Floats of local memory attn_bwd needs (train.sgk's carving, its last
+ * 32 the row of ones its bias sums multiply by) for a tile of a (D, H)
+ * layer whose W1 rows are ldp floats, on a target of pad. */
 typedef struct bwd_need {
     int64_t D, H, ldp, pad;
 } bwd_need;

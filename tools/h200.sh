@@ -223,7 +223,7 @@ train)
   stamp "ncu rc=$?"
   awk '/^  [a-zA-Z_]/ {name = $1 == "void" ? $2 : $1} /gpu__time_duration.sum/ {printf "%s %s %s\n", name, $NF, $(NF-1)}' \
       "$O/train-kernels.txt"
-  # what limits attn_bwd (the backward's largest kernel): ncu's full report at mid
+  # what limits attn_bwd, the attention's backward on the generated design: ncu's full report at mid
   timeout 120 ncu --clock-control none --set full -k regex:'^sgk_k_attn_bwd' -c 1 \
       "$BD/bench/sgk-bench" --backend cuda --variant tuned-tiled --train --preset mid --quick --no-check \
       > "$O/train-attn-bwd.txt" 2>&1
